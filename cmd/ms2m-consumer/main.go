@@ -1,0 +1,47 @@
+// Command ms2m-consumer is the sample stateful consumer of the MS2M
+// evaluation: it applies sequenced messages, each taking --work, keeps count,
+// sum and digest of the applied set in memory, and follows the MS2M contract
+// so kubectl-migrate can move it between nodes.
+package main
+
+import (
+	"context"
+	"flag"
+	"log"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+)
+
+func main() {
+	var cfg ms2m.ConsumerConfig
+	flag.StringVar(&cfg.URL, "url", envOr("MS2M_BROKER_URL", "amqp://guest:guest@localhost:5672/"), "AMQP URL of the broker")
+	flag.StringVar(&cfg.Exchange, "exchange", envOr("MS2M_EXCHANGE", "ms2m"), "fanout exchange the producer publishes to")
+	flag.StringVar(&cfg.Queue, "queue", envOr("MS2M_QUEUE", "ms2m.work"), "primary queue")
+	flag.DurationVar(&cfg.Work, "work", 0, "time to apply one message, e.g. 50ms")
+	listen := flag.String("listen", ":8080", "HTTP address of the MS2M endpoints")
+	flag.Parse()
+	cfg.Logf = log.Printf
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c := ms2m.NewConsumer(cfg)
+	srv := &http.Server{Addr: *listen, Handler: c.Handler()}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+			log.Fatal(err)
+		}
+	}()
+	_ = c.Run(ctx)
+	_ = srv.Shutdown(context.Background())
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,265 @@
+package ms2m
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// ConsumerConfig configures a Consumer.
+type ConsumerConfig struct {
+	// URL is the AMQP URL of the broker.
+	URL string
+	// Exchange is the fanout exchange the producer publishes to.
+	Exchange string
+	// Queue is the primary queue, bound to Exchange.
+	Queue string
+	// Work is how long applying one message takes (the paper's service time).
+	Work time.Duration
+	// History is how many applied messages are remembered for AppliedPath.
+	History int
+	// Logf, if set, receives progress and reconnect messages.
+	Logf func(format string, args ...any)
+}
+
+// Consumer applies sequenced messages exactly once and obeys MS2M control
+// messages. Its zero value is not usable; call NewConsumer.
+type Consumer struct {
+	cfg ConsumerConfig
+
+	mu      sync.Mutex
+	st      State
+	held    bool // holding because a restore was pending at reconnect
+	history []Applied
+	// waiters are closed once the consume loop has acted on the latest mode.
+	waiters []chan struct{}
+	wake    chan struct{}
+}
+
+// NewConsumer returns a consumer that starts on the primary queue.
+func NewConsumer(cfg ConsumerConfig) *Consumer {
+	if cfg.History <= 0 {
+		cfg.History = 20000
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	now := time.Now()
+	return &Consumer{
+		cfg: cfg,
+		st: State{
+			Mode:      ModePrimary,
+			Queue:     cfg.Queue,
+			Process:   fmt.Sprintf("%x-%x", now.UnixNano(), rand.Uint32()),
+			StartedAt: now,
+		},
+		wake: make(chan struct{}, 1),
+	}
+}
+
+// State returns a snapshot of the consumer's state.
+func (c *Consumer) State() State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st
+}
+
+// AppliedAfter returns the first remembered message applied with a sequence
+// greater than seq.
+func (c *Consumer) AppliedAfter(seq uint64) (Applied, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := sort.Search(len(c.history), func(i int) bool { return c.history[i].Seq > seq })
+	if i == len(c.history) {
+		return Applied{}, false
+	}
+	return c.history[i], true
+}
+
+// Run consumes until ctx ends, reconnecting to the broker with backoff. A
+// restored copy finds its connection dead and comes back through here.
+func (c *Consumer) Run(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := c.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.cfg.Logf("broker session ended: %v; reconnecting in %s", err, backoff)
+		c.settle() // nothing consumes while disconnected
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+		c.reconnected()
+	}
+}
+
+func (c *Consumer) reconnected() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.st.Reconnects++
+	if c.st.PendingRestore && !c.held {
+		// This is (most likely) the copy restored from the checkpoint: it must
+		// not compete with the source for the primary queue.
+		c.held = true
+		c.st.Mode = ModeHold
+		c.cfg.Logf("restore pending: holding until told to replay")
+	}
+}
+
+// session runs one broker connection.
+func (c *Consumer) session(ctx context.Context) error {
+	conn, err := amqp.Dial(c.cfg.URL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := DeclareTopology(conn, c.cfg.Exchange, c.cfg.Queue); err != nil {
+		return err
+	}
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	for {
+		mode, queue := c.desired()
+		if mode == ModeHold {
+			c.settle()
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case err := <-closed:
+				return fmt.Errorf("connection closed: %v", err)
+			case <-c.wake:
+				continue
+			}
+		}
+		if err := c.consume(ctx, conn, queue, closed); err != nil {
+			return err
+		}
+	}
+}
+
+// consume reads queue until the desired mode changes.
+func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, queue string, closed <-chan *amqp.Error) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	// Closing the channel returns any unacknowledged message to its queue.
+	defer ch.Close()
+	if err := ch.Qos(1, 0, false); err != nil {
+		return err
+	}
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", queue, err)
+	}
+	c.settle()
+	c.cfg.Logf("consuming %s", queue)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-closed:
+			return fmt.Errorf("connection closed: %v", err)
+		case <-c.wake:
+			if mode, q := c.desired(); mode != ModeHold && q == queue {
+				c.settle()
+				continue
+			}
+			return nil
+		case d, ok := <-deliveries:
+			if !ok {
+				return errors.New("delivery channel closed")
+			}
+			c.handle(ctx, d, queue)
+		}
+	}
+}
+
+func (c *Consumer) handle(ctx context.Context, d amqp.Delivery, queue string) {
+	var m Message
+	if err := json.Unmarshal(d.Body, &m); err != nil {
+		c.cfg.Logf("dropping malformed message: %v", err)
+		_ = d.Reject(false)
+		return
+	}
+	c.mu.Lock()
+	duplicate := m.Seq <= c.st.LastSeq
+	if duplicate {
+		c.st.Skipped++
+	}
+	c.mu.Unlock()
+	if !duplicate && c.cfg.Work > 0 {
+		select {
+		case <-ctx.Done():
+			return // unacknowledged: the broker redelivers it
+		case <-time.After(c.cfg.Work):
+		}
+	}
+	if !duplicate {
+		c.apply(m, queue)
+	}
+	// An ack that fails (the connection died under a restore) is harmless: the
+	// message comes back and is skipped as a duplicate.
+	_ = d.Ack(false)
+}
+
+func (c *Consumer) apply(m Message, queue string) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.st.LastSeq != 0 && m.Seq != c.st.LastSeq+1 {
+		c.cfg.Logf("sequence gap: applied %d after %d", m.Seq, c.st.LastSeq)
+	}
+	c.st.Totals.Add(m)
+	c.st.LastSeq = m.Seq
+	c.st.LastAppliedAt = now
+	if len(c.history) >= 2*c.cfg.History { // trim in halves: amortised O(1)
+		c.history = append(c.history[:0], c.history[c.cfg.History:]...)
+	}
+	c.history = append(c.history, Applied{Seq: m.Seq, Sent: m.Sent, AppliedAt: now, Queue: queue})
+	if c.st.Mode == ModeReplay && c.st.UntilSeq > 0 && m.Seq >= c.st.UntilSeq {
+		c.toPrimaryLocked(now)
+	}
+}
+
+func (c *Consumer) toPrimaryLocked(now time.Time) {
+	c.st.Mode = ModePrimary
+	c.st.Queue = c.cfg.Queue
+	c.st.UntilSeq = 0
+	c.st.SwitchedAt = now
+	c.signalLocked()
+}
+
+func (c *Consumer) desired() (Mode, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st.Mode, c.st.Queue
+}
+
+// signalLocked wakes the consume loop; c.mu must be held.
+func (c *Consumer) signalLocked() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// settle releases everyone waiting for the loop to act on the current mode.
+func (c *Consumer) settle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.waiters {
+		close(w)
+	}
+	c.waiters = nil
+}

@@ -1,0 +1,71 @@
+package ms2m
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Control applies a control message and returns the state once the consume
+// loop has acted on it (for Stop: once nothing consumes any more).
+func (c *Consumer) Control(ctx context.Context, msg Control) (State, error) {
+	done, err := c.control(msg)
+	if err != nil {
+		return State{}, err
+	}
+	if done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return c.State(), fmt.Errorf("%s not yet in effect: %w", msg.Type, ctx.Err())
+		}
+	}
+	return c.State(), nil
+}
+
+func (c *Consumer) control(msg Control) (<-chan struct{}, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	switch msg.Type {
+	case Prepare:
+		c.st.PendingRestore = true
+		return nil, nil
+	case Checkpointed:
+		c.st.PendingRestore = false
+		if c.held { // the connection dropped while the mark was set
+			c.held = false
+			c.st.Mode, c.st.Queue = ModePrimary, c.cfg.Queue
+		}
+	case StartReplay:
+		if msg.Payload.Queue == "" {
+			return nil, fmt.Errorf("%s needs payload.queue", msg.Type)
+		}
+		c.clearRestoreMarkLocked()
+		c.st.Mode, c.st.Queue, c.st.UntilSeq = ModeReplay, msg.Payload.Queue, 0
+	case EndReplay:
+		c.clearRestoreMarkLocked()
+		if c.st.Mode != ModeReplay || c.st.LastSeq >= msg.Payload.UntilSeq {
+			c.toPrimaryLocked(now)
+		} else {
+			c.st.UntilSeq = msg.Payload.UntilSeq
+			return nil, nil // the switch happens when the bound is applied
+		}
+	case Stop:
+		c.st.Mode, c.st.Queue = ModeHold, ""
+	case Resume:
+		c.clearRestoreMarkLocked()
+		c.toPrimaryLocked(now)
+	default:
+		return nil, fmt.Errorf("unknown control message type %q", msg.Type)
+	}
+	done := make(chan struct{})
+	c.waiters = append(c.waiters, done)
+	c.signalLocked()
+	return done, nil
+}
+
+func (c *Consumer) clearRestoreMarkLocked() {
+	c.st.PendingRestore = false
+	c.held = false
+}

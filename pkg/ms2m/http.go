@@ -1,0 +1,54 @@
+package ms2m
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Handler serves the contract's HTTP endpoints: GET StatePath, POST
+// ControlPath and GET AppliedPath?after=SEQ.
+func (c *Consumer) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+StatePath, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, c.State())
+	})
+	mux.HandleFunc("POST "+ControlPath, func(w http.ResponseWriter, r *http.Request) {
+		var msg Control
+		if err := json.NewDecoder(r.Body).Decode(&msg); err != nil {
+			http.Error(w, "malformed control message: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		st, err := c.Control(ctx, msg)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
+	mux.HandleFunc("GET "+AppliedPath, func(w http.ResponseWriter, r *http.Request) {
+		after, err := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64)
+		if err != nil {
+			http.Error(w, "after must be a sequence number", http.StatusBadRequest)
+			return
+		}
+		a, ok := c.AppliedAfter(after)
+		if !ok {
+			http.Error(w, "nothing applied after that sequence yet", http.StatusNotFound)
+			return
+		}
+		writeJSON(w, http.StatusOK, a)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
