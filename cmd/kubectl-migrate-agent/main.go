@@ -1,0 +1,73 @@
+// Command kubectl-migrate-agent runs on the source node in a short-lived pod
+// that kubectl-migrate creates. "pack" turns a kubelet checkpoint archive
+// into an OCI checkpoint image, pushes it and deletes the archive; "remove"
+// deletes archives. The result goes to the pod's termination message.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
+)
+
+const usage = `usage:
+  kubectl-migrate-agent pack --archive PATH --container NAME --image REF [--insecure] [--keep-archive]
+  kubectl-migrate-agent remove PATH...`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	msg, err := run(ctx, os.Args[1:])
+	if err != nil {
+		msg = "error: " + err.Error()
+	}
+	// The kubelet reads this file into the pod status: the plugin's channel.
+	_ = os.WriteFile("/dev/termination-log", []byte(msg), 0o644)
+	fmt.Println(msg)
+	if err != nil {
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) (string, error) {
+	if len(args) == 0 {
+		return "", fmt.Errorf("no command\n%s", usage)
+	}
+	switch args[0] {
+	case "pack":
+		var req agent.PackRequest
+		fs := flag.NewFlagSet("pack", flag.ContinueOnError)
+		fs.StringVar(&req.Archive, "archive", "", "checkpoint archive under "+agent.CheckpointDir)
+		fs.StringVar(&req.Container, "container", "", "name of the checkpointed container")
+		fs.StringVar(&req.Image, "image", "", "image reference to push to")
+		fs.BoolVar(&req.Insecure, "insecure", false, "allow a plain-HTTP registry")
+		fs.BoolVar(&req.KeepArchive, "keep-archive", false, "keep the archive after pushing")
+		if err := fs.Parse(args[1:]); err != nil {
+			return "", err
+		}
+		if req.Archive == "" || req.Container == "" || req.Image == "" {
+			return "", fmt.Errorf("pack needs --archive, --container and --image\n%s", usage)
+		}
+		res, err := agent.Pack(ctx, req, image.Registry{Insecure: req.Insecure})
+		if err != nil {
+			return "", err
+		}
+		out, err := json.Marshal(res)
+		return string(out), err
+	case "remove":
+		for _, p := range args[1:] {
+			if err := agent.Remove(p); err != nil {
+				return "", err
+			}
+		}
+		return fmt.Sprintf("removed %d archive(s)", len(args)-1), nil
+	}
+	return "", fmt.Errorf("unknown command %q\n%s", args[0], usage)
+}

@@ -1,0 +1,156 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+)
+
+// Paths inside the agent container.
+const (
+	registryConfigDir = "/var/run/kubectl-migrate/registry"
+	checkpointVolume  = "checkpoints"
+	registryVolume    = "registry-auth"
+)
+
+// Launcher runs the agent in short-lived pods.
+type Launcher struct {
+	Client kubernetes.Interface
+	// Image is the agent image; the target nodes must be able to pull it.
+	Image     string
+	Namespace string
+	// RegistrySecret is a kubernetes.io/dockerconfigjson secret in Namespace
+	// that the agent pushes with; empty for an anonymous registry.
+	RegistrySecret string
+	PullSecrets    []corev1.LocalObjectReference
+	Labels         map[string]string
+}
+
+// Pack packs and pushes one archive on node and returns the agent's result.
+func (l Launcher) Pack(ctx context.Context, podName, node string, req PackRequest) (PackResult, error) {
+	args := []string{"pack", "--archive", req.Archive, "--container", req.Container, "--image", req.Image}
+	if req.Insecure {
+		args = append(args, "--insecure")
+	}
+	if req.KeepArchive {
+		args = append(args, "--keep-archive")
+	}
+	msg, err := l.run(ctx, podName, node, args)
+	if err != nil {
+		return PackResult{}, err
+	}
+	var res PackResult
+	if err := json.Unmarshal([]byte(msg), &res); err != nil {
+		return PackResult{}, fmt.Errorf("agent reported %q: %w", msg, err)
+	}
+	return res, nil
+}
+
+// Remove deletes checkpoint archives on node.
+func (l Launcher) Remove(ctx context.Context, podName, node string, archives []string) error {
+	_, err := l.run(ctx, podName, node, append([]string{"remove"}, archives...))
+	return err
+}
+
+// run creates the agent pod, waits for it to finish and deletes it, returning
+// its termination message.
+func (l Launcher) run(ctx context.Context, podName, node string, args []string) (string, error) {
+	pods := l.Client.CoreV1().Pods(l.Namespace)
+	if _, err := pods.Create(ctx, l.PodSpec(podName, node, args), metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("create agent pod on %s: %w", node, err)
+	}
+	// The agent pod goes away whatever happens, even if ctx was cancelled.
+	defer func() { _ = kube.DeleteAndWait(context.WithoutCancel(ctx), l.Client, l.Namespace, podName, ptr.To[int64](0)) }()
+	pod, err := kube.WaitForPod(ctx, l.Client, l.Namespace, podName, agentFinished(l.Image))
+	if err != nil {
+		return "", err
+	}
+	msg := terminationMessage(pod)
+	if pod.Status.Phase != corev1.PodSucceeded {
+		return "", fmt.Errorf("agent on %s failed: %s", node, msg)
+	}
+	return msg, nil
+}
+
+func agentFinished(image string) kube.PodCondition {
+	return func(pod *corev1.Pod) (bool, error) {
+		if pod == nil {
+			return false, errors.New("agent pod was deleted before it finished")
+		}
+		switch pod.Status.Phase {
+		case corev1.PodSucceeded, corev1.PodFailed:
+			return true, nil
+		}
+		for _, cs := range pod.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff" || w.Reason == "InvalidImageName") {
+				return false, fmt.Errorf("the node cannot pull the agent image %s (%s); push it where the nodes can pull it and pass --agent-image", image, strings.TrimSpace(w.Message))
+			}
+		}
+		return false, nil
+	}
+}
+
+func terminationMessage(pod *corev1.Pod) string {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil {
+			if t.Message != "" {
+				return strings.TrimSpace(t.Message)
+			}
+			return fmt.Sprintf("exit code %d (%s)", t.ExitCode, t.Reason)
+		}
+	}
+	return "no termination message"
+}
+
+// PodSpec returns the agent pod: pinned to node, root, the kubelet's
+// checkpoint directory mounted, the registry secret as a docker config.
+func (l Launcher) PodSpec(podName, node string, args []string) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: podName, Namespace: l.Namespace, Labels: l.Labels},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  ptr.To(false),
+			ImagePullSecrets:              l.PullSecrets,
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{
+				Name:                     "agent",
+				Image:                    l.Image,
+				Args:                     args,
+				ImagePullPolicy:          corev1.PullIfNotPresent,
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				SecurityContext:          &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)},
+				VolumeMounts:             []corev1.VolumeMount{{Name: checkpointVolume, MountPath: CheckpointDir}},
+			}},
+			Volumes: []corev1.Volume{{
+				Name: checkpointVolume,
+				VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+					Path: CheckpointDir, Type: ptr.To(corev1.HostPathDirectory),
+				}},
+			}},
+		},
+	}
+	if l.RegistrySecret != "" {
+		c := &pod.Spec.Containers[0]
+		c.Env = append(c.Env, corev1.EnvVar{Name: "DOCKER_CONFIG", Value: registryConfigDir})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: registryVolume, MountPath: registryConfigDir, ReadOnly: true})
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
+			Name: registryVolume,
+			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: l.RegistrySecret,
+				Items:      []corev1.KeyToPath{{Key: corev1.DockerConfigJsonKey, Path: "config.json"}},
+			}},
+		})
+	}
+	return pod
+}

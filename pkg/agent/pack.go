@@ -1,0 +1,93 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
+)
+
+// CheckpointDir is where the kubelet writes checkpoint archives.
+const CheckpointDir = "/var/lib/kubelet/checkpoints"
+
+// PackRequest says what to pack and where to push it.
+type PackRequest struct {
+	Archive     string // absolute path under CheckpointDir
+	Container   string
+	Image       string // tag reference to push to
+	Insecure    bool
+	KeepArchive bool
+}
+
+// PackResult is what the agent reports back, as JSON in its termination
+// message.
+type PackResult struct {
+	Image        string `json:"image"` // digest reference
+	ArchiveBytes int64  `json:"archiveBytes"`
+	BuildMillis  int64  `json:"buildMillis"`
+	PushMillis   int64  `json:"pushMillis"`
+}
+
+// ValidateArchive refuses paths outside CheckpointDir: the agent runs as root
+// with that directory mounted and must not be talked into reading or
+// deleting anything else.
+func ValidateArchive(path string) error {
+	clean := filepath.Clean(path)
+	if !filepath.IsAbs(clean) || !strings.HasPrefix(clean, CheckpointDir+"/") || !strings.HasSuffix(clean, ".tar") {
+		return fmt.Errorf("archive %q is not a .tar under %s", path, CheckpointDir)
+	}
+	return nil
+}
+
+// Pack builds the checkpoint image from the archive, pushes it and, unless
+// asked to keep it, deletes the archive (it holds the process's memory).
+func Pack(ctx context.Context, req PackRequest, reg image.Registry) (PackResult, error) {
+	if err := ValidateArchive(req.Archive); err != nil {
+		return PackResult{}, err
+	}
+	fi, err := os.Stat(req.Archive)
+	if err != nil {
+		return PackResult{}, fmt.Errorf("checkpoint archive: %w", err)
+	}
+	start := time.Now()
+	img, err := image.CheckpointImage(req.Archive, req.Container)
+	if err != nil {
+		return PackResult{}, err
+	}
+	// Digest computation reads the whole layer: count it as build time.
+	if _, err := img.Digest(); err != nil {
+		return PackResult{}, fmt.Errorf("build checkpoint image: %w", err)
+	}
+	built := time.Now()
+	ref, err := reg.Push(ctx, req.Image, img)
+	if err != nil {
+		return PackResult{}, err
+	}
+	res := PackResult{
+		Image:        ref,
+		ArchiveBytes: fi.Size(),
+		BuildMillis:  built.Sub(start).Milliseconds(),
+		PushMillis:   time.Since(built).Milliseconds(),
+	}
+	if !req.KeepArchive {
+		if err := os.Remove(req.Archive); err != nil {
+			return res, fmt.Errorf("pushed %s but could not delete the archive: %w", ref, err)
+		}
+	}
+	return res, nil
+}
+
+// Remove deletes a checkpoint archive (rollback and cleanup).
+func Remove(path string) error {
+	if err := ValidateArchive(path); err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}

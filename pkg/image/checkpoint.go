@@ -1,0 +1,59 @@
+package image
+
+import (
+	"fmt"
+	goruntime "runtime"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// Annotations that mark a checkpoint image and name the container it holds.
+// CRI-O restores only with the first; containerd 2.1–2.3 only with the second.
+const (
+	CRIOCheckpointAnnotation = "io.kubernetes.cri-o.annotations.checkpoint.name"
+	CRIUCheckpointAnnotation = "org.criu.checkpoint.container.name"
+)
+
+// CheckpointImage packs the checkpoint archive at archivePath (a tar, as the
+// kubelet writes it) as a one-layer OCI image for container. The image's
+// platform is the one this process runs on, which is the node's.
+func CheckpointImage(archivePath, container string) (v1.Image, error) {
+	layer, err := tarball.LayerFromFile(archivePath, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint archive %s: %w", archivePath, err)
+	}
+	return checkpointImageFromLayer(layer, container)
+}
+
+func checkpointImageFromLayer(layer v1.Layer, container string) (v1.Image, error) {
+	// Docker media types mixed with OCI ones make CRI-O refuse the image
+	// ("invalid mixed OCI image"), so everything is OCI.
+	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(base, layer)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.OS, cfg.Architecture = "linux", goruntime.GOARCH
+	if img, err = mutate.ConfigFile(img, cfg); err != nil {
+		return nil, err
+	}
+	return mutate.Annotations(img, CheckpointAnnotations(container)).(v1.Image), nil
+}
+
+// CheckpointAnnotations are the manifest annotations of a checkpoint image.
+func CheckpointAnnotations(container string) map[string]string {
+	return map[string]string{
+		CRIOCheckpointAnnotation: container,
+		CRIUCheckpointAnnotation: container,
+	}
+}

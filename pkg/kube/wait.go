@@ -1,0 +1,79 @@
+// Package kube holds the small Kubernetes helpers the engine shares: waiting
+// on a pod through a watch, and deleting it.
+package kube
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+)
+
+// PodCondition decides from a pod's latest state whether waiting is over;
+// a non-nil error ends the wait with that error. pod is nil once deleted.
+type PodCondition func(pod *corev1.Pod) (bool, error)
+
+// WaitForPod watches one pod until cond holds or ctx ends.
+func WaitForPod(ctx context.Context, client kubernetes.Interface, namespace, name string, cond PodCondition) (*corev1.Pod, error) {
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := &cache.ListWatch{
+		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return client.CoreV1().Pods(namespace).List(ctx, o)
+		},
+		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return client.CoreV1().Pods(namespace).Watch(ctx, o)
+		},
+	}
+	var last *corev1.Pod
+	precondition := func(store cache.Store) (bool, error) {
+		if _, exists, err := store.GetByKey(namespace + "/" + name); err != nil || exists {
+			return false, err
+		}
+		return cond(nil) // absent from the start
+	}
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, precondition, func(ev watch.Event) (bool, error) {
+		switch ev.Type {
+		case watch.Deleted:
+			last = nil
+			return cond(nil)
+		case watch.Added, watch.Modified:
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				return false, nil
+			}
+			last = pod
+			return cond(pod)
+		}
+		return false, nil
+	})
+	if err != nil && ctx.Err() != nil {
+		return last, fmt.Errorf("waiting for pod %s/%s: %w", namespace, name, ctx.Err())
+	}
+	return last, err
+}
+
+// Gone is a PodCondition that holds once the pod no longer exists.
+func Gone(pod *corev1.Pod) (bool, error) { return pod == nil, nil }
+
+// DeleteAndWait deletes a pod (if it exists) and waits until it is gone.
+func DeleteAndWait(ctx context.Context, client kubernetes.Interface, namespace, name string, grace *int64) error {
+	err := client.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: grace})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete pod %s/%s: %w", namespace, name, err)
+	}
+	_, err = WaitForPod(ctx, client, namespace, name, Gone)
+	return err
+}

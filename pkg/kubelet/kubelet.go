@@ -1,0 +1,79 @@
+// Package kubelet calls the kubelet's Forensic Container Checkpointing API
+// through the API server's node proxy, so the plugin needs no network path to
+// the nodes: POST /api/v1/nodes/{node}/proxy/checkpoint/{ns}/{pod}/{container}.
+package kubelet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
+)
+
+// Client talks to kubelets through the API server.
+type Client struct {
+	// REST is the core/v1 REST client, e.g. clientset.CoreV1().RESTClient().
+	REST rest.Interface
+}
+
+// CheckpointResult is the kubelet's answer to a checkpoint request.
+type CheckpointResult struct {
+	Items []string `json:"items"`
+}
+
+// Checkpoint checkpoints one container and returns the archive's path on the
+// node. The running container keeps running.
+func (c Client) Checkpoint(ctx context.Context, node, namespace, pod, container string, timeout time.Duration) (string, error) {
+	req := c.REST.Post().Resource("nodes").Name(node).
+		SubResource("proxy", "checkpoint", namespace, pod, container)
+	if timeout > 0 {
+		// The kubelet accepts whole seconds only; anything else is a 404.
+		req = req.Param("timeout", strconv.Itoa(int(max(1, timeout.Round(time.Second)/time.Second))))
+	}
+	body, err := req.DoRaw(ctx)
+	if err != nil {
+		return "", checkpointError(node, pod, container, err, body)
+	}
+	var res CheckpointResult
+	if err := json.Unmarshal(body, &res); err != nil || len(res.Items) == 0 {
+		return "", fmt.Errorf("checkpoint %s/%s on node %s: unexpected kubelet answer %q", pod, container, node, truncate(string(body)))
+	}
+	return res.Items[0], nil
+}
+
+func checkpointError(node, pod, container string, err error, body []byte) error {
+	what := fmt.Sprintf("checkpoint %s/%s on node %s", pod, container, node)
+	var status apierrors.APIStatus
+	code := 0
+	if errors.As(err, &status) {
+		code = int(status.Status().Code)
+	}
+	detail := strings.TrimSpace(string(body))
+	if detail == "" {
+		detail = err.Error()
+	}
+	switch code {
+	case http.StatusNotFound:
+		return fmt.Errorf("%s: the kubelet has no checkpoint endpoint or no such container (%s); enable the kubelet feature gate ContainerCheckpoint (on by default since 1.30)", what, truncate(detail))
+	case http.StatusForbidden:
+		return fmt.Errorf("%s: forbidden (%s); the caller needs create on nodes/proxy", what, truncate(detail))
+	case http.StatusInternalServerError:
+		return fmt.Errorf("%s: the container runtime failed (%s); check that the runtime supports checkpointing and CRIU is installed on the node", what, truncate(detail))
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func truncate(s string) string {
+	const limit = 300
+	if len(s) > limit {
+		return s[:limit] + "…"
+	}
+	return s
+}

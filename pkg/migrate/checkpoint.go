@@ -1,0 +1,92 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// checkpoint checkpoints each container through the kubelet. The source
+// keeps running (it pauses for well under a second).
+type checkpoint struct{}
+
+func (checkpoint) Name() report.PhaseName { return report.Checkpoint }
+
+func (checkpoint) Run(ctx context.Context, m *Migration) error {
+	m.Archives = map[string]string{}
+	for _, c := range m.Containers {
+		path, err := m.Checkpointer.Checkpoint(ctx, m.SourceNode, m.Namespace, m.Pod, c, m.CheckpointTimeout)
+		if err != nil {
+			return err
+		}
+		m.Archives[c] = path
+		m.progress(report.Checkpoint, fmt.Sprintf("container %s → %s", c, path))
+	}
+	if m.Strategy == MS2M {
+		// The mark is in the checkpoint now; the live source drops it.
+		if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Checkpointed, Payload: ms2m.ControlPayload{Migration: m.ID}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (checkpoint) Rollback(ctx context.Context, m *Migration) error {
+	return m.removeArchives(ctx)
+}
+
+// removeArchives deletes the archives still on the source node: they hold
+// the process's memory.
+func (m *Migration) removeArchives(ctx context.Context) error {
+	if len(m.Archives) == 0 {
+		return nil
+	}
+	paths := slices.Sorted(maps.Values(m.Archives))
+	if err := m.Packer.Remove(ctx, m.nextAgentPod(), m.SourceNode, paths); err != nil {
+		return fmt.Errorf("remove checkpoint archives %v from %s: %w", paths, m.SourceNode, err)
+	}
+	m.Archives = nil
+	return nil
+}
+
+// packImages packs each archive as a checkpoint image and pushes it, from a
+// short-lived agent pod on the source node; the agent deletes each archive
+// once pushed.
+type packImages struct{}
+
+func (packImages) Name() report.PhaseName { return report.Image }
+
+func (packImages) Run(ctx context.Context, m *Migration) error {
+	m.Images = map[string]string{}
+	for _, c := range m.Containers {
+		res, err := m.Packer.Pack(ctx, m.nextAgentPod(), m.SourceNode, m.packRequest(c))
+		if err != nil {
+			return err
+		}
+		delete(m.Archives, c)
+		m.Images[c] = res.Image
+		m.Record.Images = append(m.Record.Images, res.Image)
+		m.Record.ArchiveBytes += res.ArchiveBytes
+		m.progress(report.Image, fmt.Sprintf("container %s → %s (%d KiB, build %d ms, push %d ms)", c, res.Image, res.ArchiveBytes/1024, res.BuildMillis, res.PushMillis))
+	}
+	return nil
+}
+
+func (packImages) Rollback(ctx context.Context, m *Migration) error {
+	var errs []error
+	for _, ref := range m.Images {
+		if err := m.Registry.Delete(ctx, ref); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	m.Images = nil
+	if err := m.removeArchives(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,101 @@
+// Package migrate is the migration engine: an ordered list of phases behind
+// one interface that share one Migration, each timed at millisecond
+// precision and reported through Hooks, with a rollback for every phase so
+// a failure or an interrupt leaves the source serving. It knows no flags:
+// the plugin builds a Config and the dependencies and calls Run.
+package migrate
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Strategy selects the phase list.
+type Strategy string
+
+// Strategies.
+const (
+	// MS2M checkpoints the running source, restores it on the target and
+	// replays the messages buffered meanwhile, so the source serves until
+	// the switchover.
+	MS2M Strategy = "ms2m"
+	// StopAndCopy stops the source first, then checkpoints, transfers and
+	// restores it: the baseline, whose downtime is about its migration time.
+	StopAndCopy Strategy = "stop-and-copy"
+)
+
+// Strategies lists the valid strategies.
+var Strategies = []Strategy{MS2M, StopAndCopy}
+
+// BrokerConfig locates the workload's queues.
+type BrokerConfig struct {
+	URL      string
+	Exchange string
+	Queue    string
+}
+
+// Config is one migration's plain configuration.
+type Config struct {
+	ID        string
+	Strategy  Strategy
+	Namespace string
+	Pod       string
+	// Containers to migrate; empty means all of the pod's containers.
+	Containers []string
+	TargetNode string
+	// TargetName is the restored pod's name.
+	TargetName string
+
+	ImageRepository  string // where checkpoint images are pushed
+	RegistrySecret   string // dockerconfigjson secret for push and pull
+	InsecureRegistry bool
+	AgentImage       string
+	DeleteImages     bool // delete checkpoint images after success
+
+	Broker      BrokerConfig
+	ControlPort int
+
+	CheckpointTimeout time.Duration
+	PhaseTimeout      time.Duration
+	ReplayTimeout     time.Duration
+	// Timeout bounds the whole migration; rollback gets its own time.
+	Timeout time.Duration
+	// KeepOnFailure leaves everything as it is when a migration fails.
+	KeepOnFailure bool
+	// DryRun runs preflight only.
+	DryRun bool
+	// Labels are copied into the record, for comparing runs.
+	Labels map[string]string
+}
+
+// Validate checks what can be checked without the cluster.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Pod == "" {
+		errs = append(errs, errors.New("a pod name is required"))
+	}
+	if c.TargetNode == "" {
+		errs = append(errs, errors.New("--to NODE is required"))
+	}
+	switch c.Strategy {
+	case MS2M, StopAndCopy:
+	default:
+		errs = append(errs, fmt.Errorf("unknown strategy %q; use one of %v", c.Strategy, Strategies))
+	}
+	if c.ImageRepository == "" {
+		errs = append(errs, errors.New("--registry is required (or the ms2m.io/registry annotation): where checkpoint images are pushed"))
+	}
+	if c.Broker.URL == "" || c.Broker.Exchange == "" || c.Broker.Queue == "" {
+		errs = append(errs, errors.New("broker URL, exchange and queue are required: set --broker-url/--exchange/--queue or the ms2m.io/* annotations on the pod"))
+	}
+	if c.ControlPort <= 0 || c.ControlPort > 65535 {
+		errs = append(errs, fmt.Errorf("control port %d is not a port", c.ControlPort))
+	}
+	for name, d := range map[string]time.Duration{"--timeout": c.Timeout, "--replay-timeout": c.ReplayTimeout, "--phase-timeout": c.PhaseTimeout} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", name))
+		}
+	}
+	return errors.Join(errs...)
+}

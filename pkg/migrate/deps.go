@@ -1,0 +1,73 @@
+package migrate
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// Checkpointer checkpoints a container through the kubelet.
+type Checkpointer interface {
+	Checkpoint(ctx context.Context, node, namespace, pod, container string, timeout time.Duration) (string, error)
+}
+
+// Packer turns checkpoint archives on a node into pushed images.
+type Packer interface {
+	Pack(ctx context.Context, podName, node string, req agent.PackRequest) (agent.PackResult, error)
+	Remove(ctx context.Context, podName, node string, archives []string) error
+}
+
+// Broker manages queues.
+type Broker interface {
+	CheckExchange(exchange string) error
+	BindReplayQueue(exchange, queue string) error
+	QueueDepth(queue string) (int, error)
+	DeleteQueue(queue string) error
+	Close() error
+}
+
+// App drives MS2M application instances.
+type App interface {
+	State(ctx context.Context, t appctl.Target) (ms2m.State, error)
+	Control(ctx context.Context, t appctl.Target, msg ms2m.Control) (ms2m.State, error)
+	AppliedAfter(ctx context.Context, t appctl.Target, seq uint64) (ms2m.Applied, error)
+}
+
+// Registry checks and deletes images.
+type Registry interface {
+	CheckPush(ctx context.Context, repo string) error
+	Delete(ctx context.Context, ref string) error
+}
+
+// RecordStore keeps migration records.
+type RecordStore interface {
+	Save(ctx context.Context, r *report.Record) error
+}
+
+// Deps are the outside systems a migration talks to.
+type Deps struct {
+	Client       kubernetes.Interface
+	Checkpointer Checkpointer
+	Packer       Packer
+	// DialBroker connects to the broker; called once, in preflight.
+	DialBroker func(url string) (Broker, error)
+	App        App
+	Registry   Registry
+	Records    RecordStore
+}
+
+// Hooks let the caller show progress; any of them may be nil.
+type Hooks struct {
+	PhaseStarted  func(name report.PhaseName)
+	PhaseFinished func(name report.PhaseName, took time.Duration, err error)
+	// Progress reports a step inside a phase, e.g. replay progress.
+	Progress func(name report.PhaseName, message string)
+	// RollbackStarted is called once before the rollbacks run.
+	RollbackStarted func(cause error)
+}

@@ -1,0 +1,63 @@
+package migrate
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// Migration is the state the phases share.
+type Migration struct {
+	Config
+	Deps
+	Hooks Hooks
+
+	// Set by preflight.
+	Source     *corev1.Pod
+	SourceNode string
+	Containers []string
+	broker     Broker
+	// SourceState is the source's state as preflight saw it.
+	SourceState ms2m.State
+
+	// Set by later phases.
+	ReplayQueue  string
+	replayBound  time.Time
+	Archives     map[string]string // container → archive path on the source node
+	Images       map[string]string // container → pushed digest reference
+	Target       *corev1.Pod
+	SourceFinal  ms2m.State // the source's state when it stopped
+	sourceHalted bool
+	// committed is set once the target owns the primary queue: from then on
+	// the migration completes forward and never rolls back.
+	committed bool
+	agentPods int
+
+	Record *report.Record
+}
+
+// sourceApp addresses the source instance.
+func (m *Migration) sourceApp() appctl.Target {
+	return appctl.Target{Namespace: m.Namespace, Pod: m.Pod, Port: m.ControlPort}
+}
+
+// targetApp addresses the restored instance.
+func (m *Migration) targetApp() appctl.Target {
+	return appctl.Target{Namespace: m.Namespace, Pod: m.TargetName, Port: m.ControlPort}
+}
+
+func (m *Migration) progress(phase report.PhaseName, msg string) {
+	if m.Hooks.Progress != nil {
+		m.Hooks.Progress(phase, msg)
+	}
+}
+
+// nextAgentPod names the next agent pod of this migration.
+func (m *Migration) nextAgentPod() string {
+	m.agentPods++
+	return "kubectl-migrate-agent-" + m.ID + "-" + string(rune('a'+m.agentPods-1))
+}

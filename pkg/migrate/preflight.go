@@ -1,0 +1,223 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/runtime"
+)
+
+// preflight checks everything it can before anything changes.
+type preflight struct{}
+
+func (preflight) Name() report.PhaseName { return report.Preflight }
+
+func (preflight) Rollback(context.Context, *Migration) error { return nil }
+
+func (preflight) Run(ctx context.Context, m *Migration) error {
+	checks := []struct {
+		what string
+		fn   func(context.Context, *Migration) error
+	}{
+		{"source pod", checkSourcePod},
+		{"target node", checkTargetNode},
+		{"permissions", checkPermissions},
+		{"target pod name", checkTargetName},
+		{"broker", checkBroker},
+		{"registry", func(ctx context.Context, m *Migration) error { return m.Registry.CheckPush(ctx, m.ImageRepository) }},
+		{"application", checkApp},
+	}
+	for _, c := range checks {
+		if err := c.fn(ctx, m); err != nil {
+			return err
+		}
+		m.progress(report.Preflight, c.what+" ok")
+	}
+	return nil
+}
+
+func checkSourcePod(ctx context.Context, m *Migration) error {
+	pod, err := m.Client.CoreV1().Pods(m.Namespace).Get(ctx, m.Pod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("pod %s not found in namespace %s; check the name and -n", m.Pod, m.Namespace)
+	}
+	if err != nil {
+		return fmt.Errorf("get pod %s: %w", m.Pod, err)
+	}
+	if pod.DeletionTimestamp != nil {
+		return fmt.Errorf("pod %s is being deleted", m.Pod)
+	}
+	if pod.Status.Phase != corev1.PodRunning || pod.Spec.NodeName == "" {
+		return fmt.Errorf("pod %s is %s, not Running on a node; only running pods can be checkpointed", m.Pod, pod.Status.Phase)
+	}
+	if owner := metav1.GetControllerOf(pod); owner != nil {
+		if owner.Kind == "StatefulSet" {
+			return fmt.Errorf("pod %s belongs to StatefulSet %s; use kubectl migrate sts", m.Pod, owner.Name)
+		}
+		return fmt.Errorf("pod %s is controlled by %s %s, which would replace it on the source node; migrate a bare pod", m.Pod, owner.Kind, owner.Name)
+	}
+	names := make([]string, 0, len(pod.Spec.Containers))
+	for _, c := range pod.Spec.Containers {
+		names = append(names, c.Name)
+	}
+	for _, c := range m.Config.Containers {
+		if !slices.Contains(names, c) {
+			return fmt.Errorf("pod %s has no container %q (it has %v)", m.Pod, c, names)
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Running == nil && (len(m.Config.Containers) == 0 || slices.Contains(m.Config.Containers, cs.Name)) {
+			return fmt.Errorf("container %s of pod %s is not running", cs.Name, m.Pod)
+		}
+	}
+	m.Source, m.SourceNode = pod, pod.Spec.NodeName
+	m.Containers = names
+	if len(m.Config.Containers) > 0 {
+		m.Containers = m.Config.Containers
+	}
+	m.Record.SourceNode = m.SourceNode
+	return nil
+}
+
+func checkTargetNode(ctx context.Context, m *Migration) error {
+	if m.TargetNode == m.SourceNode {
+		return fmt.Errorf("pod %s already runs on node %s; pick another --to node", m.Pod, m.TargetNode)
+	}
+	source, err := m.Client.CoreV1().Nodes().Get(ctx, m.SourceNode, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get source node %s: %w", m.SourceNode, err)
+	}
+	target, err := m.Client.CoreV1().Nodes().Get(ctx, m.TargetNode, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("node %s not found; list nodes with kubectl get nodes", m.TargetNode)
+	}
+	if err != nil {
+		return fmt.Errorf("get node %s: %w", m.TargetNode, err)
+	}
+	if !nodeReady(target) {
+		return fmt.Errorf("node %s is not Ready; pick a Ready node", m.TargetNode)
+	}
+	if target.Spec.Unschedulable {
+		return fmt.Errorf("node %s is cordoned; uncordon it or pick another node", m.TargetNode)
+	}
+	if s := runtime.Parse(source.Status.NodeInfo.ContainerRuntimeVersion); !s.Checkpoint {
+		return fmt.Errorf("source node %s cannot checkpoint: %s", m.SourceNode, s.Why)
+	}
+	if s := runtime.Parse(target.Status.NodeInfo.ContainerRuntimeVersion); !s.Restore {
+		return fmt.Errorf("target node %s cannot restore checkpoints: %s", m.TargetNode, s.Why)
+	}
+	return nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// permission is one access the migration needs, with why.
+type permission struct {
+	verb, resource, subresource string
+	namespaced                  bool
+	why                         string
+}
+
+var permissions = []permission{
+	{"create", "nodes", "proxy", false, "to checkpoint through the kubelet API"},
+	{"create", "pods", "", true, "to create the restored pod and the agent pods"},
+	{"delete", "pods", "", true, "to remove the source and the agent pods"},
+	{"create", "pods", "proxy", true, "to send control messages to the application"},
+	{"get", "pods", "proxy", true, "to read the application's state"},
+	{"create", "configmaps", "", true, "to record the migration"},
+}
+
+func checkPermissions(ctx context.Context, m *Migration) error {
+	var missing []error
+	for _, p := range permissions {
+		attrs := &authzv1.ResourceAttributes{Verb: p.verb, Resource: p.resource, Subresource: p.subresource}
+		if p.namespaced {
+			attrs.Namespace = m.Namespace
+		}
+		review, err := m.Client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
+			&authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: attrs}},
+			metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("check permissions: %w", err)
+		}
+		if !review.Status.Allowed {
+			res := p.resource
+			if p.subresource != "" {
+				res += "/" + p.subresource
+			}
+			missing = append(missing, fmt.Errorf("%s %s (%s)", p.verb, res, p.why))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing permissions, grant them with RBAC: %w", errors.Join(missing...))
+	}
+	return nil
+}
+
+func checkTargetName(ctx context.Context, m *Migration) error {
+	_, err := m.Client.CoreV1().Pods(m.Namespace).Get(ctx, m.TargetName, metav1.GetOptions{})
+	if err == nil {
+		return fmt.Errorf("pod %s already exists; pass another --target-name", m.TargetName)
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get pod %s: %w", m.TargetName, err)
+	}
+	return nil
+}
+
+func checkBroker(_ context.Context, m *Migration) error {
+	b, err := m.DialBroker(m.Broker.URL)
+	if err != nil {
+		return fmt.Errorf("%w; pass --broker-url with an address this machine reaches", err)
+	}
+	m.broker = b
+	if err := b.CheckExchange(m.Broker.Exchange); err != nil {
+		return err
+	}
+	if _, err := b.QueueDepth(m.Broker.Queue); err != nil {
+		return fmt.Errorf("primary %w", err)
+	}
+	if m.Strategy == MS2M {
+		replay := ms2m.ReplayQueueName(m.Broker.Queue)
+		_, err := b.QueueDepth(replay)
+		if err == nil {
+			return fmt.Errorf("replay queue %s already exists: another migration of this queue is running, or one crashed; delete the queue once none runs", replay)
+		}
+		if !broker.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkApp(ctx context.Context, m *Migration) error {
+	st, err := m.App.State(ctx, m.sourceApp())
+	if err != nil {
+		return err
+	}
+	if st.Mode != ms2m.ModePrimary {
+		return fmt.Errorf("the application in pod %s is in %s mode, not consuming its primary queue; is a migration already running?", m.Pod, st.Mode)
+	}
+	if st.PendingRestore {
+		return fmt.Errorf("pod %s is marked for a checkpoint already; is a migration already running?", m.Pod)
+	}
+	m.SourceState = st
+	return nil
+}

@@ -1,0 +1,70 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// prepare binds the replay queue before the checkpoint, so every message the
+// checkpointed state may lack is buffered, and marks the source's state so
+// that its restored copy holds until told to replay.
+type prepare struct{}
+
+func (prepare) Name() report.PhaseName { return report.Prepare }
+
+func (prepare) Run(ctx context.Context, m *Migration) error {
+	m.ReplayQueue = ms2m.ReplayQueueName(m.Broker.Queue)
+	if err := m.broker.BindReplayQueue(m.Broker.Exchange, m.ReplayQueue); err != nil {
+		return err
+	}
+	m.replayBound = time.Now()
+	m.Record.Broker.ReplayQueue = m.ReplayQueue
+	_, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Prepare, Payload: ms2m.ControlPayload{Queue: m.ReplayQueue, Migration: m.ID}})
+	return err
+}
+
+func (prepare) Rollback(ctx context.Context, m *Migration) error {
+	var errs []error
+	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Checkpointed, Payload: ms2m.ControlPayload{Migration: m.ID}}); err != nil {
+		errs = append(errs, fmt.Errorf("clear the source's checkpoint mark: %w", err))
+	}
+	if m.ReplayQueue != "" {
+		errs = append(errs, m.broker.DeleteQueue(m.ReplayQueue))
+	}
+	return errors.Join(errs...)
+}
+
+// stopSource stops the source before anything else (stop-and-copy).
+type stopSource struct{}
+
+func (stopSource) Name() report.PhaseName { return report.Stop }
+
+func (stopSource) Run(ctx context.Context, m *Migration) error {
+	st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop})
+	if err != nil {
+		return err
+	}
+	m.SourceFinal, m.sourceHalted = st, true
+	return nil
+}
+
+func (stopSource) Rollback(ctx context.Context, m *Migration) error {
+	return resumeSource(ctx, m)
+}
+
+// resumeSource puts a stopped source back on its primary queue.
+func resumeSource(ctx context.Context, m *Migration) error {
+	if !m.sourceHalted {
+		return nil
+	}
+	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Resume}); err != nil {
+		return fmt.Errorf("resume the source: %w", err)
+	}
+	m.sourceHalted = false
+	return nil
+}

@@ -1,0 +1,56 @@
+package migrate
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// replay has the target consume the replay queue, skipping what its restored
+// state already holds, until it has caught up with the still-running source.
+type replay struct{}
+
+func (replay) Name() report.PhaseName { return report.Replay }
+
+func (replay) Run(ctx context.Context, m *Migration) error {
+	backlog, err := m.broker.QueueDepth(m.ReplayQueue)
+	if err != nil {
+		return err
+	}
+	// Nothing consumed the replay queue since it was bound: its depth is
+	// every arrival since then.
+	if secs := time.Since(m.replayBound).Seconds(); secs > 0 {
+		m.Record.Broker.ArrivalRate = float64(backlog) / secs
+	}
+	m.Record.Broker.ReplayBacklog = backlog
+	start, err := m.App.Control(ctx, m.targetApp(), ms2m.Control{Type: ms2m.StartReplay, Payload: ms2m.ControlPayload{Queue: m.ReplayQueue}})
+	if err != nil {
+		return err
+	}
+	m.progress(report.Replay, fmt.Sprintf("replaying %d buffered messages from %s", backlog, m.ReplayQueue))
+	var target ms2m.State
+	err = wait.PollUntilContextCancel(ctx, appPollInterval, false, func(ctx context.Context) (bool, error) {
+		source, err := m.App.State(ctx, m.sourceApp())
+		if err != nil {
+			return false, err
+		}
+		if target, err = m.App.State(ctx, m.targetApp()); err != nil {
+			return false, err
+		}
+		m.progress(report.Replay, fmt.Sprintf("target at %d, source at %d", target.LastSeq, source.LastSeq))
+		return target.LastSeq >= source.LastSeq, nil
+	})
+	m.Record.Broker.Replayed = target.Totals.Count - start.Totals.Count
+	if err != nil {
+		return fmt.Errorf("the target did not catch up with the source (at %d): %w; raise --replay-timeout, or the arrival rate is too close to the target's processing rate", target.LastSeq, err)
+	}
+	return nil
+}
+
+// Rollback has nothing to undo: the restored pod goes with restore's rollback.
+func (replay) Rollback(context.Context, *Migration) error { return nil }

@@ -1,0 +1,101 @@
+package migrate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// appPollInterval paces polls of an application's state, which has no watch.
+const appPollInterval = 100 * time.Millisecond
+
+// restore creates the target pod from the checkpoint images and waits until
+// the restored application answers, proving it was restored (same process
+// identity as the source) rather than started afresh.
+type restore struct{}
+
+func (restore) Name() report.PhaseName { return report.Restore }
+
+func (restore) Run(ctx context.Context, m *Migration) error {
+	pod := TargetPod(m.Source, m.TargetName, m.TargetNode, m.ID, m.Images, m.RegistrySecret)
+	created, err := m.Client.CoreV1().Pods(m.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create pod %s on %s: %w", m.TargetName, m.TargetNode, err)
+	}
+	m.Target = created
+	m.Record.TargetPod = m.TargetName
+	m.progress(report.Restore, "pod "+m.TargetName+" created on "+m.TargetNode)
+	if _, err := kube.WaitForPod(ctx, m.Client, m.Namespace, m.TargetName, containersRunning(m.Containers)); err != nil {
+		return err
+	}
+	m.progress(report.Restore, "containers running; waiting for the application")
+	var st ms2m.State
+	err = wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
+		st, err = m.App.State(ctx, m.targetApp())
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the restored application in %s never answered on port %d: %w", m.TargetName, m.ControlPort, err)
+	}
+	if st.Process != m.SourceState.Process {
+		return fmt.Errorf("pod %s started a new process instead of restoring the checkpoint; check the target runtime's restore support", m.TargetName)
+	}
+	if st.Mode != ms2m.ModeHold {
+		return fmt.Errorf("the restored application is in %s mode, not holding; it does not follow the MS2M contract", st.Mode)
+	}
+	return nil
+}
+
+func (restore) Rollback(ctx context.Context, m *Migration) error {
+	if m.Target == nil {
+		return nil
+	}
+	if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.TargetName, ptr.To[int64](0)); err != nil {
+		return err
+	}
+	m.Target = nil
+	return nil
+}
+
+// containersRunning holds once every named container runs, and fails fast on
+// states that will not get there on their own.
+func containersRunning(names []string) kube.PodCondition {
+	return func(pod *corev1.Pod) (bool, error) {
+		if pod == nil {
+			return false, fmt.Errorf("the restored pod was deleted")
+		}
+		if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+			return false, fmt.Errorf("the restored pod ended (%s): %s", pod.Status.Phase, pod.Status.Message)
+		}
+		running := 0
+		for _, cs := range pod.Status.ContainerStatuses {
+			if !slices.Contains(names, cs.Name) {
+				continue
+			}
+			switch {
+			case cs.State.Running != nil:
+				running++
+			case cs.State.Terminated != nil:
+				return false, fmt.Errorf("restored container %s exited: %s %s", cs.Name, cs.State.Terminated.Reason, cs.State.Terminated.Message)
+			case cs.State.Waiting != nil && fatalWaiting[cs.State.Waiting.Reason]:
+				return false, fmt.Errorf("restored container %s: %s: %s", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+			}
+		}
+		return running == len(names), nil
+	}
+}
+
+var fatalWaiting = map[string]bool{
+	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true,
+	"CreateContainerError": true, "CreateContainerConfigError": true, "CrashLoopBackOff": true,
+}

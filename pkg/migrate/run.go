@@ -1,0 +1,58 @@
+package migrate
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// Phases returns the phase list of a strategy.
+func Phases(s Strategy) []Phase {
+	switch s {
+	case StopAndCopy:
+		return []Phase{preflight{}, stopSource{}, checkpoint{}, packImages{}, restore{}, switchover{}, cleanup{}}
+	default:
+		return []Phase{preflight{}, prepare{}, checkpoint{}, packImages{}, restore{}, replay{}, switchover{}, cleanup{}}
+	}
+}
+
+// Run migrates one pod and returns its record, which it has also saved
+// (unless this was a dry run). The record is returned even on failure.
+func Run(ctx context.Context, cfg Config, deps Deps, hooks Hooks) (*report.Record, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Migration{Config: cfg, Deps: deps, Hooks: hooks}
+	m.Record = &report.Record{
+		ID: cfg.ID, Strategy: string(cfg.Strategy), Namespace: cfg.Namespace, Pod: cfg.Pod,
+		TargetNode: cfg.TargetNode, Labels: cfg.Labels,
+	}
+	defer func() {
+		if m.broker != nil {
+			_ = m.broker.Close()
+		}
+	}()
+	phases := Phases(cfg.Strategy)
+	if cfg.DryRun {
+		phases = phases[:1]
+	}
+	err := m.run(ctx, phases)
+	if cfg.DryRun {
+		return m.Record, err
+	}
+	if m.committed {
+		m.Record.Downtime = m.measureDowntime(context.WithoutCancel(ctx))
+	}
+	saveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	if len(m.Record.Phases) < 2 {
+		return m.Record, err // preflight failed before anything changed: nothing to record
+	}
+	if saveErr := deps.Records.Save(saveCtx, m.Record); saveErr != nil {
+		if err == nil {
+			return m.Record, fmt.Errorf("migration succeeded but %w", saveErr)
+		}
+	}
+	return m.Record, err
+}

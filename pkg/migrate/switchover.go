@@ -1,0 +1,96 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// switchover stops the source and hands the primary queue to the target.
+//
+// With MS2M the target keeps consuming the replay queue (which still gets
+// every message) while the source stops, so nothing waits while the target
+// is idle: told the source's last sequence N, the target replays up to N and
+// then moves to the primary queue, where it skips the tail it already has.
+// With stop-and-copy the source stopped long ago and the target simply
+// resumes the primary queue.
+//
+// Once the target is told to take the primary queue the migration is
+// committed: rolling back then could lose what the target consumed.
+type switchover struct{}
+
+func (switchover) Name() report.PhaseName { return report.Switchover }
+
+func (switchover) Run(ctx context.Context, m *Migration) error {
+	handover := ms2m.Control{Type: ms2m.Resume}
+	if m.Strategy == MS2M {
+		st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop})
+		if err != nil {
+			return fmt.Errorf("stop the source: %w", err)
+		}
+		m.SourceFinal, m.sourceHalted = st, true
+		handover = ms2m.Control{Type: ms2m.EndReplay, Payload: ms2m.ControlPayload{UntilSeq: st.LastSeq}}
+	}
+	if depth, err := m.broker.QueueDepth(m.Broker.Queue); err == nil {
+		m.Record.Broker.PrimaryDepthAtSwitch = depth
+	}
+	m.committed = true
+	// The handover is idempotent, so a lost answer is simply asked again.
+	err := retry.OnError(retry.DefaultBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
+		_, err := m.App.Control(ctx, m.targetApp(), handover)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("hand the primary queue to the target: %w", err)
+	}
+	m.progress(report.Switchover, fmt.Sprintf("source stopped at %d; target takes over the primary queue", m.SourceFinal.LastSeq))
+	err = wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
+		st, err := m.App.State(ctx, m.targetApp())
+		return err == nil && st.Mode == ms2m.ModePrimary, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the target did not reach the primary queue: %w", err)
+	}
+	return nil
+}
+
+func (switchover) Rollback(ctx context.Context, m *Migration) error {
+	return resumeSource(ctx, m)
+}
+
+// cleanup removes the source pod, the replay queue and, if asked, the
+// checkpoint images. The migration is committed: failures here are reported
+// but undo nothing.
+type cleanup struct{}
+
+func (cleanup) Name() report.PhaseName { return report.Cleanup }
+
+func (cleanup) Run(ctx context.Context, m *Migration) error {
+	var errs []error
+	m.progress(report.Cleanup, "deleting source pod "+m.Pod)
+	if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.Pod, nil); err != nil {
+		errs = append(errs, err)
+	}
+	if m.ReplayQueue != "" {
+		if err := m.broker.DeleteQueue(m.ReplayQueue); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if m.DeleteImages {
+		for _, ref := range m.Images {
+			if err := m.Registry.Delete(ctx, ref); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (cleanup) Rollback(context.Context, *Migration) error { return nil }

@@ -1,0 +1,118 @@
+package migrate
+
+import (
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+)
+
+// Annotations the plugin reads from a workload's pod and writes on the
+// restored one.
+const (
+	BrokerURLAnnotation   = "ms2m.io/broker-url"
+	ExchangeAnnotation    = "ms2m.io/exchange"
+	QueueAnnotation       = "ms2m.io/queue"
+	ControlPortAnnotation = "ms2m.io/control-port"
+	RegistryAnnotation    = "ms2m.io/registry"
+
+	MigratedFromAnnotation = "migrate.ms2m.io/migrated-from"
+	MigrationAnnotation    = "migrate.ms2m.io/migration"
+	OriginalNameAnnotation = "migrate.ms2m.io/original-name"
+	MigrationLabel         = "migrate.ms2m.io/migration"
+)
+
+// saTokenVolumePrefix names the volume admission adds for the service
+// account token; it is regenerated with a new name for every pod, so it is
+// never copied (copying it breaks the restore).
+const saTokenVolumePrefix = "kube-api-access-"
+
+func (m *Migration) packRequest(container string) agent.PackRequest {
+	return agent.PackRequest{
+		Archive:   m.Archives[container],
+		Container: container,
+		Image:     m.ImageRepository + "/" + m.Pod + ":" + container + "-" + m.ID,
+		Insecure:  m.InsecureRegistry,
+	}
+}
+
+// TargetPod builds the restored pod: the source's identity labels and
+// annotations, pinned to node, each migrated container running its
+// checkpoint image. A restored container gets only what restore needs (name,
+// image, ports, resources, security context): command, environment and
+// memory come from the checkpoint itself. Scheduling constraints are dropped
+// because the pod is pinned, and the kubelet would refuse it if the source's
+// node selector or affinity named the source node.
+func TargetPod(source *corev1.Pod, name, node, migrationID string, images map[string]string, registrySecret string) *corev1.Pod {
+	annotations := maps.Clone(source.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	delete(annotations, corev1.LastAppliedConfigAnnotation)
+	annotations[MigratedFromAnnotation] = source.Namespace + "/" + source.Name + "@" + source.Spec.NodeName
+	annotations[MigrationAnnotation] = migrationID
+	if _, ok := annotations[OriginalNameAnnotation]; !ok {
+		annotations[OriginalNameAnnotation] = source.Name
+	}
+	labels := maps.Clone(source.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[MigrationLabel] = migrationID
+
+	spec := source.Spec
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: source.Namespace, Labels: labels, Annotations: annotations},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			RestartPolicy:                 spec.RestartPolicy,
+			TerminationGracePeriodSeconds: spec.TerminationGracePeriodSeconds,
+			ServiceAccountName:            spec.ServiceAccountName,
+			AutomountServiceAccountToken:  spec.AutomountServiceAccountToken,
+			SecurityContext:               spec.SecurityContext,
+			ImagePullSecrets:              slices.Clone(spec.ImagePullSecrets),
+			Tolerations:                   spec.Tolerations,
+			Hostname:                      spec.Hostname,
+			Subdomain:                     spec.Subdomain,
+			DNSPolicy:                     spec.DNSPolicy,
+			DNSConfig:                     spec.DNSConfig,
+			PriorityClassName:             spec.PriorityClassName,
+		},
+	}
+	if registrySecret != "" && !slices.ContainsFunc(pod.Spec.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == registrySecret }) {
+		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: registrySecret})
+	}
+	usedVolumes := map[string]bool{}
+	for _, c := range spec.Containers {
+		if img, ok := images[c.Name]; ok {
+			pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
+				Name:            c.Name,
+				Image:           img,
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Ports:           c.Ports,
+				Resources:       c.Resources,
+				SecurityContext: c.SecurityContext,
+			})
+			continue
+		}
+		// A container that is not migrated starts afresh from its spec.
+		c = *c.DeepCopy()
+		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool {
+			return strings.HasPrefix(vm.Name, saTokenVolumePrefix)
+		})
+		for _, vm := range c.VolumeMounts {
+			usedVolumes[vm.Name] = true
+		}
+		pod.Spec.Containers = append(pod.Spec.Containers, c)
+	}
+	for _, v := range spec.Volumes {
+		if usedVolumes[v.Name] {
+			pod.Spec.Volumes = append(pod.Spec.Volumes, v)
+		}
+	}
+	return pod
+}

@@ -1,0 +1,122 @@
+// Package report defines the record of one migration (phases with
+// millisecond timings, outcome, downtime and the broker figures seen), stores
+// records as labelled ConfigMaps in the cluster so any machine can read them,
+// and renders them for the terminal.
+package report
+
+import (
+	"time"
+)
+
+// Outcome is how a migration ended.
+type Outcome string
+
+// Outcomes.
+const (
+	Succeeded  Outcome = "succeeded"
+	RolledBack Outcome = "rolled-back"
+	// Failed means the migration failed and was left as it was, because
+	// --keep-on-failure was set or the rollback itself failed.
+	Failed Outcome = "failed"
+	// Committed means the target took over but cleanup did not finish.
+	Committed Outcome = "committed"
+)
+
+// PhaseName names a phase.
+type PhaseName string
+
+// The phases, in the order MS2M runs them; stop-and-copy runs Stop instead
+// of Prepare and Replay.
+const (
+	Preflight  PhaseName = "preflight"
+	Prepare    PhaseName = "prepare"
+	Stop       PhaseName = "stop"
+	Checkpoint PhaseName = "checkpoint"
+	Image      PhaseName = "image"
+	Restore    PhaseName = "restore"
+	Replay     PhaseName = "replay"
+	Switchover PhaseName = "switchover"
+	Cleanup    PhaseName = "cleanup"
+)
+
+// Phase is the timing of one phase.
+type Phase struct {
+	Name PhaseName `json:"name"`
+	// StartMillis is the offset from the migration's start.
+	StartMillis    int64  `json:"startMillis"`
+	DurationMillis int64  `json:"durationMillis"`
+	Error          string `json:"error,omitempty"`
+	RolledBack     bool   `json:"rolledBack,omitempty"`
+}
+
+// Record is everything kept about one migration.
+type Record struct {
+	ID         string    `json:"id"`
+	Strategy   string    `json:"strategy"`
+	Namespace  string    `json:"namespace"`
+	Pod        string    `json:"pod"`
+	TargetPod  string    `json:"targetPod,omitempty"`
+	SourceNode string    `json:"sourceNode"`
+	TargetNode string    `json:"targetNode"`
+	StartedAt  time.Time `json:"startedAt"`
+	Outcome    Outcome   `json:"outcome"`
+	Error      string    `json:"error,omitempty"`
+	Phases     []Phase   `json:"phases"`
+	// TotalMillis is migration start to target restored and synchronised
+	// (the end of the switchover); 0 when it did not get there.
+	TotalMillis int64 `json:"totalMillis"`
+	// Downtime is measured from the instances' own per-message timestamps.
+	Downtime *Downtime `json:"downtime,omitempty"`
+	Broker   Broker    `json:"broker"`
+	Images   []string  `json:"images,omitempty"`
+	// ArchiveBytes is the total size of the checkpoint archives.
+	ArchiveBytes int64 `json:"archiveBytes,omitempty"`
+	// Labels tag a run for comparisons across runs (e.g. rate=10).
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Downtime is the span in which no instance applied messages although one
+// was waiting: from the source's last applied message (or the arrival of the
+// next one, if later) to the target applying that next message.
+type Downtime struct {
+	Millis              int64     `json:"millis"`
+	SourceLastSeq       uint64    `json:"sourceLastSeq"`
+	SourceLastAppliedAt time.Time `json:"sourceLastAppliedAt"`
+	NextSeq             uint64    `json:"nextSeq"`
+	NextSentAt          time.Time `json:"nextSentAt"`
+	NextAppliedAt       time.Time `json:"nextAppliedAt"`
+}
+
+// Broker holds what the migration saw of the message flow.
+type Broker struct {
+	ReplayQueue string `json:"replayQueue,omitempty"`
+	// ArrivalRate is λ in messages per second, measured on the replay queue
+	// while nothing consumed it.
+	ArrivalRate float64 `json:"arrivalRate,omitempty"`
+	// ReplayBacklog is the replay queue's depth when replay started.
+	ReplayBacklog int `json:"replayBacklog,omitempty"`
+	// Replayed is how many messages the target applied during replay.
+	Replayed uint64 `json:"replayed,omitempty"`
+	// PrimaryDepthAtSwitch is the primary queue's depth when the target
+	// took it over.
+	PrimaryDepthAtSwitch int `json:"primaryDepthAtSwitch,omitempty"`
+}
+
+// Phase returns the named phase's timing, if it ran.
+func (r *Record) Phase(name PhaseName) (Phase, bool) {
+	for _, p := range r.Phases {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Phase{}, false
+}
+
+// ElapsedMillis is the time all recorded phases took, end to end.
+func (r *Record) ElapsedMillis() int64 {
+	var end int64
+	for _, p := range r.Phases {
+		end = max(end, p.StartMillis+p.DurationMillis)
+	}
+	return end
+}
