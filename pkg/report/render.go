@@ -1,0 +1,206 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	"charm.land/lipgloss/v2"
+	"charm.land/lipgloss/v2/table"
+)
+
+// RenderOptions control terminal rendering.
+type RenderOptions struct {
+	// Colour draws bars in colour; without it bars use one glyph per phase.
+	Colour bool
+	// BarWidth is the width of the whole-migration bar.
+	BarWidth int
+	// Now is used for ages in the list.
+	Now time.Time
+}
+
+func (o RenderOptions) barWidth() int {
+	if o.BarWidth <= 0 {
+		return 60
+	}
+	return o.BarWidth
+}
+
+func newTable(headers ...string) *table.Table {
+	return table.New().
+		Border(lipgloss.RoundedBorder()).
+		BorderStyle(borderStyle).
+		Headers(headers...).
+		StyleFunc(func(row, _ int) lipgloss.Style {
+			if row == table.HeaderRow {
+				return headerStyle
+			}
+			return cellStyle
+		})
+}
+
+// RenderList writes one row per migration.
+func RenderList(w io.Writer, records []*Record, o RenderOptions) error {
+	if len(records) == 0 {
+		_, err := fmt.Fprintln(w, "No migrations recorded. Run kubectl migrate pod NAME --to NODE first.")
+		return err
+	}
+	t := newTable("ID", "STRATEGY", "POD", "NODES", "OUTCOME", "DOWNTIME", "TOTAL", "AGE")
+	for _, r := range records {
+		t.Row(r.ID, r.Strategy, r.Namespace+"/"+r.Pod, r.SourceNode+" → "+r.TargetNode,
+			outcomeStyle(r.Outcome).Render(string(r.Outcome)), downtimeText(r), totalText(r), formatAge(o.Now, r.StartedAt))
+	}
+	_, err := fmt.Fprintln(w, t.String())
+	return err
+}
+
+func downtimeText(r *Record) string {
+	if r.Downtime == nil {
+		return "–"
+	}
+	return FormatMillis(r.Downtime.Millis)
+}
+
+func totalText(r *Record) string {
+	if r.TotalMillis == 0 {
+		return "–"
+	}
+	return FormatMillis(r.TotalMillis)
+}
+
+// RenderRecord writes one migration in detail: the paper's sub-process
+// latency breakdown as a table with proportional bars, a stacked bar of the
+// whole migration coloured by phase, and downtime against total time.
+func RenderRecord(w io.Writer, r *Record, o RenderOptions) error {
+	var b strings.Builder
+	target := r.TargetPod
+	if target == "" {
+		target = "–"
+	}
+	fmt.Fprintf(&b, "%s %s\n", titleStyle.Render("Migration "+r.ID), outcomeStyle(r.Outcome).Render(string(r.Outcome)))
+	line := func(label, value string) { fmt.Fprintf(&b, "%s %s\n", labelStyle.Render(fmt.Sprintf("%-10s", label)), value) }
+	line("strategy", r.Strategy)
+	line("pod", fmt.Sprintf("%s/%s → %s", r.Namespace, r.Pod, target))
+	line("nodes", r.SourceNode+" → "+r.TargetNode)
+	line("started", r.StartedAt.UTC().Format(time.RFC3339))
+	if r.Error != "" {
+		line("error", r.Error)
+	}
+	b.WriteString("\n")
+
+	elapsed := r.ElapsedMillis()
+	t := newTable("PHASE", "DURATION", "SHARE", "")
+	for _, p := range r.Phases {
+		share := 0.0
+		if elapsed > 0 {
+			share = float64(p.DurationMillis) / float64(elapsed)
+		}
+		name := string(p.Name)
+		if p.Error != "" {
+			name += " ✗"
+		} else if p.RolledBack {
+			name += " ↺"
+		}
+		t.Row(name, FormatMillis(p.DurationMillis), fmt.Sprintf("%5.1f%%", 100*share),
+			bar(share, 30, phaseColors[p.Name], o.Colour, "#"))
+	}
+	b.WriteString(t.String() + "\n\n")
+
+	b.WriteString(stackedBar(r, elapsed, o) + "\n")
+	b.WriteString(legend(r, o) + "\n\n")
+
+	b.WriteString(timesSummary(r, o))
+	b.WriteString(brokerSummary(r))
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// stackedBar splits the bar between phases by largest remainder, so the
+// cells add up to the width exactly.
+func stackedBar(r *Record, elapsed int64, o RenderOptions) string {
+	width := o.barWidth()
+	if elapsed <= 0 || len(r.Phases) == 0 {
+		return strings.Repeat("·", width)
+	}
+	cells := make([]int, len(r.Phases))
+	type rem struct {
+		i int
+		f float64
+	}
+	rems := make([]rem, len(r.Phases))
+	used := 0
+	for i, p := range r.Phases {
+		exact := float64(p.DurationMillis) * float64(width) / float64(elapsed)
+		cells[i] = int(math.Floor(exact))
+		used += cells[i]
+		rems[i] = rem{i, exact - math.Floor(exact)}
+	}
+	for left := width - used; left > 0; left-- {
+		best := 0
+		for j := range rems {
+			if rems[j].f > rems[best].f {
+				best = j
+			}
+		}
+		cells[rems[best].i]++
+		rems[best].f = -1
+	}
+	var b strings.Builder
+	for i, p := range r.Phases {
+		b.WriteString(bar(float64(cells[i])/float64(width), width, phaseColors[p.Name], o.Colour, phaseGlyphs[p.Name]))
+	}
+	return b.String()
+}
+
+func legend(r *Record, o RenderOptions) string {
+	parts := make([]string, 0, len(r.Phases))
+	for _, p := range r.Phases {
+		key := phaseGlyphs[p.Name]
+		if o.Colour {
+			key = lipgloss.NewStyle().Foreground(phaseColors[p.Name]).Render("█")
+		}
+		parts = append(parts, key+" "+string(p.Name))
+	}
+	return strings.Join(parts, "  ")
+}
+
+func timesSummary(r *Record, o RenderOptions) string {
+	var b strings.Builder
+	if r.TotalMillis == 0 {
+		b.WriteString(labelStyle.Render("total migration time") + " – (the target never took over)\n")
+		return b.String()
+	}
+	const width = 40
+	fmt.Fprintf(&b, "%s %s  %s\n", labelStyle.Render("total migration time"), bar(1, width, lipgloss.Color("#3498db"), o.Colour, "="), FormatMillis(r.TotalMillis))
+	if r.Downtime == nil {
+		b.WriteString(labelStyle.Render("downtime            ") + " – (no message arrived after the switchover to measure it)\n")
+		return b.String()
+	}
+	share := float64(r.Downtime.Millis) / float64(r.TotalMillis)
+	fmt.Fprintf(&b, "%s %s%s  %s (%.1f%% of total)\n", labelStyle.Render("downtime            "),
+		bar(min(share, 1), width, lipgloss.Color("#e74c3c"), o.Colour, "="),
+		strings.Repeat(" ", max(0, width-max(1, int(min(share, 1)*width+0.5)))),
+		FormatMillis(r.Downtime.Millis), 100*share)
+	fmt.Fprintf(&b, "%s source applied #%d last; target applied #%d after it\n", labelStyle.Render("                    "), r.Downtime.SourceLastSeq, r.Downtime.NextSeq)
+	return b.String()
+}
+
+func brokerSummary(r *Record) string {
+	br := r.Broker
+	if br.ReplayQueue == "" && br.PrimaryDepthAtSwitch == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n")
+	if br.ReplayQueue != "" {
+		fmt.Fprintf(&b, "%s λ %.2f msg/s · backlog %d at replay start · %d replayed · via %s\n",
+			labelStyle.Render("replay  "), br.ArrivalRate, br.ReplayBacklog, br.Replayed, br.ReplayQueue)
+	}
+	fmt.Fprintf(&b, "%s %d messages waiting in the primary queue at switchover\n", labelStyle.Render("switch  "), br.PrimaryDepthAtSwitch)
+	if r.ArchiveBytes > 0 {
+		fmt.Fprintf(&b, "%s %d KiB of checkpoint in %d image(s)\n", labelStyle.Render("images  "), r.ArchiveBytes/1024, len(r.Images))
+	}
+	return b.String()
+}

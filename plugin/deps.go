@@ -1,0 +1,61 @@
+package plugin
+
+import (
+	"context"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	k8sauthn "github.com/google/go-containerregistry/pkg/authn/kubernetes"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kubelet"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// realDeps wires the engine to the cluster, the broker and the registry.
+func realDeps(ctx context.Context, o *PodOptions, source *corev1.Pod) (migrate.Deps, error) {
+	c := o.config
+	rest := o.client.CoreV1().RESTClient()
+	pullSecrets := source.Spec.ImagePullSecrets
+	return migrate.Deps{
+		Client:       o.client,
+		Checkpointer: kubelet.Client{REST: rest},
+		Packer: agent.Launcher{
+			Client:         o.client,
+			Image:          c.AgentImage,
+			Namespace:      c.Namespace,
+			RegistrySecret: c.RegistrySecret,
+			PullSecrets:    pullSecrets,
+			Labels:         map[string]string{"app.kubernetes.io/name": "kubectl-migrate-agent", migrate.MigrationLabel: c.ID},
+		},
+		DialBroker: func(url string) (migrate.Broker, error) { return broker.Dial(url) },
+		App:        appctl.Client{REST: rest},
+		Registry:   image.Registry{Keychain: keychain(ctx, o, pullSecrets), Insecure: c.InsecureRegistry},
+		Records:    report.Store{Client: o.client},
+	}, nil
+}
+
+// keychain finds registry credentials the way the nodes do (the registry
+// secret and the pod's pull secrets) and then in the user's docker config.
+func keychain(ctx context.Context, o *PodOptions, pullSecrets []corev1.LocalObjectReference) authn.Keychain {
+	var names []string
+	if o.config.RegistrySecret != "" {
+		names = append(names, o.config.RegistrySecret)
+	}
+	for _, s := range pullSecrets {
+		names = append(names, s.Name)
+	}
+	if len(names) == 0 {
+		return authn.DefaultKeychain
+	}
+	kc, err := k8sauthn.New(ctx, o.client, k8sauthn.Options{Namespace: o.config.Namespace, ImagePullSecrets: names})
+	if err != nil {
+		// Reading secrets may be forbidden; the user's own config may still do.
+		return authn.DefaultKeychain
+	}
+	return authn.NewMultiKeychain(kc, authn.DefaultKeychain)
+}

@@ -1,0 +1,87 @@
+package plugin
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/colorprofile"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// printData writes v as json or yaml.
+func printData(w io.Writer, format string, v any) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case "yaml":
+		out, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(out)
+		return err
+	}
+	return fmt.Errorf("unknown output format %q", format)
+}
+
+func (o *RootOptions) renderOptions(cw *colorprofile.Writer) report.RenderOptions {
+	return report.RenderOptions{Colour: cw.Profile >= colorprofile.ANSI, Now: time.Now()}
+}
+
+func (o *PodOptions) printRecord(r *report.Record) error {
+	if o.Output != "" {
+		return printData(o.Out, o.Output, r)
+	}
+	cw := o.colourWriter(o.Out)
+	return report.RenderRecord(cw, r, o.renderOptions(cw))
+}
+
+// printPlan describes what the migration would do, after a passing preflight.
+func (o *PodOptions) printPlan(source *corev1.Pod) error {
+	c := o.config
+	if o.Output != "" {
+		images := map[string]string{}
+		for _, ctr := range source.Spec.Containers {
+			images[ctr.Name] = "<" + c.ImageRepository + "/" + c.Pod + ":" + ctr.Name + "-" + c.ID + ">"
+		}
+		return printData(o.Out, o.Output, migrate.TargetPod(source, c.TargetName, c.TargetNode, c.ID, images, c.RegistrySecret))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Preflight passed. Plan for %s/%s (%s, migration %s):\n", c.Namespace, c.Pod, c.Strategy, c.ID)
+	step := 0
+	add := func(format string, args ...any) { step++; fmt.Fprintf(&b, "  %d. "+format+"\n", append([]any{step}, args...)...) }
+	containers := c.Containers
+	if len(containers) == 0 {
+		for _, ctr := range source.Spec.Containers {
+			containers = append(containers, ctr.Name)
+		}
+	}
+	if c.Strategy == migrate.MS2M {
+		add("bind replay queue %s to exchange %s", ms2m.ReplayQueueName(c.Broker.Queue), c.Broker.Exchange)
+	} else {
+		add("stop the source consuming %s", c.Broker.Queue)
+	}
+	add("checkpoint %s on %s through the kubelet", strings.Join(containers, ", "), source.Spec.NodeName)
+	add("pack and push %s/%s:<container>-%s from an agent pod (%s)", c.ImageRepository, c.Pod, c.ID, c.AgentImage)
+	add("restore pod %s on %s", c.TargetName, c.TargetNode)
+	if c.Strategy == migrate.MS2M {
+		add("replay buffered messages until the target has caught up (limit %s)", c.ReplayTimeout)
+		add("stop the source; the target replays to its last message and takes over %s", c.Broker.Queue)
+	} else {
+		add("the target resumes %s", c.Broker.Queue)
+	}
+	add("delete pod %s%s", c.Pod, map[bool]string{true: ", the replay queue", false: ""}[c.Strategy == migrate.MS2M])
+	b.WriteString("Nothing was changed.\n")
+	_, err := io.WriteString(o.Out, b.String())
+	return err
+}

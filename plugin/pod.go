@@ -1,0 +1,290 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
+)
+
+const podExample = `  # Move pod consumer to node-b with MS2M; broker and registry come from the
+  # pod's ms2m.io/* annotations
+  kubectl migrate pod consumer --to node-b
+
+  # The same, naming the registry and broker explicitly
+  kubectl migrate pod consumer --to node-b --registry registry.example:5000/checkpoints \
+    --broker-url amqp://user:pass@rabbitmq.example:5672/ --exchange orders --queue orders.work
+
+  # The stop-and-copy baseline, for comparison
+  kubectl migrate pod consumer --to node-b --strategy stop-and-copy
+
+  # Check everything and print the plan without changing anything
+  kubectl migrate pod consumer --to node-b --dry-run
+
+  # Machine-readable result
+  kubectl migrate pod consumer --to node-b -o json`
+
+const podLong = `Live-migrate a running pod's containers to another node.
+
+With --strategy ms2m (the default) the source keeps serving throughout: a
+replay queue is bound to the workload's exchange, each container is
+checkpointed through the kubelet (Forensic Container Checkpointing), packed as
+an OCI checkpoint image on the source node and pushed to --registry, restored
+on the target node, and the restored copy replays the buffered messages until
+it has caught up. Then the source stops, the target takes over the primary
+queue, and the source pod, the replay queue and the agent pods are removed.
+--strategy stop-and-copy stops the source first and skips replay: the
+baseline, whose downtime is about its migration time.
+
+The workload must follow the MS2M application contract (see the README): an
+HTTP endpoint on --control-port for state and control messages, sequence
+numbers in messages, and reconnecting to the broker after a restore.
+
+Defaults for the broker and registry are read from annotations on the pod:
+  ms2m.io/broker-url    AMQP URL (this machine must reach it; --broker-url overrides)
+  ms2m.io/exchange      fanout exchange the producer publishes to
+  ms2m.io/queue         the pod's primary queue
+  ms2m.io/control-port  port of the MS2M HTTP endpoint (default 8080)
+  ms2m.io/registry      repository for checkpoint images
+
+If anything fails, or on Ctrl-C, every phase is rolled back and the source
+keeps serving, unless --keep-on-failure is given. Once the target has taken
+over the primary queue the migration is committed and only completes.
+
+A checkpoint image holds the process's memory, secrets included: it is
+pushed only to --registry, its archive is deleted from the node once packed,
+and --delete-image removes it after success. A restored container that
+restarts later is restored again from that image (while the node still has
+it): its memory goes back to the checkpoint and, by the contract, it holds
+without consuming until told what to do.
+
+Needs: the kubelet's ContainerCheckpoint feature gate (on by default since
+1.30), CRI-O ≥ 1.25 or containerd 2.1–2.3 with CRIU on both nodes, a registry
+both nodes pull from, and RBAC create on nodes/proxy, pods, pods/proxy and
+configmaps.`
+
+// PodOptions are the options of kubectl migrate pod.
+type PodOptions struct {
+	*RootOptions
+
+	To                string
+	Containers        []string
+	Strategy          string
+	TargetName        string
+	Registry          string
+	RegistrySecret    string
+	InsecureRegistry  bool
+	AgentImage        string
+	BrokerURL         string
+	Exchange          string
+	Queue             string
+	ControlPort       int
+	ReplayTimeout     time.Duration
+	PhaseTimeout      time.Duration
+	CheckpointTimeout time.Duration
+	Timeout           time.Duration
+	DryRun            bool
+	KeepOnFailure     bool
+	DeleteImage       bool
+	Labels            []string
+	Output            string
+
+	config migrate.Config
+	client kubernetes.Interface
+	// NewDeps builds the engine's dependencies; tests replace it.
+	NewDeps func(ctx context.Context, o *PodOptions, source *corev1.Pod) (migrate.Deps, error)
+}
+
+// NewCmdPod returns kubectl migrate pod.
+func NewCmdPod(root *RootOptions) *cobra.Command {
+	o := &PodOptions{RootOptions: root, NewDeps: realDeps}
+	cmd := &cobra.Command{
+		Use:               "pod NAME --to NODE",
+		Short:             "Live-migrate a pod to another node",
+		Long:              podLong,
+		Example:           podExample,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completePods(root),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(cmd.Context(), args); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.To, "to", "", "target node (required)")
+	f.StringSliceVarP(&o.Containers, "container", "c", nil, "containers to migrate (default: all)")
+	f.StringVar(&o.Strategy, "strategy", string(migrate.MS2M), "ms2m or stop-and-copy")
+	f.StringVar(&o.TargetName, "target-name", "", "name of the restored pod (default: the original name plus the migration ID)")
+	f.StringVar(&o.Registry, "registry", "", "repository for checkpoint images, e.g. registry.example:5000/checkpoints (default: the ms2m.io/registry annotation)")
+	f.StringVar(&o.RegistrySecret, "registry-secret", "", "dockerconfigjson secret to push and pull with (default: the pod's first imagePullSecret)")
+	f.BoolVar(&o.InsecureRegistry, "insecure-registry", false, "allow a plain-HTTP or self-signed registry")
+	f.StringVar(&o.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent that packs and pushes checkpoints")
+	f.StringVar(&o.BrokerURL, "broker-url", "", "AMQP URL this machine reaches the broker at (default: the ms2m.io/broker-url annotation)")
+	f.StringVar(&o.Exchange, "exchange", "", "the workload's fanout exchange (default: the ms2m.io/exchange annotation)")
+	f.StringVar(&o.Queue, "queue", "", "the pod's primary queue (default: the ms2m.io/queue annotation)")
+	f.IntVar(&o.ControlPort, "control-port", 0, "port of the MS2M HTTP endpoint (default: the ms2m.io/control-port annotation, else 8080)")
+	f.DurationVar(&o.ReplayTimeout, "replay-timeout", 5*time.Minute, "how long the target may take to catch up before the migration rolls back")
+	f.DurationVar(&o.PhaseTimeout, "phase-timeout", 3*time.Minute, "time limit of every other phase")
+	f.DurationVar(&o.CheckpointTimeout, "checkpoint-timeout", time.Minute, "time the kubelet gives the runtime for one checkpoint")
+	f.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "time limit of the whole migration (rollback gets its own)")
+	f.BoolVar(&o.DryRun, "dry-run", false, "run the preflight checks and print the plan; change nothing")
+	f.BoolVar(&o.KeepOnFailure, "keep-on-failure", false, "leave everything as it is when the migration fails, for debugging")
+	f.BoolVar(&o.DeleteImage, "delete-image", false, "delete the checkpoint images from the registry after success")
+	f.StringSliceVar(&o.Labels, "label", nil, "key=value labels stored with the record, to compare runs (e.g. rate=10)")
+	f.StringVarP(&o.Output, "output", "o", "", "output format of the result: json or yaml (default: the report)")
+	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(root))
+	_ = cmd.RegisterFlagCompletionFunc("strategy", cobra.FixedCompletions([]string{"ms2m", "stop-and-copy"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// Complete resolves the namespace and client and fills defaults from the
+// pod's annotations.
+func (o *PodOptions) Complete(ctx context.Context, args []string) error {
+	ns, _, err := o.ConfigFlags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return err
+	}
+	if o.client == nil {
+		rc, err := o.ConfigFlags.ToRESTConfig()
+		if err != nil {
+			return err
+		}
+		if o.client, err = kubernetes.NewForConfig(rc); err != nil {
+			return err
+		}
+	}
+	pod, err := o.client.CoreV1().Pods(ns).Get(ctx, args[0], metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("pod %s not found in namespace %s; check the name and -n", args[0], ns)
+	}
+	if err != nil {
+		return fmt.Errorf("get pod %s: %w", args[0], err)
+	}
+	a := pod.Annotations
+	id := rand.String(5)
+	o.config = migrate.Config{
+		ID:                id,
+		Strategy:          migrate.Strategy(o.Strategy),
+		Namespace:         ns,
+		Pod:               pod.Name,
+		Containers:        o.Containers,
+		TargetNode:        o.To,
+		TargetName:        firstOf(o.TargetName, targetName(pod, id)),
+		ImageRepository:   strings.TrimSuffix(firstOf(o.Registry, a[migrate.RegistryAnnotation]), "/"),
+		RegistrySecret:    firstOf(o.RegistrySecret, firstPullSecret(pod)),
+		InsecureRegistry:  o.InsecureRegistry,
+		AgentImage:        o.AgentImage,
+		Broker:            migrate.BrokerConfig{URL: firstOf(o.BrokerURL, a[migrate.BrokerURLAnnotation]), Exchange: firstOf(o.Exchange, a[migrate.ExchangeAnnotation]), Queue: firstOf(o.Queue, a[migrate.QueueAnnotation])},
+		ControlPort:       o.ControlPort,
+		CheckpointTimeout: o.CheckpointTimeout,
+		PhaseTimeout:      o.PhaseTimeout,
+		ReplayTimeout:     o.ReplayTimeout,
+		Timeout:           o.Timeout,
+		KeepOnFailure:     o.KeepOnFailure,
+		DryRun:            o.DryRun,
+		DeleteImages:      o.DeleteImage,
+	}
+	if o.config.ControlPort == 0 {
+		o.config.ControlPort = 8080
+		if v, ok := a[migrate.ControlPortAnnotation]; ok {
+			if o.config.ControlPort, err = strconv.Atoi(v); err != nil {
+				return fmt.Errorf("annotation %s=%q is not a port; fix it or pass --control-port", migrate.ControlPortAnnotation, v)
+			}
+		}
+	}
+	if o.config.Labels, err = parseLabels(o.Labels); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Validate checks the options without touching the cluster.
+func (o *PodOptions) Validate() error {
+	switch o.Output {
+	case "", "json", "yaml":
+	default:
+		return fmt.Errorf("--output must be json or yaml, not %q", o.Output)
+	}
+	return o.config.Validate()
+}
+
+// Run migrates the pod and prints the result.
+func (o *PodOptions) Run(ctx context.Context) error {
+	source, err := o.client.CoreV1().Pods(o.config.Namespace).Get(ctx, o.config.Pod, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	deps, err := o.NewDeps(ctx, o, source)
+	if err != nil {
+		return err
+	}
+	st := newStatus(o.RootOptions)
+	record, err := migrate.Run(ctx, o.config, deps, st.hooks())
+	if record == nil {
+		return err
+	}
+	if o.DryRun && err == nil {
+		return o.printPlan(source)
+	}
+	if printErr := o.printRecord(record); printErr != nil && err == nil {
+		err = printErr
+	}
+	return err
+}
+
+func targetName(pod *corev1.Pod, id string) string {
+	base := firstOf(pod.Annotations[migrate.OriginalNameAnnotation], pod.Name)
+	const maxLen = 63 // a pod's hostname is its name, and a hostname label is at most 63
+	if len(base)+1+len(id) > maxLen {
+		base = strings.TrimRight(base[:maxLen-1-len(id)], "-.")
+	}
+	return base + "-" + id
+}
+
+func firstPullSecret(pod *corev1.Pod) string {
+	if len(pod.Spec.ImagePullSecrets) > 0 {
+		return pod.Spec.ImagePullSecrets[0].Name
+	}
+	return ""
+}
+
+func firstOf(values ...string) string {
+	for _, v := range values {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func parseLabels(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	labels := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--label %q is not key=value", kv)
+		}
+		labels[k] = v
+	}
+	return labels, nil
+}

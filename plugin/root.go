@@ -1,0 +1,75 @@
+// Package plugin holds the kubectl-migrate commands: cobra wiring, flags and
+// output only. Each command has an options struct with Complete, Validate
+// and Run; the work is done by the engine in pkg/migrate.
+package plugin
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/charmbracelet/colorprofile"
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	_ "k8s.io/client-go/plugin/pkg/client/auth" // kubeconfig auth plugins (OIDC, exec, …)
+)
+
+// RootOptions are the flags every command shares.
+type RootOptions struct {
+	ConfigFlags *genericclioptions.ConfigFlags
+	genericiooptions.IOStreams
+	Color     string
+	Verbosity int
+	Quiet     bool
+	// Environ is the environment colour detection reads (NO_COLOR, TERM…).
+	Environ []string
+}
+
+// NewRootCmd returns the kubectl-migrate command tree.
+func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &RootOptions{
+		ConfigFlags: genericclioptions.NewConfigFlags(true),
+		IOStreams:   streams,
+		Environ:     os.Environ(),
+	}
+	cmd := &cobra.Command{
+		Use:   "kubectl-migrate",
+		Short: "Live-migrate stateful pods between nodes",
+		Long: `Live-migrate stateful pods between Kubernetes nodes with MS2M: checkpoint the
+running container through the kubelet, restore it on another node, and replay
+the messages it missed from a replay queue, so the source keeps serving until
+a short switchover.`,
+		Annotations:       map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl migrate"},
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
+		PersistentPreRunE: func(*cobra.Command, []string) error { return o.validateColor() },
+	}
+	o.ConfigFlags.AddFlags(cmd.PersistentFlags())
+	cmd.PersistentFlags().StringVar(&o.Color, "color", "auto", "colour output: auto, always or never (NO_COLOR is honoured)")
+	cmd.PersistentFlags().IntVarP(&o.Verbosity, "verbose", "v", 0, "verbosity: 1 shows progress inside phases")
+	cmd.PersistentFlags().BoolVarP(&o.Quiet, "quiet", "q", false, "print no progress on stderr")
+	cmd.AddCommand(NewCmdPod(o), NewCmdReport(o), NewCmdVersion(o))
+	return cmd
+}
+
+func (o *RootOptions) validateColor() error {
+	switch o.Color {
+	case "auto", "always", "never":
+		return nil
+	}
+	return fmt.Errorf("--color must be auto, always or never, not %q", o.Color)
+}
+
+// colourWriter wraps w so colour is downsampled for the terminal or stripped.
+func (o *RootOptions) colourWriter(w io.Writer) *colorprofile.Writer {
+	cw := colorprofile.NewWriter(w, o.Environ)
+	switch o.Color {
+	case "always":
+		cw.Profile = colorprofile.TrueColor
+	case "never":
+		cw.Profile = colorprofile.NoTTY
+	}
+	return cw
+}

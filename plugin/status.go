@@ -1,0 +1,115 @@
+package plugin
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"charm.land/lipgloss/v2"
+	"golang.org/x/term"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+var (
+	doneMark = lipgloss.NewStyle().Foreground(lipgloss.Color("2")).Render("✓")
+	failMark = lipgloss.NewStyle().Foreground(lipgloss.Color("1")).Render("✗")
+	undoMark = lipgloss.NewStyle().Foreground(lipgloss.Color("3")).Render("↺")
+	dimStyle = lipgloss.NewStyle().Foreground(lipgloss.Color("8"))
+)
+
+var spinnerFrames = []rune("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
+
+// status shows a spinner, then ✓ or ✗ per phase, on stderr. Without a
+// terminal it prints one line per finished phase.
+type status struct {
+	w       io.Writer
+	tty     bool
+	verbose int
+
+	mu      sync.Mutex
+	phase   report.PhaseName
+	started time.Time
+	stop    chan struct{}
+	done    sync.WaitGroup
+}
+
+func newStatus(o *RootOptions) *status {
+	s := &status{w: o.colourWriter(o.ErrOut), verbose: o.Verbosity}
+	if o.Quiet {
+		s.w = io.Discard
+	}
+	if f, ok := o.ErrOut.(*os.File); ok && !o.Quiet {
+		s.tty = term.IsTerminal(int(f.Fd()))
+	}
+	return s
+}
+
+func (s *status) hooks() migrate.Hooks {
+	return migrate.Hooks{
+		PhaseStarted:  s.phaseStarted,
+		PhaseFinished: s.phaseFinished,
+		Progress: func(_ report.PhaseName, msg string) {
+			if s.verbose > 0 {
+				s.printLine("  " + dimStyle.Render(msg))
+			}
+		},
+		RollbackStarted: func(cause error) {
+			s.printLine(undoMark + " rolling back: the source keeps serving")
+		},
+	}
+}
+
+func (s *status) phaseStarted(name report.PhaseName) {
+	s.mu.Lock()
+	s.phase, s.started = name, time.Now()
+	s.mu.Unlock()
+	if !s.tty {
+		return
+	}
+	s.stop = make(chan struct{})
+	s.done.Add(1)
+	go s.spin(s.stop)
+}
+
+func (s *status) spin(stop <-chan struct{}) {
+	defer s.done.Done()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		s.mu.Lock()
+		fmt.Fprintf(s.w, "\r\033[K%c %s %s", spinnerFrames[i%len(spinnerFrames)], s.phase, dimStyle.Render(time.Since(s.started).Round(100*time.Millisecond).String()))
+		s.mu.Unlock()
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *status) phaseFinished(name report.PhaseName, took time.Duration, err error) {
+	if s.stop != nil {
+		close(s.stop)
+		s.done.Wait()
+		s.stop = nil
+	}
+	mark := doneMark
+	if err != nil {
+		mark = failMark
+	}
+	s.printLine(fmt.Sprintf("%s %s %s", mark, name, dimStyle.Render(report.FormatMillis(took.Milliseconds()))))
+}
+
+// printLine prints a whole line, clearing a spinner first.
+func (s *status) printLine(line string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tty {
+		fmt.Fprint(s.w, "\r\033[K")
+	}
+	fmt.Fprintln(s.w, line)
+}
