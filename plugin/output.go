@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/charmbracelet/colorprofile"
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -15,6 +16,24 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
+
+func validateOutput(format string) error {
+	switch format {
+	case "", "json", "yaml":
+		return nil
+	}
+	return fmt.Errorf("--output must be json or yaml, not %q", format)
+}
+
+// exactlyOne requires one argument, naming it in the error.
+func exactlyOne(what string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return fmt.Errorf("expected one argument, got %d; give %s", len(args), what)
+		}
+		return nil
+	}
+}
 
 // printData writes v as json or yaml.
 func printData(w io.Writer, format string, v any) error {
@@ -59,7 +78,10 @@ func (o *PodOptions) printPlan(source *corev1.Pod) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Preflight passed. Plan for %s/%s (%s, migration %s):\n", c.Namespace, c.Pod, c.Strategy, c.ID)
 	step := 0
-	add := func(format string, args ...any) { step++; fmt.Fprintf(&b, "  %d. "+format+"\n", append([]any{step}, args...)...) }
+	add := func(format string, args ...any) {
+		step++
+		fmt.Fprintf(&b, "  %d. "+format+"\n", append([]any{step}, args...)...)
+	}
 	containers := c.Containers
 	if len(containers) == 0 {
 		for _, ctr := range source.Spec.Containers {

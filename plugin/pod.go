@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -114,10 +115,10 @@ func NewCmdPod(root *RootOptions) *cobra.Command {
 		Short:             "Live-migrate a pod to another node",
 		Long:              podLong,
 		Example:           podExample,
-		Args:              cobra.ExactArgs(1),
+		Args:              exactlyOne("the pod's name: kubectl migrate pod NAME --to NODE"),
 		ValidArgsFunction: completePods(root),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.Complete(cmd.Context(), args); err != nil {
+			if err := o.Complete(args); err != nil {
 				return err
 			}
 			if err := o.Validate(); err != nil {
@@ -154,81 +155,53 @@ func NewCmdPod(root *RootOptions) *cobra.Command {
 	return cmd
 }
 
-// Complete resolves the namespace and client and fills defaults from the
-// pod's annotations.
-func (o *PodOptions) Complete(ctx context.Context, args []string) error {
-	ns, _, err := o.ConfigFlags.ToRawKubeConfigLoader().Namespace()
-	if err != nil {
+// Complete resolves the namespace and parses what needs no cluster.
+func (o *PodOptions) Complete(args []string) error {
+	o.config.Pod = args[0]
+	var err error
+	if o.config.Namespace, _, err = o.ConfigFlags.ToRawKubeConfigLoader().Namespace(); err != nil {
 		return err
 	}
+	o.config.Labels, err = parseLabels(o.Labels)
+	return err
+}
+
+// Validate checks the flags before anything talks to the cluster.
+func (o *PodOptions) Validate() error {
+	if o.To == "" {
+		return fmt.Errorf("--to NODE is required: the node to move pod %s to", o.config.Pod)
+	}
+	if !slices.Contains(migrate.Strategies, migrate.Strategy(o.Strategy)) {
+		return fmt.Errorf("--strategy must be one of %v, not %q", migrate.Strategies, o.Strategy)
+	}
+	if o.ControlPort < 0 || o.ControlPort > 65535 {
+		return fmt.Errorf("--control-port %d is not a port", o.ControlPort)
+	}
+	return validateOutput(o.Output)
+}
+
+// Run reads the pod, fills defaults from its annotations, migrates it and
+// prints the result.
+func (o *PodOptions) Run(ctx context.Context) error {
 	if o.client == nil {
-		rc, err := o.ConfigFlags.ToRESTConfig()
+		client, _, err := o.clientAndNamespace()
 		if err != nil {
 			return err
 		}
-		if o.client, err = kubernetes.NewForConfig(rc); err != nil {
-			return err
-		}
+		o.client = client
 	}
-	pod, err := o.client.CoreV1().Pods(ns).Get(ctx, args[0], metav1.GetOptions{})
+	ns := o.config.Namespace
+	source, err := o.client.CoreV1().Pods(ns).Get(ctx, o.config.Pod, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("pod %s not found in namespace %s; check the name and -n", args[0], ns)
+		return fmt.Errorf("pod %s not found in namespace %s; check the name and -n", o.config.Pod, ns)
 	}
 	if err != nil {
-		return fmt.Errorf("get pod %s: %w", args[0], err)
+		return fmt.Errorf("get pod %s: %w", o.config.Pod, err)
 	}
-	a := pod.Annotations
-	id := rand.String(5)
-	o.config = migrate.Config{
-		ID:                id,
-		Strategy:          migrate.Strategy(o.Strategy),
-		Namespace:         ns,
-		Pod:               pod.Name,
-		Containers:        o.Containers,
-		TargetNode:        o.To,
-		TargetName:        firstOf(o.TargetName, targetName(pod, id)),
-		ImageRepository:   strings.TrimSuffix(firstOf(o.Registry, a[migrate.RegistryAnnotation]), "/"),
-		RegistrySecret:    firstOf(o.RegistrySecret, firstPullSecret(pod)),
-		InsecureRegistry:  o.InsecureRegistry,
-		AgentImage:        o.AgentImage,
-		Broker:            migrate.BrokerConfig{URL: firstOf(o.BrokerURL, a[migrate.BrokerURLAnnotation]), Exchange: firstOf(o.Exchange, a[migrate.ExchangeAnnotation]), Queue: firstOf(o.Queue, a[migrate.QueueAnnotation])},
-		ControlPort:       o.ControlPort,
-		CheckpointTimeout: o.CheckpointTimeout,
-		PhaseTimeout:      o.PhaseTimeout,
-		ReplayTimeout:     o.ReplayTimeout,
-		Timeout:           o.Timeout,
-		KeepOnFailure:     o.KeepOnFailure,
-		DryRun:            o.DryRun,
-		DeleteImages:      o.DeleteImage,
-	}
-	if o.config.ControlPort == 0 {
-		o.config.ControlPort = 8080
-		if v, ok := a[migrate.ControlPortAnnotation]; ok {
-			if o.config.ControlPort, err = strconv.Atoi(v); err != nil {
-				return fmt.Errorf("annotation %s=%q is not a port; fix it or pass --control-port", migrate.ControlPortAnnotation, v)
-			}
-		}
-	}
-	if o.config.Labels, err = parseLabels(o.Labels); err != nil {
+	if err := o.configure(source); err != nil {
 		return err
 	}
-	return nil
-}
-
-// Validate checks the options without touching the cluster.
-func (o *PodOptions) Validate() error {
-	switch o.Output {
-	case "", "json", "yaml":
-	default:
-		return fmt.Errorf("--output must be json or yaml, not %q", o.Output)
-	}
-	return o.config.Validate()
-}
-
-// Run migrates the pod and prints the result.
-func (o *PodOptions) Run(ctx context.Context) error {
-	source, err := o.client.CoreV1().Pods(o.config.Namespace).Get(ctx, o.config.Pod, metav1.GetOptions{})
-	if err != nil {
+	if err := o.config.Validate(); err != nil {
 		return err
 	}
 	deps, err := o.NewDeps(ctx, o, source)
@@ -247,6 +220,41 @@ func (o *PodOptions) Run(ctx context.Context) error {
 		err = printErr
 	}
 	return err
+}
+
+// configure completes the engine's config from the flags and, where a flag
+// is not set, the pod's annotations.
+func (o *PodOptions) configure(pod *corev1.Pod) error {
+	a := pod.Annotations
+	c := &o.config
+	c.ID = rand.String(5)
+	c.Strategy = migrate.Strategy(o.Strategy)
+	c.Containers = o.Containers
+	c.TargetNode = o.To
+	c.TargetName = firstOf(o.TargetName, targetName(pod, c.ID))
+	c.ImageRepository = strings.TrimSuffix(firstOf(o.Registry, a[migrate.RegistryAnnotation]), "/")
+	c.RegistrySecret = firstOf(o.RegistrySecret, firstPullSecret(pod))
+	c.InsecureRegistry = o.InsecureRegistry
+	c.AgentImage = o.AgentImage
+	c.Broker = migrate.BrokerConfig{
+		URL:      firstOf(o.BrokerURL, a[migrate.BrokerURLAnnotation]),
+		Exchange: firstOf(o.Exchange, a[migrate.ExchangeAnnotation]),
+		Queue:    firstOf(o.Queue, a[migrate.QueueAnnotation]),
+	}
+	c.CheckpointTimeout, c.PhaseTimeout, c.ReplayTimeout, c.Timeout = o.CheckpointTimeout, o.PhaseTimeout, o.ReplayTimeout, o.Timeout
+	c.KeepOnFailure, c.DryRun, c.DeleteImages = o.KeepOnFailure, o.DryRun, o.DeleteImage
+	c.ControlPort = o.ControlPort
+	if c.ControlPort == 0 {
+		c.ControlPort = 8080
+		if v, ok := a[migrate.ControlPortAnnotation]; ok {
+			port, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("annotation %s=%q is not a port; fix it or pass --control-port", migrate.ControlPortAnnotation, v)
+			}
+			c.ControlPort = port
+		}
+	}
+	return nil
 }
 
 func targetName(pod *corev1.Pod, id string) string {

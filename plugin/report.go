@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
@@ -85,13 +84,7 @@ func (o *ReportOptions) Complete(args []string) error {
 }
 
 // Validate checks the flags.
-func (o *ReportOptions) Validate() error {
-	switch o.Output {
-	case "", "json", "yaml":
-		return nil
-	}
-	return fmt.Errorf("--output must be json or yaml, not %q", o.Output)
-}
+func (o *ReportOptions) Validate() error { return validateOutput(o.Output) }
 
 // Run prints the list or one record.
 func (o *ReportOptions) Run(ctx context.Context) error {

@@ -69,7 +69,9 @@ func (l Launcher) run(ctx context.Context, podName, node string, args []string) 
 		return "", fmt.Errorf("create agent pod on %s: %w", node, err)
 	}
 	// The agent pod goes away whatever happens, even if ctx was cancelled.
-	defer func() { _ = kube.DeleteAndWait(context.WithoutCancel(ctx), l.Client, l.Namespace, podName, ptr.To[int64](0)) }()
+	defer func() {
+		_ = kube.DeleteAndWait(context.WithoutCancel(ctx), l.Client, l.Namespace, podName, ptr.To[int64](0))
+	}()
 	pod, err := kube.WaitForPod(ctx, l.Client, l.Namespace, podName, agentFinished(l.Image))
 	if err != nil {
 		return "", err

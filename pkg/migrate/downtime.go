@@ -24,7 +24,7 @@ func (m *Migration) measureDowntime(ctx context.Context) *report.Downtime {
 	defer cancel()
 	last := m.SourceFinal
 	var next struct {
-		seq            uint64
+		seq             uint64
 		sent, appliedAt time.Time
 	}
 	err := wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {

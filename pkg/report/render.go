@@ -80,7 +80,9 @@ func RenderRecord(w io.Writer, r *Record, o RenderOptions) error {
 		target = "–"
 	}
 	fmt.Fprintf(&b, "%s %s\n", titleStyle.Render("Migration "+r.ID), outcomeStyle(r.Outcome).Render(string(r.Outcome)))
-	line := func(label, value string) { fmt.Fprintf(&b, "%s %s\n", labelStyle.Render(fmt.Sprintf("%-10s", label)), value) }
+	line := func(label, value string) {
+		fmt.Fprintf(&b, "%s %s\n", labelStyle.Render(fmt.Sprintf("%-10s", label)), value)
+	}
 	line("strategy", r.Strategy)
 	line("pod", fmt.Sprintf("%s/%s → %s", r.Namespace, r.Pod, target))
 	line("nodes", r.SourceNode+" → "+r.TargetNode)
