@@ -5,11 +5,14 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 )
 
 // Client is a connection to the broker used by the migration manager.
@@ -66,6 +69,14 @@ func (c *Client) BindReplayQueue(exchange, queue string) error {
 		}
 		return nil
 	})
+}
+
+// PublishMarker publishes the MS2M marker for migration id to exchange (see
+// ms2m.Message).
+func (c *Client) PublishMarker(ctx context.Context, exchange, id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return ms2m.PublishMarker(ctx, c.conn, exchange, id)
 }
 
 // QueueDepth returns the number of ready messages in queue.

@@ -6,13 +6,19 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
-// prepare binds the replay queue before the checkpoint, so every message the
-// checkpointed state may lack is buffered, and marks the source's state so
-// that its restored copy holds until told to replay.
+// prepare makes sure every message the checkpointed state could lack is in
+// the replay queue. It binds the replay queue, marks the source's state so
+// that its restored copy holds until told to replay, and publishes a marker
+// after the bind: once the source has taken the marker from its primary
+// queue it has applied everything published before the replay queue existed
+// (a backlog, or a message in flight), so a checkpoint taken from then on
+// misses only messages the replay queue holds.
 type prepare struct{}
 
 func (prepare) Name() report.PhaseName { return report.Prepare }
@@ -24,8 +30,23 @@ func (prepare) Run(ctx context.Context, m *Migration) error {
 	}
 	m.replayBound = time.Now()
 	m.Record.Broker.ReplayQueue = m.ReplayQueue
-	_, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Prepare, Payload: ms2m.ControlPayload{Queue: m.ReplayQueue, Migration: m.ID}})
-	return err
+	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Prepare, Payload: ms2m.ControlPayload{Queue: m.ReplayQueue, Migration: m.ID}}); err != nil {
+		return err
+	}
+	if err := m.broker.PublishMarker(ctx, m.Broker.Exchange, m.ID); err != nil {
+		return err
+	}
+	err := wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
+		st, err := m.App.State(ctx, m.sourceApp())
+		if err != nil {
+			return false, err
+		}
+		return st.Barrier == m.ID, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the source did not reach the marker behind its backlog: %w", err)
+	}
+	return nil
 }
 
 func (prepare) Rollback(ctx context.Context, m *Migration) error {

@@ -192,6 +192,13 @@ func (c *Consumer) handle(ctx context.Context, d amqp.Delivery, queue string) {
 		_ = d.Reject(false)
 		return
 	}
+	if m.Marker != "" {
+		c.mu.Lock()
+		c.st.Barrier = m.Marker
+		c.mu.Unlock()
+		_ = d.Ack(false)
+		return
+	}
 	c.mu.Lock()
 	duplicate := m.Seq <= c.st.LastSeq
 	if duplicate {

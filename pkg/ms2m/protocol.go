@@ -20,11 +20,16 @@ const ReplayQueueSuffix = ".ms2m-replay"
 // ReplayQueueName returns the replay queue for primary.
 func ReplayQueueName(primary string) string { return primary + ReplayQueueSuffix }
 
-// Message is the body of every data message, JSON-encoded.
+// Message is the body of every message, JSON-encoded. A message with a
+// Marker is not data: the migration manager publishes it to the exchange
+// after binding the replay queue, and a consumer that takes it from its
+// primary queue has applied every message published before the replay queue
+// existed (queues are FIFO). Consumers record the marker and skip it.
 type Message struct {
-	Seq   uint64    `json:"seq"`
-	Value int64     `json:"value"`
-	Sent  time.Time `json:"sent"`
+	Seq    uint64    `json:"seq,omitempty"`
+	Value  int64     `json:"value,omitempty"`
+	Sent   time.Time `json:"sent"`
+	Marker string    `json:"marker,omitempty"`
 }
 
 // ControlType names a control message.
@@ -112,6 +117,8 @@ type State struct {
 	LastAppliedAt time.Time `json:"lastAppliedAt,omitempty"`
 	Skipped       uint64    `json:"skipped"`
 	Reconnects    uint64    `json:"reconnects"`
+	// Barrier is the last marker taken from a queue.
+	Barrier string `json:"barrier,omitempty"`
 	// PendingRestore is set between Prepare and Checkpointed.
 	PendingRestore bool `json:"pendingRestore,omitempty"`
 	// UntilSeq is the replay bound set by EndReplay.

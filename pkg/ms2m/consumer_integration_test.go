@@ -1,0 +1,210 @@
+package ms2m
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/kubectl-migrate/kubectl-migrate/test/testenv"
+)
+
+// restoredCopy stands in for CRIU in a unit of the protocol: a consumer
+// whose memory is the source's at this moment, as a restore on another node
+// would bring it back, including the reconnect a restore causes.
+func restoredCopy(src *Consumer) *Consumer {
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	c := NewConsumer(src.cfg)
+	c.st = src.st
+	c.history = append([]Applied(nil), src.history...)
+	c.reconnected()
+	return c
+}
+
+type fixture struct {
+	t        *testing.T
+	url      string
+	exchange string
+	queue    string
+}
+
+func newFixture(t *testing.T) *fixture {
+	f := &fixture{t: t, url: testenv.AMQPURL(t), exchange: testenv.Name("ex"), queue: testenv.Name("q")}
+	t.Cleanup(func() {
+		conn, err := amqp.Dial(f.url)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		ch, _ := conn.Channel()
+		_, _ = ch.QueueDelete(f.queue, false, false, false)
+		_, _ = ch.QueueDelete(ReplayQueueName(f.queue), false, false, false)
+		_ = ch.ExchangeDelete(f.exchange, false, false)
+	})
+	return f
+}
+
+func (f *fixture) consumer(work time.Duration) *Consumer {
+	return NewConsumer(ConsumerConfig{URL: f.url, Exchange: f.exchange, Queue: f.queue, Work: work, Logf: f.t.Logf})
+}
+
+func (f *fixture) producer(rate float64, count uint64) *Producer {
+	return NewProducer(ProducerConfig{URL: f.url, Exchange: f.exchange, Queue: f.queue, Rate: rate, Count: count, Logf: f.t.Logf})
+}
+
+// start runs fn until the test ends.
+func start(t *testing.T, run func(context.Context) error) context.CancelFunc {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return cancel
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func control(t *testing.T, c *Consumer, msg Control) State {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := c.Control(ctx, msg)
+	if err != nil {
+		t.Fatalf("%s: %v", msg.Type, err)
+	}
+	return st
+}
+
+func publishMarker(t *testing.T, f *fixture, id string) {
+	t.Helper()
+	conn, err := amqp.Dial(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := PublishMarker(context.Background(), conn, f.exchange, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func bindReplayQueue(t *testing.T, f *fixture) {
+	t.Helper()
+	conn, err := amqp.Dial(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	if _, err := ch.QueueDeclare(ReplayQueueName(f.queue), true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(ReplayQueueName(f.queue), "", f.exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMigrationProtocolConservesMessages runs the MS2M protocol against a
+// real broker while the producer keeps publishing: the final state must
+// equal the producer's confirmed set exactly, with no loss and no duplicate.
+func TestMigrationProtocolConservesMessages(t *testing.T) {
+	f := newFixture(t)
+	src := f.consumer(5 * time.Millisecond)
+	stopSrc := start(t, src.Run)
+	prod := f.producer(100, 0)
+	start(t, prod.Run)
+	eventually(t, 10*time.Second, "source applying", func() bool { return src.State().LastSeq >= 20 })
+
+	bindReplayQueue(t, f)
+	control(t, src, Control{Type: Prepare})
+	publishMarker(t, f, "m1")
+	eventually(t, 10*time.Second, "source passing the marker", func() bool { return src.State().Barrier == "m1" })
+	target := restoredCopy(src) // "checkpoint"
+	control(t, src, Control{Type: Checkpointed})
+	if st := src.State(); st.PendingRestore || st.Mode != ModePrimary {
+		t.Fatalf("source after checkpoint: %+v", st)
+	}
+	if st := target.State(); st.Mode != ModeHold {
+		t.Fatalf("restored copy must hold, is %s", st.Mode)
+	}
+	if target.State().Process != src.State().Process {
+		t.Fatal("a restored copy keeps the process identity")
+	}
+	start(t, target.Run)
+	time.Sleep(200 * time.Millisecond) // the source keeps applying; the target must not
+	if got := target.State().Totals.Count; got > src.State().Totals.Count {
+		t.Fatal("holding copy applied messages")
+	}
+
+	control(t, target, Control{Type: StartReplay, Payload: ControlPayload{Queue: ReplayQueueName(f.queue)}})
+	eventually(t, 20*time.Second, "target catching up", func() bool { return target.State().LastSeq >= src.State().LastSeq })
+	final := control(t, src, Control{Type: Stop})
+	stopSrc()
+	control(t, target, Control{Type: EndReplay, Payload: ControlPayload{UntilSeq: final.LastSeq}})
+	eventually(t, 10*time.Second, "target on the primary queue", func() bool { return target.State().Mode == ModePrimary })
+
+	time.Sleep(300 * time.Millisecond) // let live traffic flow through the target
+	prod.Stop()
+	eventually(t, 5*time.Second, "producer stopped", func() bool { return prod.State().Stopped })
+	want := prod.State()
+	eventually(t, 20*time.Second, "target draining", func() bool { return target.State().LastSeq >= want.LastSeq })
+
+	got := target.State()
+	if got.Totals.Count != want.Totals.Count || got.Totals.Sum != want.Totals.Sum || got.Totals.Digest != want.Totals.Digest {
+		t.Fatalf("applied %+v, sent %+v", got.Totals, want.Totals)
+	}
+	next, ok := target.AppliedAfter(final.LastSeq)
+	if !ok || next.Seq != final.LastSeq+1 {
+		t.Fatalf("first message after the source's last: %+v %v", next, ok)
+	}
+}
+
+// TestStopReturnsMessagesToQueue checks that a stopped instance consumes
+// nothing and that Resume continues exactly where it stopped.
+func TestStopAndResume(t *testing.T) {
+	f := newFixture(t)
+	c := f.consumer(0)
+	start(t, c.Run)
+	prod := f.producer(200, 60)
+	start(t, prod.Run)
+	eventually(t, 10*time.Second, "consumer applying", func() bool { return c.State().LastSeq >= 10 })
+	stopped := control(t, c, Control{Type: Stop})
+	time.Sleep(150 * time.Millisecond)
+	if c.State().LastSeq != stopped.LastSeq {
+		t.Fatalf("consumed after STOP: %d → %d", stopped.LastSeq, c.State().LastSeq)
+	}
+	control(t, c, Control{Type: Resume})
+	eventually(t, 10*time.Second, "producer done", func() bool { return prod.State().Stopped })
+	eventually(t, 10*time.Second, "all 60 applied", func() bool { return c.State().LastSeq == 60 })
+	if got, want := c.State().Totals, prod.State().Totals; got != want {
+		t.Fatalf("applied %+v, sent %+v", got, want)
+	}
+}
+
+func TestControlRejectsBadMessages(t *testing.T) {
+	c := NewConsumer(ConsumerConfig{Queue: "q"})
+	ctx := context.Background()
+	if _, err := c.Control(ctx, Control{Type: "DANCE"}); err == nil {
+		t.Fatal("unknown type accepted")
+	}
+	if _, err := c.Control(ctx, Control{Type: StartReplay}); err == nil {
+		t.Fatal("START_REPLAY without a queue accepted")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	// Nothing runs the consume loop, so the stop cannot take effect.
+	if _, err := c.Control(ctx, Control{Type: Stop}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want a deadline error, got %v", err)
+	}
+}
