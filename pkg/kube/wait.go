@@ -24,16 +24,16 @@ type PodCondition func(pod *corev1.Pod) (bool, error)
 // WaitForPod watches one pod until cond holds or ctx ends.
 func WaitForPod(ctx context.Context, client kubernetes.Interface, namespace, name string, cond PodCondition) (*corev1.Pod, error) {
 	selector := fields.OneTermEqualSelector("metadata.name", name).String()
-	lw := &cache.ListWatch{
-		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = selector
 			return client.CoreV1().Pods(namespace).List(ctx, o)
 		},
-		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = selector
 			return client.CoreV1().Pods(namespace).Watch(ctx, o)
 		},
-	}
+	}, client)
 	var last *corev1.Pod
 	precondition := func(store cache.Store) (bool, error) {
 		if _, exists, err := store.GetByKey(namespace + "/" + name); err != nil || exists {
@@ -42,6 +42,9 @@ func WaitForPod(ctx context.Context, client kubernetes.Interface, namespace, nam
 		return cond(nil) // absent from the start
 	}
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, precondition, func(ev watch.Event) (bool, error) {
+		if obj, ok := ev.Object.(*corev1.Pod); !ok || obj.Name != name {
+			return false, nil // not every client honours the field selector
+		}
 		switch ev.Type {
 		case watch.Deleted:
 			last = nil
