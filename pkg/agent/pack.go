@@ -14,6 +14,9 @@ import (
 // CheckpointDir is where the kubelet writes checkpoint archives.
 const CheckpointDir = "/var/lib/kubelet/checkpoints"
 
+// archiveDir is CheckpointDir; tests point it at a temporary directory.
+var archiveDir = CheckpointDir
+
 // PackRequest says what to pack and where to push it.
 type PackRequest struct {
 	Archive     string // absolute path under CheckpointDir
@@ -37,8 +40,8 @@ type PackResult struct {
 // deleting anything else.
 func ValidateArchive(path string) error {
 	clean := filepath.Clean(path)
-	if !filepath.IsAbs(clean) || !strings.HasPrefix(clean, CheckpointDir+"/") || !strings.HasSuffix(clean, ".tar") {
-		return fmt.Errorf("archive %q is not a .tar under %s", path, CheckpointDir)
+	if !filepath.IsAbs(clean) || !strings.HasPrefix(clean, archiveDir+"/") || !strings.HasSuffix(clean, ".tar") {
+		return fmt.Errorf("archive %q is not a .tar under %s", path, archiveDir)
 	}
 	return nil
 }

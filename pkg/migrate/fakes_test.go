@@ -185,7 +185,7 @@ func (f *fakePacker) Remove(_ context.Context, podName, node string, archives []
 type fakeBroker world
 
 func (f *fakeBroker) CheckExchange(string) error { return nil }
-func (f *fakeBroker) Close() error                { return nil }
+func (f *fakeBroker) Close() error               { return nil }
 
 func (f *fakeBroker) BindReplayQueue(_, queue string) error {
 	w := (*world)(f)

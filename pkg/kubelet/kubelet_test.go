@@ -1,0 +1,65 @@
+package kubelet
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+func client(t *testing.T, h http.HandlerFunc) Client {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Client{REST: cs.CoreV1().RESTClient()}
+}
+
+func TestCheckpointCallsTheNodeProxy(t *testing.T) {
+	var gotPath, gotTimeout, gotMethod string
+	c := client(t, func(w http.ResponseWriter, r *http.Request) {
+		gotMethod, gotPath, gotTimeout = r.Method, r.URL.Path, r.URL.Query().Get("timeout")
+		_, _ = w.Write([]byte(`{"items":["/var/lib/kubelet/checkpoints/checkpoint-p_ns-app-2026.tar"]}`))
+	})
+	path, err := c.Checkpoint(context.Background(), "node-a", "ns", "p", "app", 1500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotMethod != http.MethodPost || gotPath != "/api/v1/nodes/node-a/proxy/checkpoint/ns/p/app" {
+		t.Fatalf("%s %s", gotMethod, gotPath)
+	}
+	if gotTimeout != "2" {
+		t.Fatalf("timeout=%q: the kubelet takes whole seconds", gotTimeout)
+	}
+	if path != "/var/lib/kubelet/checkpoints/checkpoint-p_ns-app-2026.tar" {
+		t.Fatal(path)
+	}
+}
+
+func TestCheckpointErrorsNameTheFix(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{http.StatusNotFound, "404 page not found", "ContainerCheckpoint"},
+		{http.StatusInternalServerError, "rpc error: unknown method CheckpointContainer", "unknown method CheckpointContainer"},
+		{http.StatusForbidden, `{"kind":"Status","code":403,"message":"forbidden"}`, "create on nodes/proxy"},
+	} {
+		c := client(t, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(tc.status)
+			_, _ = w.Write([]byte(tc.body))
+		})
+		_, err := c.Checkpoint(context.Background(), "node-a", "ns", "p", "app", time.Second)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%d: got %v, want %q", tc.status, err, tc.want)
+		}
+	}
+}
