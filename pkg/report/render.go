@@ -119,35 +119,38 @@ func RenderRecord(w io.Writer, r *Record, o RenderOptions) error {
 	return err
 }
 
-// stackedBar splits the bar between phases by largest remainder, so the
-// cells add up to the width exactly.
+// stackedBar gives every phase that took time one cell, so short phases
+// stay visible, and splits the rest of the width by duration with the
+// largest-remainder method, so the cells add up to the width exactly.
 func stackedBar(r *Record, elapsed int64, o RenderOptions) string {
 	width := o.barWidth()
 	if elapsed <= 0 || len(r.Phases) == 0 {
 		return strings.Repeat("·", width)
 	}
 	cells := make([]int, len(r.Phases))
-	type rem struct {
-		i int
-		f float64
-	}
-	rems := make([]rem, len(r.Phases))
-	used := 0
+	free := width
 	for i, p := range r.Phases {
-		exact := float64(p.DurationMillis) * float64(width) / float64(elapsed)
-		cells[i] = int(math.Floor(exact))
-		used += cells[i]
-		rems[i] = rem{i, exact - math.Floor(exact)}
+		if p.DurationMillis > 0 && free > 0 {
+			cells[i], free = 1, free-1
+		}
 	}
-	for left := width - used; left > 0; left-- {
+	shares := make([]float64, len(r.Phases))
+	spread := free
+	for i, p := range r.Phases {
+		exact := float64(p.DurationMillis) * float64(spread) / float64(elapsed)
+		cells[i] += int(exact)
+		free -= int(exact)
+		shares[i] = exact - math.Floor(exact)
+	}
+	for ; free > 0; free-- {
 		best := 0
-		for j := range rems {
-			if rems[j].f > rems[best].f {
+		for j := range shares {
+			if shares[j] > shares[best] {
 				best = j
 			}
 		}
-		cells[rems[best].i]++
-		rems[best].f = -1
+		cells[best]++
+		shares[best] = -1
 	}
 	var b strings.Builder
 	for i, p := range r.Phases {

@@ -1,0 +1,72 @@
+package broker
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/test/testenv"
+)
+
+func TestReplayQueueLifecycle(t *testing.T) {
+	url := testenv.AMQPURL(t)
+	exchange, primary := testenv.Name("ex"), testenv.Name("q")
+	setup, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer setup.Close()
+	if err := ms2m.DeclareTopology(setup, exchange, primary); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	t.Cleanup(func() { _ = c.DeleteQueue(primary) })
+
+	if err := c.CheckExchange(exchange); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CheckExchange("no-such-exchange"); err == nil {
+		t.Fatal("missing exchange accepted")
+	}
+	replay := ms2m.ReplayQueueName(primary)
+	if _, err := c.QueueDepth(replay); !IsNotFound(err) {
+		t.Fatalf("replay queue before bind: %v", err)
+	}
+	if err := c.BindReplayQueue(exchange, replay); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := c.PublishMarker(context.Background(), exchange, "m"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Fanout: every message reaches both queues.
+	for _, q := range []string{primary, replay} {
+		if n, err := c.QueueDepth(q); err != nil || n != 3 {
+			t.Fatalf("%s depth %d (%v), want 3", q, n, err)
+		}
+	}
+	if err := c.DeleteQueue(replay); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteQueue(replay); err != nil {
+		t.Fatalf("deleting a gone queue must not fail: %v", err)
+	}
+	if _, err := c.QueueDepth(replay); !IsNotFound(err) {
+		t.Fatalf("replay queue after delete: %v", err)
+	}
+}
+
+func TestDialRedactsPassword(t *testing.T) {
+	_, err := Dial("amqp://user:s3cret@127.0.0.1:1/")
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("got %v", err)
+	}
+}
