@@ -53,10 +53,6 @@ func (o *RootOptions) clientAndNamespace() (kubernetes.Interface, string, error)
 	if err != nil {
 		return nil, "", err
 	}
-	rc, err := o.ConfigFlags.ToRESTConfig()
-	if err != nil {
-		return nil, "", err
-	}
-	client, err := kubernetes.NewForConfig(rc)
+	client, err := o.NewClient()
 	return client, ns, err
 }

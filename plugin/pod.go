@@ -103,13 +103,11 @@ type PodOptions struct {
 
 	config migrate.Config
 	client kubernetes.Interface
-	// NewDeps builds the engine's dependencies; tests replace it.
-	NewDeps func(ctx context.Context, o *PodOptions, source *corev1.Pod) (migrate.Deps, error)
 }
 
 // NewCmdPod returns kubectl migrate pod.
 func NewCmdPod(root *RootOptions) *cobra.Command {
-	o := &PodOptions{RootOptions: root, NewDeps: realDeps}
+	o := &PodOptions{RootOptions: root}
 	cmd := &cobra.Command{
 		Use:               "pod NAME --to NODE",
 		Short:             "Live-migrate a pod to another node",
@@ -183,13 +181,11 @@ func (o *PodOptions) Validate() error {
 // Run reads the pod, fills defaults from its annotations, migrates it and
 // prints the result.
 func (o *PodOptions) Run(ctx context.Context) error {
-	if o.client == nil {
-		client, _, err := o.clientAndNamespace()
-		if err != nil {
-			return err
-		}
-		o.client = client
+	client, err := o.NewClient()
+	if err != nil {
+		return err
 	}
+	o.client = client
 	ns := o.config.Namespace
 	source, err := o.client.CoreV1().Pods(ns).Get(ctx, o.config.Pod, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
@@ -29,7 +28,6 @@ type ReportOptions struct {
 
 	namespace string
 	id        string
-	client    kubernetes.Interface
 }
 
 // NewCmdReport returns kubectl migrate report.
@@ -70,11 +68,7 @@ func (o *ReportOptions) Complete(args []string) error {
 		o.id = args[0]
 	}
 	var err error
-	if o.client == nil {
-		if o.client, o.namespace, err = o.clientAndNamespace(); err != nil {
-			return err
-		}
-	} else if o.namespace, _, err = o.ConfigFlags.ToRawKubeConfigLoader().Namespace(); err != nil {
+	if o.namespace, _, err = o.ConfigFlags.ToRawKubeConfigLoader().Namespace(); err != nil {
 		return err
 	}
 	if o.AllNamespaces {
@@ -88,7 +82,11 @@ func (o *ReportOptions) Validate() error { return validateOutput(o.Output) }
 
 // Run prints the list or one record.
 func (o *ReportOptions) Run(ctx context.Context) error {
-	store := report.Store{Client: o.client}
+	client, err := o.NewClient()
+	if err != nil {
+		return err
+	}
+	store := report.Store{Client: client}
 	cw := o.colourWriter(o.Out)
 	if o.id == "" {
 		records, err := store.List(ctx, o.namespace)

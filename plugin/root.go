@@ -4,15 +4,20 @@
 package plugin
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/charmbracelet/colorprofile"
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
 	_ "k8s.io/client-go/plugin/pkg/client/auth" // kubeconfig auth plugins (OIDC, exec, …)
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 )
 
 // RootOptions are the flags every command shares.
@@ -24,15 +29,37 @@ type RootOptions struct {
 	Quiet     bool
 	// Environ is the environment colour detection reads (NO_COLOR, TERM…).
 	Environ []string
+	// NewClient builds the Kubernetes client; tests replace it.
+	NewClient func() (kubernetes.Interface, error)
+	// NewDeps builds a migration's outside systems; tests replace it.
+	NewDeps func(ctx context.Context, o *PodOptions, source *corev1.Pod) (migrate.Deps, error)
 }
 
-// NewRootCmd returns the kubectl-migrate command tree.
-func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
+// NewRootOptions returns options that talk to the cluster of the kubeconfig.
+func NewRootOptions(streams genericiooptions.IOStreams) *RootOptions {
 	o := &RootOptions{
 		ConfigFlags: genericclioptions.NewConfigFlags(true),
 		IOStreams:   streams,
 		Environ:     os.Environ(),
+		NewDeps:     realDeps,
 	}
+	o.NewClient = func() (kubernetes.Interface, error) {
+		rc, err := o.ConfigFlags.ToRESTConfig()
+		if err != nil {
+			return nil, err
+		}
+		return kubernetes.NewForConfig(rc)
+	}
+	return o
+}
+
+// NewRootCmd returns the kubectl-migrate command tree.
+func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
+	return NewRootCmdFor(NewRootOptions(streams))
+}
+
+// NewRootCmdFor returns the command tree for o.
+func NewRootCmdFor(o *RootOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kubectl-migrate",
 		Short: "Live-migrate stateful pods between nodes",

@@ -1,4 +1,8 @@
-package migrate
+// Package migratetest is a fake world for testing code that runs migrations:
+// a fake clientset whose "kubelet" starts pods and restores the application,
+// and fake kubelet checkpoint API, agent, broker, registry, application and
+// record store, each able to fail on demand and recording what was done.
+package migratetest
 
 import (
 	"context"
@@ -19,30 +23,34 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
-var errInjected = errors.New("injected failure")
+// ErrInjected is what a fake returns when told to fail.
+var ErrInjected = errors.New("injected failure")
 
-// world is a fake cluster, broker, registry and application whose parts can
+// World is a fake cluster, broker, registry and application whose parts can
 // be told to fail, recording what was done to them.
-type world struct {
-	t      *testing.T
-	client *fake.Clientset
-	failAt report.PhaseName
+type World struct {
+	T      *testing.T
+	Client *fake.Clientset
+	// FailAt makes the fake that phase uses fail.
+	FailAt report.PhaseName
 
-	mu       sync.Mutex
-	calls    []string
-	queues   map[string]bool
-	apps     map[string]*ms2m.State
-	archives map[string]bool
+	Mu       sync.Mutex
+	Calls    []string
+	Queues   map[string]bool
+	Apps     map[string]*ms2m.State
+	Archives map[string]bool
+	Images   map[string]bool
+	Saved    []*report.Record
 	snapshot ms2m.State // the application's memory at the checkpoint
-	images   map[string]bool
-	saved    []*report.Record
 }
 
-func node(name, runtimeVersion string) *corev1.Node {
+// Node returns a Ready node with the given runtime.
+func Node(name, runtimeVersion string) *corev1.Node {
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Status: corev1.NodeStatus{
@@ -52,7 +60,8 @@ func node(name, runtimeVersion string) *corev1.Node {
 	}
 }
 
-func sourcePod() *corev1.Pod {
+// SourcePod is the pod a World migrates.
+func SourcePod() *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "consumer", Namespace: "default", Labels: map[string]string{"app": "consumer"}},
 		Spec: corev1.PodSpec{
@@ -63,17 +72,20 @@ func sourcePod() *corev1.Pod {
 	}
 }
 
-func newWorld(t *testing.T, objects ...runtime.Object) *world {
+// NewWorld returns a world with nodes node-a and node-b (CRI-O) and a running
+// bare pod default/consumer on node-a whose application is at sequence 100.
+// With objects, those are the cluster instead.
+func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 	if len(objects) == 0 {
-		objects = []runtime.Object{node("node-a", "cri-o://1.34.0"), node("node-b", "cri-o://1.34.0"), sourcePod()}
+		objects = []runtime.Object{Node("node-a", "cri-o://1.34.0"), Node("node-b", "cri-o://1.34.0"), SourcePod()}
 	}
-	w := &world{
-		t: t, client: fake.NewClientset(objects...),
-		queues:   map[string]bool{"work": true},
-		apps:     map[string]*ms2m.State{"consumer": {Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
-		archives: map[string]bool{}, images: map[string]bool{},
+	w := &World{
+		T: t, Client: fake.NewClientset(objects...),
+		Queues:   map[string]bool{"work": true},
+		Apps:     map[string]*ms2m.State{"consumer": {Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
+		Archives: map[string]bool{}, Images: map[string]bool{},
 	}
-	w.client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	w.Client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		r := a.(k8stesting.CreateAction).GetObject().(*authzv1.SelfSubjectAccessReview)
 		r.Status.Allowed = true
 		return true, r, nil
@@ -82,27 +94,27 @@ func newWorld(t *testing.T, objects ...runtime.Object) *world {
 	return w
 }
 
-func (w *world) record(format string, args ...any) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.calls = append(w.calls, fmt.Sprintf(format, args...))
+func (w *World) record(format string, args ...any) {
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	w.Calls = append(w.Calls, fmt.Sprintf(format, args...))
 }
 
-func (w *world) fail(p report.PhaseName) error {
-	if w.failAt == p {
-		return errInjected
+func (w *World) fail(p report.PhaseName) error {
+	if w.FailAt == p {
+		return ErrInjected
 	}
 	return nil
 }
 
 // startKubelet runs pods created on a node: the restored pod comes up with
 // the source's application state, as a restore would bring it.
-func (w *world) startKubelet() {
+func (w *World) startKubelet() {
 	ctx, cancel := context.WithCancel(context.Background())
-	w.t.Cleanup(cancel)
-	watcher, err := w.client.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{})
+	w.T.Cleanup(cancel)
+	watcher, err := w.Client.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{})
 	if err != nil {
-		w.t.Fatal(err)
+		w.T.Fatal(err)
 	}
 	go func() {
 		for ev := range watcher.ResultChan() {
@@ -111,132 +123,133 @@ func (w *world) startKubelet() {
 				continue
 			}
 			state := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
-			if w.failAt == report.Restore {
+			if w.FailAt == report.Restore {
 				state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerError", Message: "criu failed"}}
 			} else {
-				w.mu.Lock()
+				w.Mu.Lock()
 				restored := w.snapshot
 				if restored.PendingRestore || restored.Mode == ms2m.ModeHold {
 					restored.Mode = ms2m.ModeHold
 				}
-				w.apps[pod.Name] = &restored
-				w.mu.Unlock()
+				w.Apps[pod.Name] = &restored
+				w.Mu.Unlock()
 			}
 			pod.Status.Phase = corev1.PodRunning
 			for _, c := range pod.Spec.Containers {
 				pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, State: state})
 			}
-			_, _ = w.client.CoreV1().Pods("default").UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+			_, _ = w.Client.CoreV1().Pods("default").UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 		}
 	}()
 }
 
-func (w *world) deps() Deps {
-	return Deps{
-		Client: w.client, Checkpointer: (*fakeCheckpointer)(w), Packer: (*fakePacker)(w),
-		DialBroker: func(string) (Broker, error) { return (*fakeBroker)(w), nil },
+// Deps returns the engine dependencies backed by w.
+func (w *World) Deps() migrate.Deps {
+	return migrate.Deps{
+		Client: w.Client, Checkpointer: (*fakeCheckpointer)(w), Packer: (*fakePacker)(w),
+		DialBroker: func(string) (migrate.Broker, error) { return (*fakeBroker)(w), nil },
 		App:        (*fakeApp)(w), Registry: (*fakeRegistry)(w), Records: (*fakeStore)(w),
 	}
 }
 
-type fakeCheckpointer world
+type fakeCheckpointer World
 
 func (f *fakeCheckpointer) Checkpoint(_ context.Context, node, ns, pod, ctr string, _ time.Duration) (string, error) {
-	w := (*world)(f)
+	w := (*World)(f)
 	w.record("checkpoint %s/%s/%s on %s", ns, pod, ctr, node)
 	if err := w.fail(report.Checkpoint); err != nil {
 		return "", err
 	}
 	path := agent.CheckpointDir + "/checkpoint-" + pod + "_" + ns + "-" + ctr + ".tar"
-	w.mu.Lock()
-	w.archives[path] = true
-	w.snapshot = *w.apps[pod]
-	w.mu.Unlock()
+	w.Mu.Lock()
+	w.Archives[path] = true
+	w.snapshot = *w.Apps[pod]
+	w.Mu.Unlock()
 	return path, nil
 }
 
-type fakePacker world
+type fakePacker World
 
 func (f *fakePacker) Pack(_ context.Context, podName, node string, req agent.PackRequest) (agent.PackResult, error) {
-	w := (*world)(f)
+	w := (*World)(f)
 	w.record("pack %s on %s via %s", req.Archive, node, podName)
 	if err := w.fail(report.Image); err != nil {
 		return agent.PackResult{}, err
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.archives, req.Archive)
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	delete(w.Archives, req.Archive)
 	ref := req.Image + "@sha256:abc"
-	w.images[ref] = true
+	w.Images[ref] = true
 	return agent.PackResult{Image: ref, ArchiveBytes: 2048}, nil
 }
 
 func (f *fakePacker) Remove(_ context.Context, podName, node string, archives []string) error {
-	w := (*world)(f)
+	w := (*World)(f)
 	w.record("remove %v on %s", archives, node)
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
 	for _, a := range archives {
-		delete(w.archives, a)
+		delete(w.Archives, a)
 	}
 	return nil
 }
 
-type fakeBroker world
+type fakeBroker World
 
 func (f *fakeBroker) CheckExchange(string) error { return nil }
 func (f *fakeBroker) Close() error               { return nil }
 
 func (f *fakeBroker) BindReplayQueue(_, queue string) error {
-	w := (*world)(f)
+	w := (*World)(f)
 	w.record("bind %s", queue)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.queues[queue] = true
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	w.Queues[queue] = true
 	return nil
 }
 
 func (f *fakeBroker) PublishMarker(_ context.Context, _, id string) error {
-	w := (*world)(f)
+	w := (*World)(f)
 	w.record("marker %s", id)
 	if err := w.fail(report.Prepare); err != nil {
 		return err
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.apps["consumer"].Barrier = id
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	w.Apps["consumer"].Barrier = id
 	return nil
 }
 
 func (f *fakeBroker) QueueDepth(queue string) (int, error) {
-	w := (*world)(f)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.queues[queue] {
+	w := (*World)(f)
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	if !w.Queues[queue] {
 		return 0, fmt.Errorf("queue %q: %w", queue, &amqp.Error{Code: amqp.NotFound, Reason: "NOT_FOUND"})
 	}
 	return 7, nil
 }
 
 func (f *fakeBroker) DeleteQueue(queue string) error {
-	w := (*world)(f)
+	w := (*World)(f)
 	w.record("delete queue %s", queue)
 	if err := w.fail(report.Cleanup); err != nil {
 		return err
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.queues, queue)
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	delete(w.Queues, queue)
 	return nil
 }
 
-type fakeApp world
+type fakeApp World
 
 func (f *fakeApp) State(_ context.Context, t appctl.Target) (ms2m.State, error) {
-	w := (*world)(f)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	st, ok := w.apps[t.Pod]
+	w := (*World)(f)
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	st, ok := w.Apps[t.Pod]
 	if !ok {
 		return ms2m.State{}, fmt.Errorf("%s unreachable", t)
 	}
@@ -244,14 +257,14 @@ func (f *fakeApp) State(_ context.Context, t appctl.Target) (ms2m.State, error) 
 }
 
 func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg ms2m.Control) (ms2m.State, error) {
-	w := (*world)(f)
+	w := (*World)(f)
 	w.record("control %s %s", t.Pod, msg.Type)
-	if msg.Type == ms2m.Stop && w.failAt == report.Switchover {
-		return ms2m.State{}, errInjected
+	if msg.Type == ms2m.Stop && w.FailAt == report.Switchover {
+		return ms2m.State{}, ErrInjected
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	st, ok := w.apps[t.Pod]
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	st, ok := w.Apps[t.Pod]
 	if !ok {
 		return ms2m.State{}, fmt.Errorf("%s unreachable", t)
 	}
@@ -267,42 +280,42 @@ func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg ms2m.Control) 
 		st.Mode, st.PendingRestore = ms2m.ModePrimary, false
 	case ms2m.StartReplay:
 		st.Mode, st.PendingRestore = ms2m.ModeReplay, false
-		if w.failAt != report.Replay {
-			st.LastSeq = w.apps["consumer"].LastSeq // caught up at once
+		if w.FailAt != report.Replay {
+			st.LastSeq = w.Apps["consumer"].LastSeq // caught up at once
 		}
 	}
 	return *st, nil
 }
 
 func (f *fakeApp) AppliedAfter(_ context.Context, t appctl.Target, seq uint64) (ms2m.Applied, error) {
-	w := (*world)(f)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	last := w.apps["consumer"].LastAppliedAt
+	w := (*World)(f)
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	last := w.Apps["consumer"].LastAppliedAt
 	return ms2m.Applied{Seq: seq + 1, Sent: last.Add(-time.Second), AppliedAt: last.Add(1500 * time.Millisecond)}, nil
 }
 
-type fakeRegistry world
+type fakeRegistry World
 
 func (f *fakeRegistry) CheckPush(context.Context, string) error {
-	return (*world)(f).fail(report.Preflight)
+	return (*World)(f).fail(report.Preflight)
 }
 
 func (f *fakeRegistry) Delete(_ context.Context, ref string) error {
-	w := (*world)(f)
+	w := (*World)(f)
 	w.record("delete image %s", ref)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.images, ref)
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	delete(w.Images, ref)
 	return nil
 }
 
-type fakeStore world
+type fakeStore World
 
 func (f *fakeStore) Save(_ context.Context, r *report.Record) error {
-	w := (*world)(f)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.saved = append(w.saved, r)
+	w := (*World)(f)
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	w.Saved = append(w.Saved, r)
 	return nil
 }

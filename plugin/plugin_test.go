@@ -1,0 +1,184 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+type run struct {
+	out, errOut  *bytes.Buffer
+	err          error
+	clientCalled int
+}
+
+// execute runs the command tree against w, as kubectl would run the plugin.
+func execute(t *testing.T, w *migratetest.World, args ...string) run {
+	t.Helper()
+	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+	o := NewRootOptions(streams)
+	o.Environ = nil
+	r := run{out: out, errOut: errOut}
+	o.NewClient = func() (kubernetes.Interface, error) {
+		r.clientCalled++
+		return w.Client, nil
+	}
+	o.NewDeps = func(context.Context, *PodOptions, *corev1.Pod) (migrate.Deps, error) { return w.Deps(), nil }
+	cmd := NewRootCmdFor(o)
+	cmd.SetArgs(append([]string{"-n", "default"}, args...))
+	cmd.SetOut(out)
+	cmd.SetErr(errOut)
+	r.err = cmd.ExecuteContext(context.Background())
+	return r
+}
+
+var brokerFlags = []string{"--registry", "reg:5000/ckpt", "--broker-url", "amqp://x", "--exchange", "ex", "--queue", "work"}
+
+func TestBadInputTouchesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pod"}, "give the pod's name"},
+		{[]string{"pod", "consumer"}, "--to NODE is required"},
+		{[]string{"pod", "consumer", "--to", "node-b", "--strategy", "teleport"}, `--strategy must be one of [ms2m stop-and-copy], not "teleport"`},
+		{[]string{"pod", "consumer", "--to", "node-b", "-o", "xml"}, "--output must be json or yaml"},
+		{[]string{"pod", "consumer", "--to", "node-b", "--label", "novalue"}, `--label "novalue" is not key=value`},
+		{[]string{"report", "-o", "table"}, "--output must be json or yaml"},
+		{[]string{"--color", "sometimes", "version"}, "--color must be auto, always or never"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			w := migratetest.NewWorld(t)
+			r := execute(t, w, tc.args...)
+			if r.err == nil || !strings.Contains(r.err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", r.err, tc.want)
+			}
+			if strings.Contains(r.err.Error(), "\n") {
+				t.Fatalf("error is not one line: %q", r.err)
+			}
+			if r.clientCalled != 0 || len(w.Calls) != 0 {
+				t.Fatal("bad input reached the cluster")
+			}
+		})
+	}
+}
+
+func TestMissingSettingsNameTheFix(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	r := execute(t, w, "pod", "consumer", "--to", "node-b") // no annotations, no flags
+	if r.err == nil || !strings.Contains(r.err.Error(), "--registry is required") || !strings.Contains(r.err.Error(), "ms2m.io/") {
+		t.Fatalf("got %v", r.err)
+	}
+	if len(w.Calls) != 0 {
+		t.Fatal("changed something")
+	}
+	r = execute(t, w, "pod", "nope", "--to", "node-b")
+	if r.err == nil || r.err.Error() != "pod nope not found in namespace default; check the name and -n" {
+		t.Fatalf("got %v", r.err)
+	}
+}
+
+func TestPodMigratesAndReports(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	r := execute(t, w, append([]string{"pod", "consumer", "--to", "node-b", "--label", "rate=10"}, brokerFlags...)...)
+	if r.err != nil {
+		t.Fatalf("%v\n%s", r.err, r.errOut)
+	}
+	for _, phase := range []string{"✓ preflight", "✓ checkpoint", "✓ replay", "✓ switchover", "✓ cleanup"} {
+		if !strings.Contains(r.errOut.String(), phase) {
+			t.Errorf("stderr lacks %q:\n%s", phase, r.errOut)
+		}
+	}
+	if !strings.Contains(r.out.String(), "succeeded") || !strings.Contains(r.out.String(), "total migration time") {
+		t.Fatalf("stdout:\n%s", r.out)
+	}
+	if len(w.Saved) != 1 || w.Saved[0].Labels["rate"] != "10" {
+		t.Fatal("record not saved with its labels")
+	}
+	// The record is in the cluster: report reads it back.
+	if err := (report.Store{Client: w.Client}).Save(context.Background(), w.Saved[0]); err != nil {
+		t.Fatal(err)
+	}
+	list := execute(t, w, "report")
+	if list.err != nil || !strings.Contains(list.out.String(), w.Saved[0].ID) || !strings.Contains(list.out.String(), "node-a → node-b") {
+		t.Fatalf("report list: %v\n%s", list.err, list.out)
+	}
+	detail := execute(t, w, "report", w.Saved[0].ID, "-o", "json")
+	var rec report.Record
+	if err := json.Unmarshal(detail.out.Bytes(), &rec); err != nil || rec.ID != w.Saved[0].ID || len(rec.Phases) != 8 {
+		t.Fatalf("report -o json: %v %+v", err, rec)
+	}
+}
+
+func TestPodDefaultsFromAnnotations(t *testing.T) {
+	pod := migratetest.SourcePod()
+	pod.Annotations = map[string]string{
+		migrate.RegistryAnnotation: "reg:5000/ckpt", migrate.BrokerURLAnnotation: "amqp://x",
+		migrate.ExchangeAnnotation: "ex", migrate.QueueAnnotation: "work", migrate.ControlPortAnnotation: "9090",
+	}
+	w := migratetest.NewWorld(t, []runtime.Object{migratetest.Node("node-a", "cri-o://1.34.0"), migratetest.Node("node-b", "cri-o://1.34.0"), pod}...)
+	r := execute(t, w, "pod", "consumer", "--to", "node-b", "-o", "yaml", "-q")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.errOut.Len() != 0 {
+		t.Fatalf("-q printed progress: %s", r.errOut)
+	}
+	if !strings.Contains(r.out.String(), "outcome: succeeded") || !strings.Contains(r.out.String(), "replayQueue: work.ms2m-replay") {
+		t.Fatalf("yaml:\n%s", r.out)
+	}
+}
+
+func TestDryRunPrintsPlanAndChangesNothing(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	r := execute(t, w, append([]string{"pod", "consumer", "--to", "node-b", "--dry-run"}, brokerFlags...)...)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	out := r.out.String()
+	for _, want := range []string{"Preflight passed", "bind replay queue work.ms2m-replay", "restore pod consumer-", "Nothing was changed."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+	if len(w.Calls) != 0 || len(w.Saved) != 0 {
+		t.Fatalf("dry run changed: %v", w.Calls)
+	}
+}
+
+func TestFailedMigrationExitsWithTheCause(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	w.FailAt = report.Checkpoint
+	r := execute(t, w, append([]string{"pod", "consumer", "--to", "node-b"}, brokerFlags...)...)
+	if r.err == nil || !strings.HasPrefix(r.err.Error(), "checkpoint: injected failure") {
+		t.Fatalf("got %v", r.err)
+	}
+	if !strings.Contains(r.errOut.String(), "rolling back") || !strings.Contains(r.out.String(), "rolled-back") {
+		t.Fatalf("stderr:\n%s\nstdout:\n%s", r.errOut, r.out)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	r := execute(t, migratetest.NewWorld(t), "version")
+	if r.err != nil || !strings.HasPrefix(r.out.String(), "kubectl-migrate dev") {
+		t.Fatalf("%v %q", r.err, r.out)
+	}
+}
+
+func TestHelpReadsLikeKubectl(t *testing.T) {
+	r := execute(t, migratetest.NewWorld(t), "pod", "--help")
+	if r.err != nil || !strings.Contains(r.out.String(), "kubectl migrate pod NAME --to NODE") || !strings.Contains(r.out.String(), "Examples:") {
+		t.Fatalf("%v\n%s", r.err, r.out)
+	}
+}
