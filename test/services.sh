@@ -50,8 +50,8 @@ CFG
   fi
   wait_for 120 rabbitmq-diagnostics -q check_port_connectivity
   wait_for 30 curl -sf "http://$REGISTRY_ADDR/v2/"
-  echo "MIGRATE_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:$AMQP_PORT/"
-  echo "MIGRATE_TEST_REGISTRY=$REGISTRY_ADDR"
+  echo "export MIGRATE_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:$AMQP_PORT/"
+  echo "export MIGRATE_TEST_REGISTRY=$REGISTRY_ADDR"
 }
 
 down() {
