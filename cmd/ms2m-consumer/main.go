@@ -8,7 +8,6 @@ import (
 	"context"
 	"flag"
 	"log"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,9 +17,9 @@ import (
 
 func main() {
 	var cfg ms2m.ConsumerConfig
-	flag.StringVar(&cfg.URL, "url", envOr("MS2M_BROKER_URL", "amqp://guest:guest@localhost:5672/"), "AMQP URL of the broker")
-	flag.StringVar(&cfg.Exchange, "exchange", envOr("MS2M_EXCHANGE", "ms2m"), "fanout exchange the producer publishes to")
-	flag.StringVar(&cfg.Queue, "queue", envOr("MS2M_QUEUE", "ms2m.work"), "primary queue")
+	flag.StringVar(&cfg.URL, "url", ms2m.EnvOr("MS2M_BROKER_URL", "amqp://guest:guest@localhost:5672/"), "AMQP URL of the broker")
+	flag.StringVar(&cfg.Exchange, "exchange", ms2m.EnvOr("MS2M_EXCHANGE", "ms2m"), "fanout exchange the producer publishes to")
+	flag.StringVar(&cfg.Queue, "queue", ms2m.EnvOr("MS2M_QUEUE", "ms2m.work"), "primary queue")
 	flag.DurationVar(&cfg.Work, "work", 0, "time to apply one message, e.g. 50ms")
 	listen := flag.String("listen", ":8080", "HTTP address of the MS2M endpoints")
 	flag.Parse()
@@ -29,19 +28,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c := ms2m.NewConsumer(cfg)
-	srv := &http.Server{Addr: *listen, Handler: c.Handler()}
-	go func() {
-		if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
-			log.Fatal(err)
-		}
-	}()
-	_ = c.Run(ctx)
-	_ = srv.Shutdown(context.Background())
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
+	if err := ms2m.ServeWhile(ctx, *listen, c.Handler(), c.Run); err != nil {
+		log.Fatal(err)
 	}
-	return def
 }

@@ -8,7 +8,6 @@ import (
 	"context"
 	"flag"
 	"log"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,9 +17,9 @@ import (
 
 func main() {
 	var cfg ms2m.ProducerConfig
-	flag.StringVar(&cfg.URL, "url", envOr("MS2M_BROKER_URL", "amqp://guest:guest@localhost:5672/"), "AMQP URL of the broker")
-	flag.StringVar(&cfg.Exchange, "exchange", envOr("MS2M_EXCHANGE", "ms2m"), "fanout exchange to publish to")
-	flag.StringVar(&cfg.Queue, "queue", envOr("MS2M_QUEUE", "ms2m.work"), "consumers' primary queue (declared and bound)")
+	flag.StringVar(&cfg.URL, "url", ms2m.EnvOr("MS2M_BROKER_URL", "amqp://guest:guest@localhost:5672/"), "AMQP URL of the broker")
+	flag.StringVar(&cfg.Exchange, "exchange", ms2m.EnvOr("MS2M_EXCHANGE", "ms2m"), "fanout exchange to publish to")
+	flag.StringVar(&cfg.Queue, "queue", ms2m.EnvOr("MS2M_QUEUE", "ms2m.work"), "consumers' primary queue (declared and bound)")
 	flag.Float64Var(&cfg.Rate, "rate", 10, "messages per second")
 	flag.Uint64Var(&cfg.Count, "count", 0, "stop after this many messages (0: run until stopped)")
 	listen := flag.String("listen", ":8080", "HTTP address of the state endpoint")
@@ -30,23 +29,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p := ms2m.NewProducer(cfg)
-	srv := &http.Server{Addr: *listen, Handler: p.Handler()}
-	go func() {
-		if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
-			log.Fatal(err)
+	run := func(ctx context.Context) error {
+		if err := p.Run(ctx); err != nil {
+			return err
 		}
-	}()
-	if err := p.Run(ctx); err != nil {
+		<-ctx.Done() // keep serving the final totals until told to exit
+		return nil
+	}
+	if err := ms2m.ServeWhile(ctx, *listen, p.Handler(), run); err != nil {
 		log.Fatal(err)
 	}
-	// Keep serving the final totals until told to exit.
-	<-ctx.Done()
-	_ = srv.Shutdown(context.Background())
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }

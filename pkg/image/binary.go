@@ -9,8 +9,6 @@ import (
 	"path"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
@@ -41,20 +39,11 @@ func BinaryImage(binaryPath, arch string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(base, layer)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", arch
-	cfg.Config.Entrypoint = []string{target}
-	cfg.Config.Env = []string{"PATH=/usr/local/bin", "SSL_CERT_FILE=" + hostCABundle}
-	return mutate.ConfigFile(img, cfg)
+	return ociImage(layer, func(cfg *v1.ConfigFile) {
+		cfg.OS, cfg.Architecture = "linux", arch
+		cfg.Config.Entrypoint = []string{target}
+		cfg.Config.Env = []string{"PATH=/usr/local/bin", "SSL_CERT_FILE=" + hostCABundle}
+	})
 }
 
 type file struct {

@@ -26,14 +26,18 @@ func CheckpointImage(archivePath, container string) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint archive %s: %w", archivePath, err)
 	}
-	return checkpointImageFromLayer(layer, container)
+	img, err := ociImage(layer, func(cfg *v1.ConfigFile) { cfg.OS, cfg.Architecture = "linux", goruntime.GOARCH })
+	if err != nil {
+		return nil, err
+	}
+	return mutate.Annotations(img, CheckpointAnnotations(container)).(v1.Image), nil
 }
 
-func checkpointImageFromLayer(layer v1.Layer, container string) (v1.Image, error) {
-	// Docker media types mixed with OCI ones make CRI-O refuse the image
-	// ("invalid mixed OCI image"), so everything is OCI.
-	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
+// ociImage is a one-layer image with OCI media types throughout (Docker media
+// types mixed with OCI ones make CRI-O refuse an image: "invalid mixed OCI
+// image"), its config adjusted by configure.
+func ociImage(layer v1.Layer, configure func(*v1.ConfigFile)) (v1.Image, error) {
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	img, err := mutate.AppendLayers(base, layer)
 	if err != nil {
 		return nil, err
@@ -43,11 +47,8 @@ func checkpointImageFromLayer(layer v1.Layer, container string) (v1.Image, error
 		return nil, err
 	}
 	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", goruntime.GOARCH
-	if img, err = mutate.ConfigFile(img, cfg); err != nil {
-		return nil, err
-	}
-	return mutate.Annotations(img, CheckpointAnnotations(container)).(v1.Image), nil
+	configure(cfg)
+	return mutate.ConfigFile(img, cfg)
 }
 
 // CheckpointAnnotations are the manifest annotations of a checkpoint image.

@@ -114,7 +114,7 @@ type State struct {
 	Queue         string    `json:"queue,omitempty"`
 	Totals        Totals    `json:"totals"`
 	LastSeq       uint64    `json:"lastSeq"`
-	LastAppliedAt time.Time `json:"lastAppliedAt,omitempty"`
+	LastAppliedAt time.Time `json:"lastAppliedAt,omitzero"`
 	Skipped       uint64    `json:"skipped"`
 	Reconnects    uint64    `json:"reconnects"`
 	// Barrier is the last marker taken from a queue.
@@ -124,7 +124,7 @@ type State struct {
 	// UntilSeq is the replay bound set by EndReplay.
 	UntilSeq uint64 `json:"untilSeq,omitempty"`
 	// SwitchedAt is when the instance last moved to the primary queue.
-	SwitchedAt time.Time `json:"switchedAt,omitempty"`
+	SwitchedAt time.Time `json:"switchedAt,omitzero"`
 	// Process identifies the running process image: it changes on restart but
 	// survives a checkpoint/restore, which is how a restore is told apart
 	// from a restart.

@@ -1,0 +1,38 @@
+package ms2m
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"time"
+)
+
+// ServeWhile serves h on addr while run runs, then shuts the server down.
+// The sample binaries use it; an application may too.
+func ServeWhile(ctx context.Context, addr string, h http.Handler, run func(context.Context) error) error {
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.ListenAndServe() }()
+	runErr := make(chan error, 1)
+	go func() { runErr <- run(ctx) }()
+	select {
+	case err := <-serveErr:
+		return err // the endpoint is part of the contract: no endpoint, no service
+	case err := <-runErr:
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if sErr := srv.Shutdown(shutdown); sErr != nil && !errors.Is(sErr, http.ErrServerClosed) && err == nil {
+			err = sErr
+		}
+		return err
+	}
+}
+
+// EnvOr returns the environment variable key, or def if it is unset.
+func EnvOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
