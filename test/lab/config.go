@@ -1,0 +1,66 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+)
+
+// Version pins, all in one place.
+const (
+	kubernetesVersion = "1.34.4" // test/lab/k8s/go.mod pins the same
+	etcdVersion       = "3.6.6"  // test/lab/etcd/go.mod pins the same
+	crioVersion       = "1.34.0"
+)
+
+// Lab addresses. Everything lives in network namespaces the lab creates, on
+// TEST-NET-3; the host reaches them over one veth pair.
+const (
+	labNetns   = "klab"
+	bridgeName = "klab-br0"
+	labIP      = "203.0.113.1" // control plane, registry and broker
+	hostIP     = "203.0.113.254"
+	prefixLen  = "24"
+	apiPort    = "6443"
+	registry   = labIP + ":5000"
+	amqpPort   = "5672"
+	// serviceCIDR is required by the apiserver; nothing routes it (no kube-proxy).
+	serviceCIDR = "10.96.0.0/24"
+)
+
+// labNode is one node's identity and addresses.
+type labNode struct {
+	Name    string
+	IP      string
+	PodCIDR string
+	Gateway string // first address of PodCIDR, the CNI bridge
+}
+
+var nodes = []labNode{
+	{Name: "node-a", IP: "203.0.113.11", PodCIDR: "10.88.1.0/24", Gateway: "10.88.1.1"},
+	{Name: "node-b", IP: "203.0.113.12", PodCIDR: "10.88.2.0/24", Gateway: "10.88.2.1"},
+}
+
+func (n labNode) netns() string { return "klab-" + n.Name }
+
+// dirs are the lab's places on disk: cache survives down/up, run does not.
+type dirs struct {
+	cache string
+	run   string
+}
+
+func labDirs() dirs {
+	cache := os.Getenv("LAB_CACHE")
+	if cache == "" {
+		cache = "/var/cache/kubectl-migrate-lab"
+	}
+	return dirs{cache: cache, run: filepath.Join(cache, "run")}
+}
+
+func (d dirs) bin(name string) string   { return filepath.Join(d.cache, "bin", name) }
+func (d dirs) rootfs() string           { return filepath.Join(d.cache, "rootfs") }
+func (d dirs) pki(name string) string   { return filepath.Join(d.run, "pki", name) }
+func (d dirs) log(name string) string   { return filepath.Join(d.run, "logs", name+".log") }
+func (d dirs) pid(name string) string   { return filepath.Join(d.run, "pids", name+".pid") }
+func (d dirs) node(n labNode) string    { return filepath.Join(d.run, n.Name) }
+func (d dirs) kubeconfig() string       { return filepath.Join(d.run, "admin.kubeconfig") }
+func (d dirs) state(name string) string { return filepath.Join(d.run, name) }

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
+)
+
+// labImages are static binaries of this repository, each pushed as a
+// one-layer image to the lab registry.
+var labImages = map[string]string{
+	"pause":                 "./test/lab/pause",
+	"kubectl-migrate-agent": "./cmd/kubectl-migrate-agent",
+	"ms2m-producer":         "./cmd/ms2m-producer",
+	"ms2m-consumer":         "./cmd/ms2m-consumer",
+}
+
+// ImageRef is where the lab serves a binary's image.
+func imageRef(name string) string {
+	if name == "pause" {
+		return registry + "/kubectl-migrate/pause:lab"
+	}
+	return registry + "/kubectl-migrate/" + name + ":lab"
+}
+
+// pushImages builds the binaries from the checkout at repo and pushes their
+// images; rebuilding is cheap with Go's build cache.
+func (d dirs) pushImages(ctx context.Context, repo string) error {
+	out := filepath.Join(d.cache, "images")
+	reg := image.Registry{Insecure: true}
+	for name, pkg := range labImages {
+		bin := filepath.Join(out, name)
+		build := exec.Command("go", "build", "-trimpath", "-o", bin, pkg)
+		build.Dir = repo
+		build.Env = append(build.Environ(), "CGO_ENABLED=0")
+		if b, err := build.CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %v: %s", name, err, b)
+		}
+		img, err := image.BinaryImage(bin, runtime.GOARCH)
+		if err != nil {
+			return err
+		}
+		if _, err := reg.Push(ctx, imageRef(name), img); err != nil {
+			return err
+		}
+	}
+	return nil
+}

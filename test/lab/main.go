@@ -1,0 +1,149 @@
+// Command lab runs a real two-node Kubernetes cluster on this machine, with
+// CRI-O, runc and CRIU on each node, a registry and a RabbitMQ, all inside
+// network namespaces it creates, so kubectl-migrate can be proven on real
+// kubelets, a real runtime and real checkpoints.
+//
+//	go run ./test/lab up      build what is missing (cached), start everything
+//	go run ./test/lab down    end every process it started, remove mounts,
+//	                          namespaces, links and cgroups
+//	go run ./test/lab status  what runs, and the kubeconfig path
+//	go run ./test/lab env     shell exports for the e2e tests
+//
+// It must run as root, from the repository's root.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: go run ./test/lab up|down|status|env")
+		os.Exit(2)
+	}
+	d := labDirs()
+	var err error
+	switch os.Args[1] {
+	case "up":
+		err = d.up()
+	case "down":
+		err = d.down()
+	case "status":
+		err = d.status()
+	case "env":
+		d.printEnv()
+	default:
+		err = fmt.Errorf("unknown command %q; use up, down, status or env", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lab:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "lab: "+format+"\n", args...)
+}
+
+func (d dirs) up() error {
+	if os.Geteuid() != 0 {
+		return errors.New("the lab needs root (namespaces, mounts, cgroups)")
+	}
+	repo, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat("test/lab/k8s/go.mod"); err != nil {
+		return errors.New("run it from the repository's root: go run ./test/lab up")
+	}
+	if d.healthy() == nil {
+		logf("already up; kubeconfig %s", d.kubeconfig())
+		return nil
+	}
+	t0 := time.Now()
+	if err := d.down(); err != nil { // clear whatever a half-finished run left
+		return err
+	}
+	if err := d.ensureBuilds(repo, logf); err != nil {
+		return err
+	}
+	built := time.Now()
+	for _, sub := range []string{"logs", "pids", "pki"} {
+		if err := os.MkdirAll(d.state(sub), 0o755); err != nil {
+			return err
+		}
+	}
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"network", networkUp},
+		{"pki", func() error { return generatePKI(d) }},
+		{"registry and broker", d.servicesUp},
+		{"images", func() error { return d.pushImages(context.Background(), repo) }},
+		{"control plane", d.controlPlaneUp},
+		{"nodes", func() error {
+			for _, n := range nodes {
+				if err := d.nodeUp(n); err != nil {
+					return err
+				}
+			}
+			return d.waitNodesReady(3 * time.Minute)
+		}},
+	}
+	for _, s := range steps {
+		ts := time.Now()
+		if err := s.fn(); err != nil {
+			return fmt.Errorf("%s: %w (logs in %s)", s.name, err, d.state("logs"))
+		}
+		logf("%s ready after %s", s.name, time.Since(ts).Round(100*time.Millisecond))
+	}
+	logf("up in %s (builds %s, start %s); kubeconfig %s", time.Since(t0).Round(time.Second),
+		built.Sub(t0).Round(time.Second), time.Since(built).Round(time.Second), d.kubeconfig())
+	return nil
+}
+
+func (d dirs) down() error {
+	var errs []error
+	for _, n := range nodes {
+		errs = append(errs, d.nodeDown(n)...)
+	}
+	for _, p := range []string{"kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd", "registry", "rabbitmq"} {
+		if err := d.stop(p, 20*time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Whatever else runs in the lab's namespaces (epmd, helpers of the
+	// broker) was started by the lab too.
+	for _, ns := range append([]string{labNetns}, netnsNames()...) {
+		if !netnsExists(ns) {
+			continue
+		}
+		pids, _ := output("ip", "netns", "pids", ns)
+		for _, f := range splitFields(pids) {
+			var pid int
+			if _, err := fmt.Sscan(f, &pid); err == nil {
+				_ = killPID(pid, 5*time.Second)
+			}
+		}
+	}
+	if err := networkDown(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(d.run); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func netnsNames() []string {
+	var names []string
+	for _, n := range nodes {
+		names = append(names, n.netns())
+	}
+	return names
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// A node is a network namespace plus a persistent mount namespace whose root
+// is an overlay of the shared rootfs (CRIU needs a real pivot_root; a chroot
+// confuses its mount tree). Container storage and kubelet state are bind
+// mounts of plain directories, since overlayfs cannot host overlay storage.
+func (d dirs) nodeNsFile(n labNode) string { return filepath.Join(d.node(n), "ns", "mnt") }
+
+var nodeMountDirs = []string{"upper", "work", "root", "containers", "kubelet", "log", "ns"}
+
+func (d dirs) nodeUp(n labNode) error {
+	base := d.node(n)
+	for _, sub := range nodeMountDirs {
+		if err := os.MkdirAll(filepath.Join(base, sub), 0o755); err != nil {
+			return err
+		}
+	}
+	files, err := nodeFiles(d, n)
+	if err != nil {
+		return err
+	}
+	if err := writeFiles(filepath.Join(base, "upper"), files); err != nil {
+		return err
+	}
+	if err := d.nodeMountNamespace(n); err != nil {
+		return fmt.Errorf("%s: mount namespace: %w", n.Name, err)
+	}
+	if err := makeCgroupRoot("klab-" + n.Name); err != nil {
+		return fmt.Errorf("%s: cgroups: %w", n.Name, err)
+	}
+	env := []string{"PATH=/opt/lab/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"}
+	if err := d.start(n.Name+"-crio", d.inNode(n, "/opt/lab/bin/crio", "--log-level", "info"), env); err != nil {
+		return err
+	}
+	if err := waitFor(n.Name+" CRI-O socket", time.Minute, func() error {
+		_, err := os.Stat(filepath.Join("/proc", d.pidOf(n.Name+"-crio"), "root", "var/run/crio/crio.sock"))
+		return err
+	}); err != nil {
+		return err
+	}
+	return d.start(n.Name+"-kubelet", d.inNode(n, "/opt/lab/bin/kubelet",
+		"--config=/etc/kubernetes/kubelet.yaml", "--kubeconfig=/etc/kubernetes/kubelet.kubeconfig",
+		"--hostname-override="+n.Name, "--node-ip="+n.IP, "--v=1"), env)
+}
+
+func (d dirs) pidOf(name string) string {
+	pid, _ := d.running(name)
+	return fmt.Sprint(pid)
+}
+
+// inNode wraps argv to run inside the node's network and mount namespaces.
+func (d dirs) inNode(n labNode, argv ...string) []string {
+	return append([]string{"nsenter", "--net=/run/netns/" + n.netns(), "--mount=" + d.nodeNsFile(n), "--"}, argv...)
+}
+
+// nodeMountNamespace creates the node's persistent mount namespace (bound to
+// a file) and pivots it into the overlay root.
+func (d dirs) nodeMountNamespace(n labNode) error {
+	base := d.node(n)
+	nsDir := filepath.Join(base, "ns")
+	if mounted(nsDir) {
+		return nil
+	}
+	// A namespace file can only be bound under a private mount.
+	if err := run("mount", "--bind", nsDir, nsDir); err != nil {
+		return err
+	}
+	if err := run("mount", "--make-private", nsDir); err != nil {
+		return err
+	}
+	nsFile := d.nodeNsFile(n)
+	if err := os.WriteFile(nsFile, nil, 0o644); err != nil {
+		return err
+	}
+	if err := run("unshare", "--mount="+nsFile, "--propagation", "private", "true"); err != nil {
+		return err
+	}
+	r := filepath.Join(base, "root")
+	script := strings.Join([]string{
+		"set -e",
+		fmt.Sprintf("mount -t overlay overlay -o lowerdir=%s,upperdir=%s/upper,workdir=%s/work %s", d.rootfs(), base, base, r),
+		fmt.Sprintf("mkdir -p %[1]s/var/lib/containers %[1]s/var/lib/kubelet %[1]s/var/log %[1]s/opt/lab/bin %[1]s/oldroot", r),
+		fmt.Sprintf("mount --bind %s/containers %s/var/lib/containers", base, r),
+		// rshared: the kubelet's volume mounts must propagate into containers.
+		fmt.Sprintf("mount --bind %s/kubelet %s/var/lib/kubelet && mount --make-rshared %s/var/lib/kubelet", base, r, r),
+		fmt.Sprintf("mount --bind %s/log %s/var/log", base, r),
+		fmt.Sprintf("mount --bind %s %s/opt/lab/bin && mount -o remount,bind,ro %s/opt/lab/bin", filepath.Join(d.cache, "bin"), r, r),
+		fmt.Sprintf("mount -t proc proc %s/proc", r),
+		// A sysfs mounted from the node's network namespace shows its devices.
+		fmt.Sprintf("mount -t sysfs sysfs %s/sys && mount --rbind /sys/fs/cgroup %s/sys/fs/cgroup", r, r),
+		fmt.Sprintf("mount --rbind /dev %s/dev", r),
+		fmt.Sprintf("mount -t tmpfs tmpfs %s/run && mkdir -p %s/run/netns %s/run/lock", r, r, r),
+		fmt.Sprintf("mount -t tmpfs tmpfs %s/tmp", r),
+		"cd " + r,
+		"pivot_root . oldroot",
+		"umount -l /oldroot",
+	}, "\n")
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+n.netns(), "--mount="+nsFile, "--", "sh", "-c", script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	return nil
+}
+
+func mounted(path string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
+			return true
+		}
+	}
+	return false
+}
+
+func (d dirs) nodeDown(n labNode) []error {
+	var errs []error
+	for _, p := range []string{n.Name + "-kubelet", n.Name + "-crio"} {
+		if err := d.stop(p, 15*time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Containers and their conmon monitors live in the node's cgroup tree.
+	for _, pid := range cgroupPIDs("klab-" + n.Name) {
+		_ = killPID(pid, 5*time.Second)
+	}
+	if err := removeCgroupRoot("klab-" + n.Name); err != nil {
+		errs = append(errs, err)
+	}
+	nsDir := filepath.Join(d.node(n), "ns")
+	if mounted(nsDir) {
+		_ = syscall.Unmount(d.nodeNsFile(n), syscall.MNT_DETACH)
+		if err := syscall.Unmount(nsDir, syscall.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", nsDir, err))
+		}
+	}
+	return errs
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// run runs a command to completion and returns its error with its output.
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// output runs a command and returns its standard output.
+func output(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).Output()
+	return strings.TrimSpace(string(out)), err
+}
+
+// start launches a long-running daemon in its own session with its output in
+// a log file, and records its PID so that down ends exactly it.
+func (d dirs) start(name string, argv []string, env []string) error {
+	if pid, ok := d.running(name); ok {
+		return fmt.Errorf("%s already runs as PID %d", name, pid)
+	}
+	logf, err := os.OpenFile(d.log(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), env...)
+	// Only stdio is inherited: CRIU cannot dump a process holding fds that
+	// point outside its node's root.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() { _ = cmd.Wait() }() // reap it if it dies while we run
+	return os.WriteFile(d.pid(name), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+}
+
+// running reports the PID of a daemon the lab started, if it is alive.
+func (d dirs) running(name string) (int, bool) {
+	b, err := os.ReadFile(d.pid(name))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	return pid, syscall.Kill(pid, 0) == nil
+}
+
+// stop ends a daemon by its recorded PID: SIGTERM, then SIGKILL after grace.
+func (d dirs) stop(name string, grace time.Duration) error {
+	pid, ok := d.running(name)
+	_ = os.Remove(d.pid(name))
+	if !ok {
+		return nil
+	}
+	return killPID(pid, grace)
+}
+
+func killPID(pid int, grace time.Duration) error {
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return nil // already gone
+	}
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if syscall.Kill(pid, 0) != nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	return nil
+}
+
+// waitFor polls check until it succeeds or timeout passes.
+func waitFor(what string, timeout time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not ready after %s: %v", what, timeout, err)
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+var daemons = func() []string {
+	names := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "registry", "rabbitmq"}
+	for _, n := range nodes {
+		names = append(names, n.Name+"-crio", n.Name+"-kubelet")
+	}
+	return names
+}()
+
+// healthy reports why the lab is not fully up, or nil.
+func (d dirs) healthy() error {
+	for _, name := range daemons {
+		if _, ok := d.running(name); !ok {
+			return fmt.Errorf("%s is not running", name)
+		}
+	}
+	return d.nodesReady(context.Background())
+}
+
+func (d dirs) nodesReady(ctx context.Context) error {
+	client, err := d.adminClient()
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		node, err := client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ready := false
+		for _, c := range node.Status.Conditions {
+			ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
+		}
+		if !ready {
+			return fmt.Errorf("node %s is not Ready", n.Name)
+		}
+	}
+	return nil
+}
+
+func (d dirs) waitNodesReady(timeout time.Duration) error {
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		last = d.nodesReady(ctx)
+		return last == nil, nil
+	})
+	if err != nil {
+		return errors.Join(err, last)
+	}
+	return nil
+}
+
+func (d dirs) status() error {
+	for _, name := range daemons {
+		if pid, ok := d.running(name); ok {
+			fmt.Printf("%-24s running (PID %d)\n", name, pid)
+		} else {
+			fmt.Printf("%-24s stopped\n", name)
+		}
+	}
+	if err := d.healthy(); err != nil {
+		fmt.Printf("\nlab is not up: %v\n", err)
+		return nil
+	}
+	fmt.Printf("\nlab is up. export KUBECONFIG=%s\n", d.kubeconfig())
+	return nil
+}
+
+func (d dirs) printEnv() {
+	fmt.Printf("export KUBECONFIG=%s\n", d.kubeconfig())
+	fmt.Printf("export LAB_REGISTRY=%s\n", registry)
+	fmt.Printf("export LAB_BROKER_URL=amqp://guest:guest@%s:%s/\n", labIP, amqpPort)
+	fmt.Printf("export LAB_KUBECTL=%s\n", d.bin("kubectl"))
+	fmt.Printf("export LAB_IMAGE_PREFIX=%s/kubectl-migrate\n", registry)
+}
+
+func splitFields(s string) []string { return strings.Fields(s) }
