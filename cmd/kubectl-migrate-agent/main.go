@@ -19,7 +19,9 @@ import (
 
 const usage = `usage:
   kubectl-migrate-agent pack --archive PATH --container NAME --image REF [--insecure] [--keep-archive]
-  kubectl-migrate-agent remove PATH...`
+  kubectl-migrate-agent remove PATH...
+  kubectl-migrate-agent install DIR   (copy this static binary into DIR)
+  kubectl-migrate-agent noop          (exit 0: run from another image to pull it)`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -61,6 +63,13 @@ func run(ctx context.Context, args []string) (string, error) {
 		}
 		out, err := json.Marshal(res)
 		return string(out), err
+	case "install":
+		if len(args) != 2 {
+			return "", fmt.Errorf("install needs a directory\n%s", usage)
+		}
+		return agent.InstallSelf(args[1])
+	case "noop":
+		return "ok", nil
 	case "remove":
 		for _, p := range args[1:] {
 			if err := agent.Remove(p); err != nil {

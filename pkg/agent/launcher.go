@@ -61,11 +61,38 @@ func (l Launcher) Remove(ctx context.Context, podName, node string, archives []s
 	return err
 }
 
+// Prepull makes node pull images. CRI-O restores a checkpoint on top of the
+// checkpointed container's own image, looked up by ID on the target node,
+// so that image must be there first. Each image runs the agent binary (from
+// a shared volume, so images without a shell work too), which exits at once.
+func (l Launcher) Prepull(ctx context.Context, podName, node string, images []string) error {
+	pod := l.PodSpec(podName, node, nil)
+	pod.Spec.Volumes = []corev1.Volume{{Name: "agent-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	mount := []corev1.VolumeMount{{Name: "agent-bin", MountPath: "/kubectl-migrate"}}
+	install := pod.Spec.Containers[0]
+	install.Name, install.Args, install.Env, install.VolumeMounts = "install-agent", []string{"install", "/kubectl-migrate"}, nil, mount
+	pod.Spec.InitContainers = []corev1.Container{install}
+	pod.Spec.Containers = nil
+	for i, img := range images {
+		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
+			Name: fmt.Sprintf("pull-%d", i), Image: img, ImagePullPolicy: corev1.PullIfNotPresent,
+			Command: []string{"/kubectl-migrate/kubectl-migrate-agent", "noop"}, VolumeMounts: mount,
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		})
+	}
+	_, err := l.runPod(ctx, pod)
+	return err
+}
+
 // run creates the agent pod, waits for it to finish and deletes it, returning
 // its termination message.
 func (l Launcher) run(ctx context.Context, podName, node string, args []string) (string, error) {
-	pods := l.Client.CoreV1().Pods(l.Namespace)
-	if _, err := pods.Create(ctx, l.PodSpec(podName, node, args), metav1.CreateOptions{}); err != nil {
+	return l.runPod(ctx, l.PodSpec(podName, node, args))
+}
+
+func (l Launcher) runPod(ctx context.Context, pod *corev1.Pod) (string, error) {
+	podName, node := pod.Name, pod.Spec.NodeName
+	if _, err := l.Client.CoreV1().Pods(l.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("create agent pod on %s: %w", node, err)
 	}
 	// The agent pod goes away whatever happens, even if ctx was cancelled.
@@ -92,13 +119,25 @@ func agentFinished(image string) kube.PodCondition {
 		case corev1.PodSucceeded, corev1.PodFailed:
 			return true, nil
 		}
-		for _, cs := range pod.Status.ContainerStatuses {
+		for _, cs := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
 			if w := cs.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff" || w.Reason == "InvalidImageName") {
+				if cs.Name != "agent" && cs.Name != "install-agent" {
+					return false, fmt.Errorf("node %s cannot pull image %s (%s)", pod.Spec.NodeName, specImage(pod, cs.Name), strings.TrimSpace(w.Message))
+				}
 				return false, fmt.Errorf("the node cannot pull the agent image %s (%s); push it where the nodes can pull it and pass --agent-image", image, strings.TrimSpace(w.Message))
 			}
 		}
 		return false, nil
 	}
+}
+
+func specImage(pod *corev1.Pod, container string) string {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == container {
+			return c.Image
+		}
+	}
+	return container
 }
 
 func terminationMessage(pod *corev1.Pod) string {

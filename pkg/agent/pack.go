@@ -94,3 +94,21 @@ func Remove(path string) error {
 	}
 	return nil
 }
+
+// InstallSelf copies the running (static) binary into dir, so a container
+// of any other image can run it from a shared volume.
+func InstallSelf(dir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		return "", err
+	}
+	dest := filepath.Join(dir, filepath.Base(self))
+	if err := os.WriteFile(dest, data, 0o755); err != nil {
+		return "", err
+	}
+	return "installed " + dest, nil
+}

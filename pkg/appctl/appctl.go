@@ -85,6 +85,9 @@ func decode(t Target, body []byte, v any) error {
 }
 
 func callError(t Target, what string, err error, body []byte) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%s %s: %w", t, what, err)
+	}
 	detail := strings.TrimSpace(string(body))
 	if detail == "" {
 		detail = err.Error()

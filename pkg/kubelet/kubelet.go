@@ -70,10 +70,12 @@ func checkpointError(node, pod, container string, err error, body []byte) error 
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// truncate shortens a runtime's error text, keeping its end, where CRI-O
+// puts the cause.
 func truncate(s string) string {
-	const limit = 300
-	if len(s) > limit {
-		return s[:limit] + "…"
+	const head, tail = 120, 400
+	if len(s) > head+tail {
+		return s[:head] + " … " + s[len(s)-tail:]
 	}
 	return s
 }

@@ -21,6 +21,8 @@ type Checkpointer interface {
 type Packer interface {
 	Pack(ctx context.Context, podName, node string, req agent.PackRequest) (agent.PackResult, error)
 	Remove(ctx context.Context, podName, node string, archives []string) error
+	// Prepull makes node pull images (the base images restore builds on).
+	Prepull(ctx context.Context, podName, node string, images []string) error
 }
 
 // Broker manages queues.

@@ -27,6 +27,16 @@ type restore struct{}
 func (restore) Name() report.PhaseName { return report.Restore }
 
 func (restore) Run(ctx context.Context, m *Migration) error {
+	var bases []string
+	for _, c := range m.Source.Spec.Containers {
+		if _, ok := m.Images[c.Name]; ok {
+			bases = append(bases, c.Image)
+		}
+	}
+	m.progress(report.Restore, fmt.Sprintf("pulling base images %v on %s", bases, m.TargetNode))
+	if err := m.Packer.Prepull(ctx, m.nextAgentPod(), m.TargetNode, bases); err != nil {
+		return fmt.Errorf("pull the checkpointed containers' images on %s (restore needs them): %w", m.TargetNode, err)
+	}
 	pod := TargetPod(m.Source, m.TargetName, m.TargetNode, m.ID, m.Images, m.RegistrySecret)
 	created, err := m.Client.CoreV1().Pods(m.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {

@@ -3,6 +3,7 @@ package ms2m
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"os"
 	"time"
@@ -11,9 +12,13 @@ import (
 // ServeWhile serves h on addr while run runs, then shuts the server down.
 // The sample binaries use it; an application may too.
 func ServeWhile(ctx context.Context, addr string, h http.Handler, run func(context.Context) error) error {
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := Listen(ctx, addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.ListenAndServe() }()
+	go func() { serveErr <- srv.Serve(ln) }()
 	runErr := make(chan error, 1)
 	go func() { runErr <- run(ctx) }()
 	select {
@@ -27,6 +32,15 @@ func ServeWhile(ctx context.Context, addr string, h http.Handler, run func(conte
 		}
 		return err
 	}
+}
+
+// Listen opens a TCP listener that CRIU can checkpoint. Go (≥ 1.24) makes
+// listeners Multipath TCP where the kernel has it, and CRIU cannot dump MPTCP
+// sockets ("inet: Unsupported proto 262"), so MPTCP is switched off here.
+func Listen(ctx context.Context, addr string) (net.Listener, error) {
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(false)
+	return lc.Listen(ctx, "tcp", addr)
 }
 
 // EnvOr returns the environment variable key, or def if it is unset.

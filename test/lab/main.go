@@ -8,6 +8,7 @@
 //	                          namespaces, links and cgroups
 //	go run ./test/lab status  what runs, and the kubeconfig path
 //	go run ./test/lab env     shell exports for the e2e tests
+//	go run ./test/lab images  rebuild and push the lab's images
 //
 // It must run as root, from the repository's root.
 package main
@@ -22,7 +23,7 @@ import (
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./test/lab up|down|status|env")
+		fmt.Fprintln(os.Stderr, "usage: go run ./test/lab up|down|status|env|images")
 		os.Exit(2)
 	}
 	d := labDirs()
@@ -36,8 +37,10 @@ func main() {
 		err = d.status()
 	case "env":
 		d.printEnv()
+	case "images":
+		err = d.pushImages(context.Background(), ".")
 	default:
-		err = fmt.Errorf("unknown command %q; use up, down, status or env", os.Args[1])
+		err = fmt.Errorf("unknown command %q; use up, down, status, env or images", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lab:", err)

@@ -43,7 +43,7 @@ func (d dirs) nodeUp(n labNode) error {
 		return err
 	}
 	if err := waitFor(n.Name+" CRI-O socket", time.Minute, func() error {
-		_, err := os.Stat(filepath.Join("/proc", d.pidOf(n.Name+"-crio"), "root", "var/run/crio/crio.sock"))
+		_, err := os.Stat(filepath.Join("/proc", d.pidOf(n.Name+"-crio"), "root", "run/crio/crio.sock"))
 		return err
 	}); err != nil {
 		return err

@@ -195,6 +195,11 @@ func (f *fakePacker) Remove(_ context.Context, podName, node string, archives []
 	return nil
 }
 
+func (f *fakePacker) Prepull(_ context.Context, podName, node string, images []string) error {
+	(*World)(f).record("prepull %v on %s", images, node)
+	return nil
+}
+
 type fakeBroker World
 
 func (f *fakeBroker) CheckExchange(string) error { return nil }

@@ -1,0 +1,155 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// checkConservation stops the producer, lets the consumer drain and checks
+// that its applied set is exactly the producer's confirmed set.
+func (l *lab) checkConservation(t *testing.T, w workload, consumer string) {
+	t.Helper()
+	sent := l.producerTotals(t, w)
+	got := l.waitApplied(t, w, consumer, sent.LastSeq)
+	if got.Totals.Count != sent.Totals.Count || got.Totals.Sum != sent.Totals.Sum || got.Totals.Digest != sent.Totals.Digest {
+		t.Fatalf("conservation broken: applied %+v, sent %+v (lastSeq %d/%d, skipped %d)",
+			got.Totals, sent.Totals, got.LastSeq, sent.LastSeq, got.Skipped)
+	}
+	t.Logf("conservation: %d messages sent, %d applied exactly once (sum %d, digest %s); %d duplicates skipped",
+		sent.Totals.Count, got.Totals.Count, got.Totals.Sum, got.Totals.Digest, got.Skipped)
+}
+
+// checkMigrated checks that the consumer now runs on node-b restored from
+// its checkpoint, not restarted, and that nothing of the migration is left.
+func (l *lab) checkMigrated(t *testing.T, w workload, rec report.Record, before ms2m.State) ms2m.State {
+	t.Helper()
+	ctx := context.Background()
+	if rec.Outcome != report.Succeeded {
+		t.Fatalf("outcome %s: %s", rec.Outcome, rec.Error)
+	}
+	if _, err := l.client.CoreV1().Pods(w.ns).Get(ctx, "consumer", metav1.GetOptions{}); !isNotFound(err) {
+		t.Fatalf("source pod still there: %v", err)
+	}
+	pod, err := l.client.CoreV1().Pods(w.ns).Get(ctx, rec.TargetPod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Spec.NodeName != "node-b" || !strings.HasPrefix(pod.Spec.Containers[0].Image, l.registry+"/checkpoints/consumer@sha256:") {
+		t.Fatalf("target %s on %s from %s", pod.Name, pod.Spec.NodeName, pod.Spec.Containers[0].Image)
+	}
+	after := l.state(t, w, rec.TargetPod)
+	// Restored, not restarted: the process identity and start time chosen at
+	// the source's start survive, the state continued, and the broker
+	// connection had to be re-established.
+	if after.Process != before.Process || !after.StartedAt.Equal(before.StartedAt) {
+		t.Fatalf("target is a new process (%s started %s), not the restored %s", after.Process, after.StartedAt, before.Process)
+	}
+	if after.Totals.Count < before.Totals.Count || after.Reconnects < 1 {
+		t.Fatalf("state did not continue: before %+v, after %+v", before.Totals, after.Totals)
+	}
+	l.replayQueueGone(t, w)
+	agents, _ := l.client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kubectl-migrate-agent"})
+	if len(agents.Items) != 0 {
+		t.Fatalf("%d agent pods left", len(agents.Items))
+	}
+	return after
+}
+
+func checkTimings(t *testing.T, rec report.Record) {
+	t.Helper()
+	for _, name := range []report.PhaseName{report.Checkpoint, report.Restore} {
+		p, ok := rec.Phase(name)
+		if !ok || p.DurationMillis <= 0 || p.DurationMillis > 60_000 {
+			t.Fatalf("phase %s: %+v", name, p)
+		}
+	}
+	if rec.TotalMillis <= 0 || rec.Downtime == nil || rec.Downtime.Millis < 0 || rec.Downtime.Millis > rec.TotalMillis+1000 {
+		t.Fatalf("total %d ms, downtime %+v", rec.TotalMillis, rec.Downtime)
+	}
+}
+
+func TestMS2MMigratesALivePod(t *testing.T) {
+	l := setup(t)
+	w := l.deploy(t, "10")
+	before := l.waitApplied(t, w, "consumer", 30)
+	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--label", "rate=10")
+	if err != nil {
+		t.Fatalf("migration failed: %v\n%s", err, stderr)
+	}
+	l.checkMigrated(t, w, rec, before)
+	checkTimings(t, rec)
+	if rec.Broker.ArrivalRate < 5 || rec.Broker.ArrivalRate > 15 {
+		t.Errorf("λ measured %.2f msg/s, the producer sends 10", rec.Broker.ArrivalRate)
+	}
+	l.checkConservation(t, w, rec.TargetPod)
+
+	list := l.kubectlMigrate(t, "report", "-n", w.ns)
+	detail := l.kubectlMigrate(t, "report", "-n", w.ns, rec.ID)
+	if !strings.Contains(list, rec.ID) || !strings.Contains(detail, "replay") || !strings.Contains(detail, "downtime") {
+		t.Fatalf("report:\n%s\n%s", list, detail)
+	}
+	t.Logf("report:\n%s", detail)
+}
+
+func TestStopAndCopyMigratesALivePod(t *testing.T) {
+	l := setup(t)
+	w := l.deploy(t, "10")
+	before := l.waitApplied(t, w, "consumer", 30)
+	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--strategy", "stop-and-copy")
+	if err != nil {
+		t.Fatalf("migration failed: %v\n%s", err, stderr)
+	}
+	l.checkMigrated(t, w, rec, before)
+	checkTimings(t, rec)
+	if _, ok := rec.Phase(report.Replay); ok {
+		t.Fatal("stop-and-copy ran a replay phase")
+	}
+	// Stop-and-copy's downtime spans nearly the whole migration.
+	if rec.Downtime.Millis < rec.TotalMillis/2 {
+		t.Errorf("stop-and-copy downtime %d ms is less than half its total %d ms", rec.Downtime.Millis, rec.TotalMillis)
+	}
+	l.checkConservation(t, w, rec.TargetPod)
+}
+
+// TestFailedMigrationRollsBack makes replay time out (the target cannot
+// catch up in 1 ms) after checkpoint, image and restore have changed the
+// cluster: everything must be undone and the source must keep serving.
+func TestFailedMigrationRollsBack(t *testing.T) {
+	l := setup(t)
+	w := l.deploy(t, "10")
+	before := l.waitApplied(t, w, "consumer", 20)
+	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--replay-timeout", "1ms")
+	if err == nil {
+		t.Fatal("migration succeeded with a 1 ms replay timeout")
+	}
+	if rec.Outcome != report.RolledBack || !strings.Contains(stderr, "rolling back") {
+		t.Fatalf("outcome %s\n%s", rec.Outcome, stderr)
+	}
+	ctx := context.Background()
+	pods, err := l.client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Name != "consumer" && p.Name != "producer" {
+			t.Fatalf("pod %s left after rollback", p.Name)
+		}
+	}
+	st := l.state(t, w, "consumer")
+	if st.Mode != ms2m.ModePrimary || st.PendingRestore || st.Process != before.Process {
+		t.Fatalf("source not serving after rollback: %+v", st)
+	}
+	l.waitApplied(t, w, "consumer", st.LastSeq+5) // it keeps applying
+	l.replayQueueGone(t, w)
+	l.checkConservation(t, w, "consumer")
+	_ = time.Second
+}
