@@ -4,7 +4,7 @@
 LAB_CACHE ?= /var/cache/kubectl-migrate-lab
 KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
-.PHONY: build lint test services-up services-down
+.PHONY: build lint unit e2e test demo lab-up lab-down services-up services-down
 
 build:
 	CGO_ENABLED=0 go build -o bin/ ./cmd/...
@@ -12,6 +12,7 @@ build:
 lint:
 	@files=$$(gofmt -l . test/kubectl); if [ -n "$$files" ]; then echo "not gofmt-ed (run gofmt -w .):"; echo "$$files"; exit 1; fi
 	go vet ./...
+	go vet -tags e2e ./test/e2e
 
 # Upstream kubectl, built from the module proxy, to test the plugin through
 # kubectl's real plugin mechanism.
@@ -20,9 +21,26 @@ $(KUBECTL):
 
 # Unit tests, and integration tests against a real RabbitMQ, a real registry
 # and the real kubectl (test/services.sh starts the services on loopback).
-test: lint $(KUBECTL)
+unit: lint $(KUBECTL)
 	eval "$$(bash test/services.sh up)" && \
 	MIGRATE_TEST_KUBECTL=$(KUBECTL) go test -race -count=1 ./...
+
+# End-to-end: live pods migrated on the lab's real two-node cluster.
+e2e:
+	go run ./test/lab up
+	eval "$$(go run ./test/lab env)" && go test -tags e2e -count=1 -v -timeout 30m ./test/e2e
+
+# Everything; needs root (the lab). Stop the lab afterwards with make lab-down.
+test: unit e2e
+
+demo:
+	go run ./test/lab demo
+
+lab-up:
+	go run ./test/lab up
+
+lab-down:
+	go run ./test/lab down
 
 services-up:
 	@bash test/services.sh up

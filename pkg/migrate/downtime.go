@@ -46,8 +46,10 @@ func (m *Migration) measureDowntime(ctx context.Context) *report.Downtime {
 	if next.sent.After(waitingSince) {
 		waitingSince = next.sent
 	}
+	// A target that replayed past the source's last message before the
+	// source stopped left no gap at all.
 	return &report.Downtime{
-		Millis:              next.appliedAt.Sub(waitingSince).Milliseconds(),
+		Millis:              max(0, next.appliedAt.Sub(waitingSince).Milliseconds()),
 		SourceLastSeq:       last.LastSeq,
 		SourceLastAppliedAt: last.LastAppliedAt,
 		NextSeq:             next.seq,

@@ -6,23 +6,21 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
 
 // checkConservation stops the producer, lets the consumer drain and checks
 // that its applied set is exactly the producer's confirmed set.
-func (l *lab) checkConservation(t *testing.T, w workload, consumer string) {
+func checkConservation(t *testing.T, w *workload.Workload, consumer string) {
 	t.Helper()
-	sent := l.producerTotals(t, w)
-	got := l.waitApplied(t, w, consumer, sent.LastSeq)
-	if got.Totals.Count != sent.Totals.Count || got.Totals.Sum != sent.Totals.Sum || got.Totals.Digest != sent.Totals.Digest {
-		t.Fatalf("conservation broken: applied %+v, sent %+v (lastSeq %d/%d, skipped %d)",
-			got.Totals, sent.Totals, got.LastSeq, sent.LastSeq, got.Skipped)
+	got, sent, err := w.CheckConservation(context.Background(), consumer)
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("conservation: %d messages sent, %d applied exactly once (sum %d, digest %s); %d duplicates skipped",
 		sent.Totals.Count, got.Totals.Count, got.Totals.Sum, got.Totals.Digest, got.Skipped)
@@ -30,23 +28,23 @@ func (l *lab) checkConservation(t *testing.T, w workload, consumer string) {
 
 // checkMigrated checks that the consumer now runs on node-b restored from
 // its checkpoint, not restarted, and that nothing of the migration is left.
-func (l *lab) checkMigrated(t *testing.T, w workload, rec report.Record, before ms2m.State) ms2m.State {
+func (l *lab) checkMigrated(t *testing.T, w *workload.Workload, rec report.Record, before ms2m.State) ms2m.State {
 	t.Helper()
 	ctx := context.Background()
 	if rec.Outcome != report.Succeeded {
 		t.Fatalf("outcome %s: %s", rec.Outcome, rec.Error)
 	}
-	if _, err := l.client.CoreV1().Pods(w.ns).Get(ctx, "consumer", metav1.GetOptions{}); !isNotFound(err) {
+	if _, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer", metav1.GetOptions{}); !isNotFound(err) {
 		t.Fatalf("source pod still there: %v", err)
 	}
-	pod, err := l.client.CoreV1().Pods(w.ns).Get(ctx, rec.TargetPod, metav1.GetOptions{})
+	pod, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, rec.TargetPod, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if pod.Spec.NodeName != "node-b" || !strings.HasPrefix(pod.Spec.Containers[0].Image, l.registry+"/checkpoints/consumer@sha256:") {
 		t.Fatalf("target %s on %s from %s", pod.Name, pod.Spec.NodeName, pod.Spec.Containers[0].Image)
 	}
-	after := l.state(t, w, rec.TargetPod)
+	after := state(t, w, rec.TargetPod)
 	// Restored, not restarted: the process identity and start time chosen at
 	// the source's start survive, the state continued, and the broker
 	// connection had to be re-established.
@@ -57,7 +55,7 @@ func (l *lab) checkMigrated(t *testing.T, w workload, rec report.Record, before 
 		t.Fatalf("state did not continue: before %+v, after %+v", before.Totals, after.Totals)
 	}
 	l.replayQueueGone(t, w)
-	agents, _ := l.client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kubectl-migrate-agent"})
+	agents, _ := l.client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kubectl-migrate-agent"})
 	if len(agents.Items) != 0 {
 		t.Fatalf("%d agent pods left", len(agents.Items))
 	}
@@ -80,7 +78,7 @@ func checkTimings(t *testing.T, rec report.Record) {
 func TestMS2MMigratesALivePod(t *testing.T) {
 	l := setup(t)
 	w := l.deploy(t, "10")
-	before := l.waitApplied(t, w, "consumer", 30)
+	before := waitApplied(t, w, "consumer", 30)
 	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--label", "rate=10")
 	if err != nil {
 		t.Fatalf("migration failed: %v\n%s", err, stderr)
@@ -90,10 +88,10 @@ func TestMS2MMigratesALivePod(t *testing.T) {
 	if rec.Broker.ArrivalRate < 5 || rec.Broker.ArrivalRate > 15 {
 		t.Errorf("λ measured %.2f msg/s, the producer sends 10", rec.Broker.ArrivalRate)
 	}
-	l.checkConservation(t, w, rec.TargetPod)
+	checkConservation(t, w, rec.TargetPod)
 
-	list := l.kubectlMigrate(t, "report", "-n", w.ns)
-	detail := l.kubectlMigrate(t, "report", "-n", w.ns, rec.ID)
+	list := l.kubectlMigrate(t, "report", "-n", w.Namespace)
+	detail := l.kubectlMigrate(t, "report", "-n", w.Namespace, rec.ID)
 	if !strings.Contains(list, rec.ID) || !strings.Contains(detail, "replay") || !strings.Contains(detail, "downtime") {
 		t.Fatalf("report:\n%s\n%s", list, detail)
 	}
@@ -103,7 +101,7 @@ func TestMS2MMigratesALivePod(t *testing.T) {
 func TestStopAndCopyMigratesALivePod(t *testing.T) {
 	l := setup(t)
 	w := l.deploy(t, "10")
-	before := l.waitApplied(t, w, "consumer", 30)
+	before := waitApplied(t, w, "consumer", 30)
 	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--strategy", "stop-and-copy")
 	if err != nil {
 		t.Fatalf("migration failed: %v\n%s", err, stderr)
@@ -117,7 +115,7 @@ func TestStopAndCopyMigratesALivePod(t *testing.T) {
 	if rec.Downtime.Millis < rec.TotalMillis/2 {
 		t.Errorf("stop-and-copy downtime %d ms is less than half its total %d ms", rec.Downtime.Millis, rec.TotalMillis)
 	}
-	l.checkConservation(t, w, rec.TargetPod)
+	checkConservation(t, w, rec.TargetPod)
 }
 
 // TestFailedMigrationRollsBack makes replay time out (the target cannot
@@ -126,7 +124,7 @@ func TestStopAndCopyMigratesALivePod(t *testing.T) {
 func TestFailedMigrationRollsBack(t *testing.T) {
 	l := setup(t)
 	w := l.deploy(t, "10")
-	before := l.waitApplied(t, w, "consumer", 20)
+	before := waitApplied(t, w, "consumer", 20)
 	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--replay-timeout", "1ms")
 	if err == nil {
 		t.Fatal("migration succeeded with a 1 ms replay timeout")
@@ -135,7 +133,7 @@ func TestFailedMigrationRollsBack(t *testing.T) {
 		t.Fatalf("outcome %s\n%s", rec.Outcome, stderr)
 	}
 	ctx := context.Background()
-	pods, err := l.client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{})
+	pods, err := l.client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,12 +142,11 @@ func TestFailedMigrationRollsBack(t *testing.T) {
 			t.Fatalf("pod %s left after rollback", p.Name)
 		}
 	}
-	st := l.state(t, w, "consumer")
+	st := state(t, w, "consumer")
 	if st.Mode != ms2m.ModePrimary || st.PendingRestore || st.Process != before.Process {
 		t.Fatalf("source not serving after rollback: %+v", st)
 	}
-	l.waitApplied(t, w, "consumer", st.LastSeq+5) // it keeps applying
+	waitApplied(t, w, "consumer", st.LastSeq+5) // it keeps applying
 	l.replayQueueGone(t, w)
-	l.checkConservation(t, w, "consumer")
-	_ = time.Second
+	checkConservation(t, w, "consumer")
 }

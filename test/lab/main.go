@@ -9,6 +9,7 @@
 //	go run ./test/lab status  what runs, and the kubeconfig path
 //	go run ./test/lab env     shell exports for the e2e tests
 //	go run ./test/lab images  rebuild and push the lab's images
+//	go run ./test/lab demo    up, then migrate the sample workload and report
 //
 // It must run as root, from the repository's root.
 package main
@@ -18,12 +19,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 )
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./test/lab up|down|status|env|images")
+		fmt.Fprintln(os.Stderr, "usage: go run ./test/lab up|down|status|env|images|demo")
 		os.Exit(2)
 	}
 	d := labDirs()
@@ -37,10 +39,12 @@ func main() {
 		err = d.status()
 	case "env":
 		d.printEnv()
+	case "demo":
+		err = d.demo()
 	case "images":
 		err = d.pushImages(context.Background(), ".")
 	default:
-		err = fmt.Errorf("unknown command %q; use up, down, status, env or images", os.Args[1])
+		err = fmt.Errorf("unknown command %q; use up, down, status, env, images or demo", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lab:", err)
@@ -111,15 +115,24 @@ func (d dirs) up() error {
 }
 
 func (d dirs) down() error {
-	var errs []error
+	// Nodes first (their kubelets would otherwise report to a dying
+	// apiserver), then the control plane and services, etcd last; each group
+	// stops in parallel.
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	collect := func(e ...error) { mu.Lock(); errs = append(errs, e...); mu.Unlock() }
 	for _, n := range nodes {
-		errs = append(errs, d.nodeDown(n)...)
+		wg.Go(func() { collect(d.nodeDown(n)...) })
 	}
-	for _, p := range []string{"kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd", "registry", "rabbitmq"} {
-		if err := d.stop(p, 20*time.Second); err != nil {
-			errs = append(errs, err)
-		}
+	wg.Wait()
+	for _, p := range []string{"kube-scheduler", "kube-controller-manager", "kube-apiserver", "registry", "rabbitmq"} {
+		wg.Go(func() { collect(d.stop(p, 20*time.Second)) })
 	}
+	wg.Wait()
+	collect(d.stop("etcd", 20*time.Second)) // last: the apiserver needs it to shut down
 	// Whatever else runs in the lab's namespaces (epmd, helpers of the
 	// broker) was started by the lab too.
 	for _, ns := range append([]string{labNetns}, netnsNames()...) {

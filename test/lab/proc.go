@@ -71,7 +71,12 @@ func (d dirs) stop(name string, grace time.Duration) error {
 	if !ok {
 		return nil
 	}
-	return killPID(pid, grace)
+	t0 := time.Now()
+	err := killPID(pid, grace)
+	if took := time.Since(t0); took > 2*time.Second {
+		logf("%s took %s to stop", name, took.Round(100*time.Millisecond))
+	}
+	return err
 }
 
 func killPID(pid int, grace time.Duration) error {

@@ -88,3 +88,5 @@ func (d dirs) printEnv() {
 }
 
 func splitFields(s string) []string { return strings.Fields(s) }
+
+var listAll = metav1.ListOptions{}

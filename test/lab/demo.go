@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
+)
+
+// demo brings the lab up, deploys the sample workload on node-a, migrates
+// the consumer to node-b with kubectl migrate (through the real kubectl) and
+// checks that no message was lost or applied twice.
+func (d dirs) demo() error {
+	if err := d.up(); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	client, err := d.adminClient()
+	if err != nil {
+		return err
+	}
+	plugins := filepath.Join(d.cache, "plugins")
+	if err := goBuild(".", nil, "-o", filepath.Join(plugins, "kubectl-migrate"), "./cmd/kubectl-migrate"); err != nil {
+		return err
+	}
+	ns := fmt.Sprintf("demo-%d", time.Now().Unix())
+	logf("deploying the sample workload in namespace %s: producer at 10 msg/s, consumer at 50 ms per message, on node-a", ns)
+	w, err := workload.Deploy(ctx, client, workload.Options{
+		Namespace: ns, Node: "node-a", ImagePrefix: registry + "/kubectl-migrate",
+		BrokerURL: "amqp://guest:guest@" + labIP + ":" + amqpPort + "/", Registry: registry, Rate: "10", Work: "50ms",
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := w.WaitApplied(ctx, "consumer", 30, time.Minute); err != nil {
+		return err
+	}
+	logf("$ kubectl migrate pod consumer --to node-b -n %s", ns)
+	cmd := exec.Command(d.bin("kubectl"), "migrate", "pod", "consumer", "--to", "node-b", "-n", ns,
+		"--agent-image", imageRef("kubectl-migrate-agent"), "--insecure-registry")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.kubeconfig(), "PATH="+plugins+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("migration: %w", err)
+	}
+	pods, err := client.CoreV1().Pods(ns).List(ctx, listAll)
+	if err != nil {
+		return err
+	}
+	target := ""
+	for _, p := range pods.Items {
+		if p.Name != "producer" {
+			target = p.Name
+		}
+	}
+	got, sent, err := w.CheckConservation(ctx, target)
+	if err != nil {
+		return err
+	}
+	logf("conservation: the producer sent %d messages; %s on node-b applied each exactly once (sum %d, digest %s)",
+		sent.Totals.Count, target, got.Totals.Sum, got.Totals.Digest)
+	logf("explore: export KUBECONFIG=%s PATH=%s:$PATH; kubectl get pods -n %s -o wide; kubectl migrate report -n %s", d.kubeconfig(), plugins, ns, ns)
+	return nil
+}

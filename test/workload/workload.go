@@ -1,0 +1,154 @@
+// Package workload deploys the sample MS2M workload (the paper's producer and
+// 50 ms-per-message consumer) on the lab cluster, for the e2e tests and the
+// demo.
+package workload
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+)
+
+// Options say where the workload runs and what it reaches.
+type Options struct {
+	Namespace   string // created; empty: a fresh "e2e-<random>"
+	Node        string
+	ImagePrefix string // e.g. 203.0.113.1:5000/kubectl-migrate
+	BrokerURL   string
+	Registry    string // checkpoint images go to Registry/checkpoints
+	Rate        string // producer messages per second
+	Work        string // consumer time per message
+}
+
+// Workload is one producer/consumer pair in a namespace of its own, with
+// queue names of its own, so runs never see each other's messages.
+type Workload struct {
+	Namespace, Exchange, Queue string
+	client                     kubernetes.Interface
+	app                        appctl.Client
+}
+
+// Deploy creates the namespace and both pods and waits until they answer.
+func Deploy(ctx context.Context, client kubernetes.Interface, o Options) (*Workload, error) {
+	id := fmt.Sprintf("%06x", rand.Uint32()>>8)
+	w := &Workload{Namespace: o.Namespace, Exchange: "ms2m-" + id, Queue: "work-" + id, client: client,
+		app: appctl.Client{REST: client.CoreV1().RESTClient()}}
+	if w.Namespace == "" {
+		w.Namespace = "e2e-" + id
+	}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.Namespace}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	// The default service account appears asynchronously; pods need it.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().ServiceAccounts(w.Namespace).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return w, fmt.Errorf("no default service account in %s: %w", w.Namespace, err)
+	}
+	common := []string{"--url=" + o.BrokerURL, "--exchange=" + w.Exchange, "--queue=" + w.Queue}
+	consumer := w.pod(o, "consumer", "ms2m-consumer", append(common, "--work="+o.Work), map[string]string{
+		"ms2m.io/broker-url": o.BrokerURL, "ms2m.io/exchange": w.Exchange, "ms2m.io/queue": w.Queue,
+		"ms2m.io/registry": o.Registry + "/checkpoints",
+	})
+	producer := w.pod(o, "producer", "ms2m-producer", append(common, "--rate="+o.Rate), nil)
+	// The consumer first, so its queue exists before messages flow.
+	for _, p := range []*corev1.Pod{consumer, producer} {
+		if _, err := client.CoreV1().Pods(w.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return w, err
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := w.app.State(ctx, w.Target(p.Name))
+			return err == nil, nil
+		}); err != nil {
+			return w, fmt.Errorf("%s never answered: %w", p.Name, err)
+		}
+	}
+	return w, nil
+}
+
+func (w *Workload) pod(o Options, name, image string, args []string, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.Namespace, Annotations: annotations, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{
+			NodeName: o.Node,
+			Containers: []corev1.Container{{
+				Name: name, Image: o.ImagePrefix + "/" + image + ":lab", ImagePullPolicy: corev1.PullAlways,
+				Args: args, Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+			}},
+		},
+	}
+}
+
+// Delete removes the namespace and with it everything in it.
+func (w *Workload) Delete(ctx context.Context) error {
+	return w.client.CoreV1().Namespaces().Delete(ctx, w.Namespace, metav1.DeleteOptions{})
+}
+
+// Target addresses a pod's MS2M endpoint.
+func (w *Workload) Target(pod string) appctl.Target {
+	return appctl.Target{Namespace: w.Namespace, Pod: pod, Port: 8080}
+}
+
+// State reads a consumer's state.
+func (w *Workload) State(ctx context.Context, pod string) (ms2m.State, error) {
+	return w.app.State(ctx, w.Target(pod))
+}
+
+// WaitApplied waits until pod has applied sequence seq.
+func (w *Workload) WaitApplied(ctx context.Context, pod string, seq uint64, timeout time.Duration) (ms2m.State, error) {
+	var st ms2m.State
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		st, err = w.State(ctx, pod)
+		return err == nil && st.LastSeq >= seq, nil
+	})
+	if err != nil {
+		return st, fmt.Errorf("%s did not reach sequence %d (at %d): %w", pod, seq, st.LastSeq, err)
+	}
+	return st, nil
+}
+
+// StopProducer stops the producer and returns what the broker confirmed.
+func (w *Workload) StopProducer(ctx context.Context) (ms2m.ProducerState, error) {
+	body, err := w.client.CoreV1().RESTClient().Post().Namespace(w.Namespace).Resource("pods").Name("producer:8080").
+		SubResource("proxy").Suffix(ms2m.ControlPath).Body([]byte(`{"type":"STOP"}`)).DoRaw(ctx)
+	if err != nil {
+		return ms2m.ProducerState{}, fmt.Errorf("stop producer: %w: %s", err, body)
+	}
+	var st ms2m.ProducerState
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		raw, err := w.client.CoreV1().RESTClient().Get().Namespace(w.Namespace).Resource("pods").Name("producer:8080").
+			SubResource("proxy").Suffix(ms2m.StatePath).DoRaw(ctx)
+		return err == nil && json.Unmarshal(raw, &st) == nil && st.Stopped, nil
+	})
+	return st, err
+}
+
+// CheckConservation stops the producer, lets consumer drain and compares its
+// applied set with the producer's confirmed set.
+func (w *Workload) CheckConservation(ctx context.Context, consumer string) (ms2m.State, ms2m.ProducerState, error) {
+	sent, err := w.StopProducer(ctx)
+	if err != nil {
+		return ms2m.State{}, sent, err
+	}
+	got, err := w.WaitApplied(ctx, consumer, sent.LastSeq, 3*time.Minute)
+	if err != nil {
+		return got, sent, err
+	}
+	if got.Totals.Count != sent.Totals.Count || got.Totals.Sum != sent.Totals.Sum || got.Totals.Digest != sent.Totals.Digest {
+		return got, sent, fmt.Errorf("conservation broken: applied %+v, sent %+v (lastSeq %d/%d, skipped %d)",
+			got.Totals, sent.Totals, got.LastSeq, sent.LastSeq, got.Skipped)
+	}
+	return got, sent, nil
+}
