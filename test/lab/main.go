@@ -10,6 +10,7 @@
 //	go run ./test/lab env     shell exports for the e2e tests
 //	go run ./test/lab images  rebuild and push the lab's images
 //	go run ./test/lab demo    up, then migrate the sample workload and report
+//	go run ./test/lab build   only build what is missing
 //
 // It must run as root, from the repository's root.
 package main
@@ -25,7 +26,7 @@ import (
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./test/lab up|down|status|env|images|demo")
+		fmt.Fprintln(os.Stderr, "usage: go run ./test/lab up|down|status|env|images|demo|build")
 		os.Exit(2)
 	}
 	d := labDirs()
@@ -39,12 +40,17 @@ func main() {
 		err = d.status()
 	case "env":
 		d.printEnv()
+	case "build":
+		t0 := time.Now()
+		if err = d.ensureBuilds(".", logf); err == nil {
+			logf("builds ready after %s", time.Since(t0).Round(time.Second))
+		}
 	case "demo":
 		err = d.demo()
 	case "images":
 		err = d.pushImages(context.Background(), ".")
 	default:
-		err = fmt.Errorf("unknown command %q; use up, down, status, env, images or demo", os.Args[1])
+		err = fmt.Errorf("unknown command %q; use up, down, status, env, images, demo or build", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lab:", err)
