@@ -26,6 +26,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/test/testenv"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
 
@@ -37,14 +38,7 @@ type lab struct {
 }
 
 func env(t *testing.T, key string) string {
-	v := os.Getenv(key)
-	if v == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s not set: CI must bring the lab up (eval \"$(go run ./test/lab env)\")", key)
-		}
-		t.Skipf("%s not set; run: go run ./test/lab up && eval \"$(go run ./test/lab env)\"", key)
-	}
-	return v
+	return testenv.Require(t, key, `go run ./test/lab up && eval "$(go run ./test/lab env)"`)
 }
 
 func setup(t *testing.T) *lab {

@@ -75,16 +75,23 @@ func checkTimings(t *testing.T, rec report.Record) {
 	}
 }
 
-func TestMS2MMigratesALivePod(t *testing.T) {
+// migrateLivePod deploys the workload at 10 msg/s, migrates the consumer to
+// node-b with extra flags and checks the common outcome.
+func migrateLivePod(t *testing.T, flags ...string) (*lab, *workload.Workload, report.Record) {
 	l := setup(t)
 	w := l.deploy(t, "10")
 	before := waitApplied(t, w, "consumer", 30)
-	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--label", "rate=10")
+	rec, stderr, err := l.migrate(t, w, append([]string{"pod", "consumer", "--to", "node-b"}, flags...)...)
 	if err != nil {
 		t.Fatalf("migration failed: %v\n%s", err, stderr)
 	}
 	l.checkMigrated(t, w, rec, before)
 	checkTimings(t, rec)
+	return l, w, rec
+}
+
+func TestMS2MMigratesALivePod(t *testing.T) {
+	l, w, rec := migrateLivePod(t, "--label", "rate=10")
 	if rec.Broker.ArrivalRate < 5 || rec.Broker.ArrivalRate > 15 {
 		t.Errorf("λ measured %.2f msg/s, the producer sends 10", rec.Broker.ArrivalRate)
 	}
@@ -99,15 +106,7 @@ func TestMS2MMigratesALivePod(t *testing.T) {
 }
 
 func TestStopAndCopyMigratesALivePod(t *testing.T) {
-	l := setup(t)
-	w := l.deploy(t, "10")
-	before := waitApplied(t, w, "consumer", 30)
-	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--strategy", "stop-and-copy")
-	if err != nil {
-		t.Fatalf("migration failed: %v\n%s", err, stderr)
-	}
-	l.checkMigrated(t, w, rec, before)
-	checkTimings(t, rec)
+	_, w, rec := migrateLivePod(t, "--strategy", "stop-and-copy")
 	if _, ok := rec.Phase(report.Replay); ok {
 		t.Fatal("stop-and-copy ran a replay phase")
 	}

@@ -11,23 +11,27 @@ import (
 	"testing"
 )
 
-func lookup(t testing.TB, key string) string {
+// Require returns the environment variable key, which names a real service
+// that setup (a command) provides.
+func Require(t testing.TB, key, setup string) string {
 	t.Helper()
 	v := os.Getenv(key)
 	if v == "" {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not set; CI must start the services with test/services.sh", key)
+			t.Fatalf("%s is not set; CI must provide it: %s", key, setup)
 		}
-		t.Skipf("%s not set; run eval $(test/services.sh up) to start the real services", key)
+		t.Skipf("%s not set; run: %s", key, setup)
 	}
 	return v
 }
 
+const servicesSetup = `eval "$(test/services.sh up)"`
+
 // AMQPURL is the URL of a real RabbitMQ on loopback.
-func AMQPURL(t testing.TB) string { return lookup(t, "MIGRATE_TEST_AMQP_URL") }
+func AMQPURL(t testing.TB) string { return Require(t, "MIGRATE_TEST_AMQP_URL", servicesSetup) }
 
 // Registry is host:port of a real plain-HTTP OCI registry on loopback.
-func Registry(t testing.TB) string { return lookup(t, "MIGRATE_TEST_REGISTRY") }
+func Registry(t testing.TB) string { return Require(t, "MIGRATE_TEST_REGISTRY", servicesSetup) }
 
 // Name returns a name unique to this test run, for queues and repositories.
 func Name(prefix string) string { return fmt.Sprintf("%s-%08x", prefix, rand.Uint32()) }
