@@ -1,7 +1,7 @@
-// Package testenv gives tests the addresses of the real services that
-// test/services.sh starts (RabbitMQ, an OCI registry). Outside CI a test
-// whose service is not configured is skipped; in CI it fails, so a missing
-// service can never pass as green.
+// Package testenv gives tests the addresses of the real services they need:
+// RabbitMQ and an OCI registry from test/services.sh, the lab from
+// test/lab. Outside CI a test whose service is not configured is skipped; in
+// CI it fails, so a missing service can never pass as green.
 package testenv
 
 import (
