@@ -13,13 +13,16 @@ const (
 )
 
 // Lab addresses. Everything lives in network namespaces the lab creates, on
-// TEST-NET-3; the host reaches them over one veth pair.
+// TEST-NET-2; the host reaches them over one veth pair. (Not TEST-NET-3:
+// machines here resolve their package registries into 203.0.113.0/24, and
+// routing that into the lab cut them off. up checks for such collisions.)
 const (
 	labNetns   = "klab"
 	bridgeName = "klab-br0"
-	labIP      = "203.0.113.1" // control plane, registry and broker
-	hostIP     = "203.0.113.254"
+	labIP      = "198.51.100.1" // control plane, registry and broker
+	hostIP     = "198.51.100.254"
 	prefixLen  = "24"
+	labSubnet  = "198.51.100.0/24"
 	apiPort    = "6443"
 	registry   = labIP + ":5000"
 	amqpPort   = "5672"
@@ -36,8 +39,8 @@ type labNode struct {
 }
 
 var nodes = []labNode{
-	{Name: "node-a", IP: "203.0.113.11", PodCIDR: "10.88.1.0/24", Gateway: "10.88.1.1"},
-	{Name: "node-b", IP: "203.0.113.12", PodCIDR: "10.88.2.0/24", Gateway: "10.88.2.1"},
+	{Name: "node-a", IP: "198.51.100.11", PodCIDR: "10.88.1.0/24", Gateway: "10.88.1.1"},
+	{Name: "node-b", IP: "198.51.100.12", PodCIDR: "10.88.2.0/24", Gateway: "10.88.2.1"},
 }
 
 func (n labNode) netns() string { return "klab-" + n.Name }

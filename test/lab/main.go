@@ -81,6 +81,9 @@ func (d dirs) up() error {
 	if err := d.down(); err != nil { // clear whatever a half-finished run left
 		return err
 	}
+	if err := checkSubnetFree(); err != nil {
+		return err
+	}
 	if err := d.ensureBuilds(repo, logf); err != nil {
 		return err
 	}

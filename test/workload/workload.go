@@ -23,7 +23,7 @@ import (
 type Options struct {
 	Namespace   string // created; empty: a fresh "e2e-<random>"
 	Node        string
-	ImagePrefix string // e.g. 203.0.113.1:5000/kubectl-migrate
+	ImagePrefix string // e.g. 198.51.100.1:5000/kubectl-migrate
 	BrokerURL   string
 	Registry    string // checkpoint images go to Registry/checkpoints
 	Rate        string // producer messages per second
