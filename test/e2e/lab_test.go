@@ -37,11 +37,11 @@ type lab struct {
 	pluginDir                                 string
 }
 
-func env(t *testing.T, key string) string {
+func env(t testing.TB, key string) string {
 	return testenv.Require(t, key, `go run ./test/lab up && eval "$(go run ./test/lab env)"`)
 }
 
-func setup(t *testing.T) *lab {
+func setup(t testing.TB) *lab {
 	l := &lab{
 		kubectl: env(t, "LAB_KUBECTL"), imagePrefix: env(t, "LAB_IMAGE_PREFIX"),
 		registry: env(t, "LAB_REGISTRY"), brokerURL: env(t, "LAB_BROKER_URL"),
@@ -63,7 +63,7 @@ func setup(t *testing.T) *lab {
 
 // deploy starts the sample workload on node-a in a namespace of its own,
 // removed when the test ends.
-func (l *lab) deploy(t *testing.T, rate string) *workload.Workload {
+func (l *lab) deploy(t testing.TB, rate string) *workload.Workload {
 	w, err := workload.Deploy(context.Background(), l.client, workload.Options{
 		Node: "node-a", ImagePrefix: l.imagePrefix, BrokerURL: l.brokerURL, Registry: l.registry, Rate: rate, Work: "50ms",
 	})
@@ -81,7 +81,7 @@ func (l *lab) deploy(t *testing.T, rate string) *workload.Workload {
 	return w
 }
 
-func waitApplied(t *testing.T, w *workload.Workload, pod string, seq uint64) ms2m.State {
+func waitApplied(t testing.TB, w *workload.Workload, pod string, seq uint64) ms2m.State {
 	t.Helper()
 	st, err := w.WaitApplied(context.Background(), pod, seq, 2*time.Minute)
 	if err != nil {
@@ -90,7 +90,7 @@ func waitApplied(t *testing.T, w *workload.Workload, pod string, seq uint64) ms2
 	return st
 }
 
-func state(t *testing.T, w *workload.Workload, pod string) ms2m.State {
+func state(t testing.TB, w *workload.Workload, pod string) ms2m.State {
 	t.Helper()
 	st, err := w.State(context.Background(), pod)
 	if err != nil {
@@ -100,7 +100,7 @@ func state(t *testing.T, w *workload.Workload, pod string) ms2m.State {
 }
 
 // migrate runs kubectl migrate through the real kubectl plugin mechanism.
-func (l *lab) migrate(t *testing.T, w *workload.Workload, args ...string) (report.Record, string, error) {
+func (l *lab) migrate(t testing.TB, w *workload.Workload, args ...string) (report.Record, string, error) {
 	t.Helper()
 	argv := append([]string{"migrate", "-n", w.Namespace}, args...)
 	argv = append(argv, "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab", "--insecure-registry", "-o", "json")
@@ -119,7 +119,7 @@ func (l *lab) migrate(t *testing.T, w *workload.Workload, args ...string) (repor
 }
 
 // kubectlMigrate runs another kubectl migrate command and returns its output.
-func (l *lab) kubectlMigrate(t *testing.T, args ...string) string {
+func (l *lab) kubectlMigrate(t testing.TB, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(l.kubectl, append([]string{"migrate"}, args...)...)
 	cmd.Env = append(os.Environ(), "PATH="+l.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1")
@@ -130,7 +130,7 @@ func (l *lab) kubectlMigrate(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-func (l *lab) replayQueueGone(t *testing.T, w *workload.Workload) {
+func (l *lab) replayQueueGone(t testing.TB, w *workload.Workload) {
 	t.Helper()
 	b, err := broker.Dial(l.brokerURL)
 	if err != nil {
@@ -142,7 +142,7 @@ func (l *lab) replayQueueGone(t *testing.T, w *workload.Workload) {
 	}
 }
 
-func (l *lab) dumpDiagnostics(t *testing.T, w *workload.Workload) {
+func (l *lab) dumpDiagnostics(t testing.TB, w *workload.Workload) {
 	pods, _ := l.client.CoreV1().Pods(w.Namespace).List(context.Background(), metav1.ListOptions{})
 	for _, p := range pods.Items {
 		t.Logf("pod %s on %s: %s %+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses)

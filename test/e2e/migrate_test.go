@@ -16,7 +16,7 @@ import (
 
 // checkConservation stops the producer, lets the consumer drain and checks
 // that its applied set is exactly the producer's confirmed set.
-func checkConservation(t *testing.T, w *workload.Workload, consumer string) {
+func checkConservation(t testing.TB, w *workload.Workload, consumer string) {
 	t.Helper()
 	got, sent, err := w.CheckConservation(context.Background(), consumer)
 	if err != nil {
@@ -28,7 +28,7 @@ func checkConservation(t *testing.T, w *workload.Workload, consumer string) {
 
 // checkMigrated checks that the consumer now runs on node-b restored from
 // its checkpoint, not restarted, and that nothing of the migration is left.
-func (l *lab) checkMigrated(t *testing.T, w *workload.Workload, rec report.Record, before ms2m.State) ms2m.State {
+func (l *lab) checkMigrated(t testing.TB, w *workload.Workload, rec report.Record, before ms2m.State) ms2m.State {
 	t.Helper()
 	ctx := context.Background()
 	if rec.Outcome != report.Succeeded {
@@ -62,7 +62,7 @@ func (l *lab) checkMigrated(t *testing.T, w *workload.Workload, rec report.Recor
 	return after
 }
 
-func checkTimings(t *testing.T, rec report.Record) {
+func checkTimings(t testing.TB, rec report.Record) {
 	t.Helper()
 	for _, name := range []report.PhaseName{report.Checkpoint, report.Restore} {
 		p, ok := rec.Phase(name)
@@ -77,7 +77,7 @@ func checkTimings(t *testing.T, rec report.Record) {
 
 // migrateLivePod deploys the workload at 10 msg/s, migrates the consumer to
 // node-b with extra flags and checks the common outcome.
-func migrateLivePod(t *testing.T, flags ...string) (*lab, *workload.Workload, report.Record) {
+func migrateLivePod(t testing.TB, flags ...string) (*lab, *workload.Workload, report.Record) {
 	l := setup(t)
 	w := l.deploy(t, "10")
 	before := waitApplied(t, w, "consumer", 30)

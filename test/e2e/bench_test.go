@@ -1,0 +1,67 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// BenchmarkStrategies migrates a live consumer (50 ms per message) at the
+// paper's message rates with each strategy, alternating strategies within
+// each round so both see the same machine load, and reports the medians of
+// total migration time and downtime, and their ratios.
+//
+//	go test -tags e2e -run '^$' -bench Strategies -benchtime 1x ./test/e2e
+func BenchmarkStrategies(b *testing.B) {
+	const rounds = 3
+	for _, rate := range []string{"4", "10"} {
+		b.Run("rate="+rate, func(b *testing.B) {
+			totals := map[string][]float64{}
+			downs := map[string][]float64{}
+			for i := 0; i < rounds; i++ {
+				for _, strategy := range []string{"ms2m", "stop-and-copy"} {
+					rec := benchMigrate(b, rate, strategy)
+					totals[strategy] = append(totals[strategy], float64(rec.TotalMillis))
+					downs[strategy] = append(downs[strategy], float64(rec.Downtime.Millis))
+				}
+			}
+			for _, s := range []string{"ms2m", "stop-and-copy"} {
+				b.ReportMetric(median(totals[s]), s+"-total-ms")
+				b.ReportMetric(median(downs[s]), s+"-downtime-ms")
+			}
+			b.ReportMetric(median(totals["ms2m"])/median(totals["stop-and-copy"]), "total-ratio")
+			b.ReportMetric(median(downs["ms2m"])/median(downs["stop-and-copy"]), "downtime-ratio")
+			b.Logf("rate %s msg/s, %d rounds: totals %v, downtimes %v", rate, rounds, fmt.Sprint(totals), fmt.Sprint(downs))
+		})
+	}
+}
+
+// benchMigrate deploys a fresh workload at rate and migrates its consumer.
+func benchMigrate(b *testing.B, rate, strategy string) report.Record {
+	l := setup(b)
+	w := l.deploy(b, rate)
+	before := waitApplied(b, w, "consumer", 20)
+	rec, stderr, err := l.migrate(b, w, "pod", "consumer", "--to", "node-b", "--strategy", strategy, "--label", "rate="+rate)
+	if err != nil {
+		b.Fatalf("migration failed: %v\n%s", err, stderr)
+	}
+	l.checkMigrated(b, w, rec, before)
+	checkTimings(b, rec)
+	return rec
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
