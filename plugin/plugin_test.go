@@ -169,6 +169,18 @@ func TestFailedMigrationExitsWithTheCause(t *testing.T) {
 	}
 }
 
+func TestCompletion(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	pods := execute(t, w, "__complete", "pod", "")
+	if pods.err != nil || !strings.Contains(pods.out.String(), "consumer\ton node-a") {
+		t.Fatalf("pod completion: %v %q", pods.err, pods.out)
+	}
+	nodes := execute(t, w, "__complete", "pod", "consumer", "--to", "")
+	if nodes.err != nil || !strings.Contains(nodes.out.String(), "node-a\nnode-b") {
+		t.Fatalf("node completion: %v %q", nodes.err, nodes.out)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	r := execute(t, migratetest.NewWorld(t), "version")
 	if r.err != nil || !strings.HasPrefix(r.out.String(), "kubectl-migrate dev") {

@@ -86,6 +86,18 @@ func TestMS2MSucceeds(t *testing.T) {
 	}
 }
 
+func TestDeleteImagesAfterSuccess(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	cfg := testConfig(migrate.MS2M)
+	cfg.DeleteImages = true
+	if _, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Images) != 0 {
+		t.Fatalf("checkpoint images left: %v", w.Images)
+	}
+}
+
 func TestStopAndCopySucceeds(t *testing.T) {
 	w := migratetest.NewWorld(t)
 	rec, err := migrate.Run(context.Background(), testConfig(migrate.StopAndCopy), w.Deps(), migrate.Hooks{})

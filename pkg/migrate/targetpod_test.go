@@ -1,0 +1,64 @@
+package migrate
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestTargetPod(t *testing.T) {
+	source := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "consumer", Namespace: "ns", Labels: map[string]string{"app": "c"},
+			Annotations: map[string]string{corev1.LastAppliedConfigAnnotation: "{}", "org.criu.config": "/etc/criu/x.conf"},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:         "node-a",
+			NodeSelector:     map[string]string{"kubernetes.io/hostname": "node-a"},
+			Affinity:         &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{}},
+			ImagePullSecrets: []corev1.LocalObjectReference{{Name: "pull"}},
+			Containers: []corev1.Container{
+				{Name: "app", Image: "app:1", Command: []string{"/app"}, Env: []corev1.EnvVar{{Name: "A", Value: "1"}},
+					Ports:        []corev1.ContainerPort{{ContainerPort: 8080}},
+					VolumeMounts: []corev1.VolumeMount{{Name: "kube-api-access-abcde", MountPath: "/var/run/secrets"}}},
+				{Name: "sidecar", Image: "side:1", VolumeMounts: []corev1.VolumeMount{
+					{Name: "cache", MountPath: "/cache"}, {Name: "kube-api-access-abcde", MountPath: "/var/run/secrets"}}},
+			},
+			Volumes: []corev1.Volume{{Name: "cache"}, {Name: "kube-api-access-abcde"}, {Name: "unused"}},
+		},
+	}
+	pod := TargetPod(source, "consumer-x1", "node-b", "x1", map[string]string{"app": "reg/consumer@sha256:1"}, "regcred")
+
+	if pod.Spec.NodeName != "node-b" || pod.Spec.NodeSelector != nil || pod.Spec.Affinity != nil {
+		t.Fatal("target must be pinned to node-b with the source's scheduling constraints dropped")
+	}
+	if pod.Labels["app"] != "c" || pod.Labels[MigrationLabel] != "x1" {
+		t.Fatalf("labels %v", pod.Labels)
+	}
+	if _, ok := pod.Annotations[corev1.LastAppliedConfigAnnotation]; ok || pod.Annotations["org.criu.config"] == "" ||
+		pod.Annotations[MigratedFromAnnotation] != "ns/consumer@node-a" || pod.Annotations[OriginalNameAnnotation] != "consumer" {
+		t.Fatalf("annotations %v", pod.Annotations)
+	}
+	if len(pod.Spec.ImagePullSecrets) != 2 || pod.Spec.ImagePullSecrets[1].Name != "regcred" {
+		t.Fatalf("pull secrets %v", pod.Spec.ImagePullSecrets)
+	}
+	app := pod.Spec.Containers[0]
+	if app.Image != "reg/consumer@sha256:1" || app.Command != nil || app.Env != nil || app.VolumeMounts != nil || len(app.Ports) != 1 {
+		t.Fatalf("restored container carries more than restore needs: %+v", app)
+	}
+	side := pod.Spec.Containers[1]
+	if side.Image != "side:1" || len(side.VolumeMounts) != 1 || side.VolumeMounts[0].Name != "cache" {
+		t.Fatalf("a container that is not migrated starts afresh without the token mount: %+v", side)
+	}
+	if len(pod.Spec.Volumes) != 1 || pod.Spec.Volumes[0].Name != "cache" {
+		t.Fatalf("volumes %v", pod.Spec.Volumes)
+	}
+	if source.Spec.ImagePullSecrets[0].Name != "pull" || len(source.Spec.ImagePullSecrets) != 1 {
+		t.Fatal("the source pod was modified")
+	}
+	again := TargetPod(pod, "consumer-x2", "node-a", "x2", map[string]string{"app": "reg/consumer@sha256:2"}, "regcred")
+	if again.Annotations[OriginalNameAnnotation] != "consumer" || len(again.Spec.ImagePullSecrets) != 2 {
+		t.Fatal("a second migration keeps the original name and does not repeat the secret")
+	}
+}
