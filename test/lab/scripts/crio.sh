@@ -6,6 +6,7 @@
 set -euo pipefail
 ROOTFS=$1 CACHE=$2 VERSION=$3 OUT=$4
 export GOMODCACHE=$CACHE/gomod-crio GOFLAGS=-modcacherw
+mkdir -p "$CACHE/build"
 SRC=$CACHE/build/cri-o-$VERSION
 if [ ! -d "$SRC" ]; then
   dir=$(go mod download -json "github.com/cri-o/cri-o@v$VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
