@@ -48,20 +48,44 @@ func (d dirs) start(name string, argv []string, env []string) error {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	go func() { _ = cmd.Wait() }() // reap it if it dies while we run
-	return os.WriteFile(d.pid(name), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+	pid := cmd.Process.Pid
+	// The start time makes the record specific: a PID reused by another
+	// process after a reboot is never taken for ours.
+	return os.WriteFile(d.pid(name), []byte(fmt.Sprintf("%d %s", pid, startTime(pid))), 0o644)
 }
 
-// running reports the PID of a daemon the lab started, if it is alive.
+// startTime is a process's start time in clock ticks since boot (field 22 of
+// /proc/PID/stat), or "" if there is no such process.
+func startTime(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// The command name (field 2) may hold spaces; fields after it do not.
+	rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+	f := strings.Fields(rest)
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+// running reports the PID of a daemon the lab started, if that very process
+// is alive.
 func (d dirs) running(name string) (int, bool) {
 	b, err := os.ReadFile(d.pid(name))
 	if err != nil {
 		return 0, false
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(f[0])
 	if err != nil || pid <= 0 {
 		return 0, false
 	}
-	return pid, syscall.Kill(pid, 0) == nil
+	return pid, startTime(pid) == f[1]
 }
 
 // stop ends a daemon by its recorded PID: SIGTERM, then SIGKILL after grace.
