@@ -77,10 +77,10 @@ func (d dirs) up() error {
 		logf("already up; kubeconfig %s", d.kubeconfig())
 		return nil
 	}
-	t0 := time.Now()
 	if err := d.down(); err != nil { // clear whatever a half-finished run left
 		return err
 	}
+	t0 := time.Now()
 	if err := checkSubnetFree(); err != nil {
 		return err
 	}
