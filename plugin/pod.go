@@ -27,6 +27,10 @@ const podExample = `  # Move pod consumer to node-b with MS2M; broker and regist
   kubectl migrate pod consumer --to node-b --registry registry.example:5000/checkpoints \
     --broker-url amqp://user:pass@rabbitmq.example:5672/ --exchange orders --queue orders.work
 
+  # At a message rate close to what the target can process, keep replay
+  # within 5s with the threshold cutoff
+  kubectl migrate pod consumer --to node-b --replay-max 5s
+
   # The stop-and-copy baseline, for comparison
   kubectl migrate pod consumer --to node-b --strategy stop-and-copy
 
@@ -47,6 +51,14 @@ it has caught up. Then the source stops, the target takes over the primary
 queue, and the source pod, the replay queue and the agent pods are removed.
 --strategy stop-and-copy stops the source first and skips replay: the
 baseline, whose downtime is about its migration time.
+
+When messages arrive (λ) nearly as fast as the target processes them (μ),
+replay may never catch up. --replay-max turns on the threshold cutoff: λ is
+measured on the replay queue and μ from the target's own replay, both
+re-estimated as replay runs; the source is stopped T_cutoff = replay-max·μ/λ
+after the replay queue was bound (at once if λ ≥ μ), the target replays up to
+the source's last message and takes over, and later messages wait in the
+queue. --cutoff gives a fixed T_cutoff instead.
 
 The workload must follow the MS2M application contract (see the README): an
 HTTP endpoint on --control-port for state and control messages, sequence
@@ -92,6 +104,8 @@ type PodOptions struct {
 	Queue             string
 	ControlPort       int
 	ReplayTimeout     time.Duration
+	ReplayMax         time.Duration
+	Cutoff            time.Duration
 	PhaseTimeout      time.Duration
 	CheckpointTimeout time.Duration
 	Timeout           time.Duration
@@ -139,6 +153,8 @@ func NewCmdPod(root *RootOptions) *cobra.Command {
 	f.StringVar(&o.Queue, "queue", "", "the pod's primary queue (default: the ms2m.io/queue annotation)")
 	f.IntVar(&o.ControlPort, "control-port", 0, "port of the MS2M HTTP endpoint (default: the ms2m.io/control-port annotation, else 8080)")
 	f.DurationVar(&o.ReplayTimeout, "replay-timeout", 5*time.Minute, "how long the target may take to catch up before the migration rolls back")
+	f.DurationVar(&o.ReplayMax, "replay-max", 0, "threshold cutoff: keep replay within this; the source stops T_cutoff = replay-max·μ/λ after the replay queue is bound (λ, μ measured)")
+	f.DurationVar(&o.Cutoff, "cutoff", 0, "stop the source this long after the replay queue is bound, whatever the rates (overrides the computed T_cutoff)")
 	f.DurationVar(&o.PhaseTimeout, "phase-timeout", 3*time.Minute, "time limit of every other phase")
 	f.DurationVar(&o.CheckpointTimeout, "checkpoint-timeout", time.Minute, "time the kubelet gives the runtime for one checkpoint")
 	f.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "time limit of the whole migration (rollback gets its own)")
@@ -238,6 +254,7 @@ func (o *PodOptions) configure(pod *corev1.Pod) error {
 		Queue:    firstOf(o.Queue, a[migrate.QueueAnnotation]),
 	}
 	c.CheckpointTimeout, c.PhaseTimeout, c.ReplayTimeout, c.Timeout = o.CheckpointTimeout, o.PhaseTimeout, o.ReplayTimeout, o.Timeout
+	c.ReplayMax, c.Cutoff = o.ReplayMax, o.Cutoff
 	c.KeepOnFailure, c.DryRun, c.DeleteImages = o.KeepOnFailure, o.DryRun, o.DeleteImage
 	c.ControlPort = o.ControlPort
 	if c.ControlPort == 0 {

@@ -59,6 +59,12 @@ type Config struct {
 	CheckpointTimeout time.Duration
 	PhaseTimeout      time.Duration
 	ReplayTimeout     time.Duration
+	// ReplayMax turns on the threshold cutoff: replay is kept within it by
+	// stopping the source T_cutoff = ReplayMax·μ/λ after the replay queue's
+	// bind, with λ and μ measured during the migration.
+	ReplayMax time.Duration
+	// Cutoff stops the source this long after the bind, whatever the rates.
+	Cutoff time.Duration
 	// Timeout bounds the whole migration; rollback gets its own time.
 	Timeout time.Duration
 	// KeepOnFailure leaves everything as it is when a migration fails.
@@ -96,6 +102,15 @@ func (c Config) Validate() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
+	}
+	if c.ReplayMax < 0 || c.Cutoff < 0 {
+		errs = append(errs, errors.New("--replay-max and --cutoff must not be negative"))
+	}
+	if c.ReplayMax > 0 && c.Cutoff > 0 {
+		errs = append(errs, errors.New("give --replay-max (cutoff from measured rates) or --cutoff (a fixed one), not both"))
+	}
+	if (c.ReplayMax > 0 || c.Cutoff > 0) && c.Strategy != MS2M {
+		errs = append(errs, errors.New("--replay-max and --cutoff only apply to --strategy ms2m, which replays"))
 	}
 	return errors.Join(errs...)
 }

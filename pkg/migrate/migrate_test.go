@@ -98,6 +98,35 @@ func TestDeleteImagesAfterSuccess(t *testing.T) {
 	}
 }
 
+// A target that cannot catch up (its replay never reaches the source) still
+// completes with a cutoff: the source stops and the target takes over.
+func TestCutoffEndsAReplayThatCannotCatchUp(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	w.FailAt = report.Replay
+	cfg := testConfig(migrate.MS2M)
+	cfg.Cutoff = time.Millisecond
+	rec, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Cutoff == nil || !rec.Cutoff.Fired || rec.Cutoff.FixedMillis != 1 || rec.Outcome != report.Succeeded {
+		t.Fatalf("cutoff %+v outcome %s", rec.Cutoff, rec.Outcome)
+	}
+}
+
+func TestCutoffNeedsMS2M(t *testing.T) {
+	cfg := testConfig(migrate.StopAndCopy)
+	cfg.ReplayMax = time.Second
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "only apply to --strategy ms2m") {
+		t.Fatalf("got %v", err)
+	}
+	cfg = testConfig(migrate.MS2M)
+	cfg.ReplayMax, cfg.Cutoff = time.Second, time.Second
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Fatalf("got %v", err)
+	}
+}
+
 func TestStopAndCopySucceeds(t *testing.T) {
 	w := migratetest.NewWorld(t)
 	rec, err := migrate.Run(context.Background(), testConfig(migrate.StopAndCopy), w.Deps(), migrate.Hooks{})

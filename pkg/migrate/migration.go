@@ -25,13 +25,14 @@ type Migration struct {
 	SourceState ms2m.State
 
 	// Set by later phases.
-	ReplayQueue  string
-	replayBound  time.Time
-	Archives     map[string]string // container → archive path on the source node
-	Images       map[string]string // container → pushed digest reference
-	Target       *corev1.Pod
-	SourceFinal  ms2m.State // the source's state when it stopped
-	sourceHalted bool
+	ReplayQueue   string
+	replayBound   time.Time
+	replayStarted time.Time
+	Archives      map[string]string // container → archive path on the source node
+	Images        map[string]string // container → pushed digest reference
+	Target        *corev1.Pod
+	SourceFinal   ms2m.State // the source's state when it stopped
+	sourceHalted  bool
 	// committed is set once the target owns the primary queue: from then on
 	// the migration completes forward and never rolls back.
 	committed bool

@@ -33,6 +33,11 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 		return err
 	}
 	m.progress(report.Replay, fmt.Sprintf("replaying %d buffered messages from %s", backlog, m.ReplayQueue))
+	m.replayStarted = time.Now()
+	policy := newCutoffPolicy(m.ReplayMax, m.Cutoff)
+	if policy.enabled() {
+		m.Record.Cutoff = &report.Cutoff{ReplayMaxMillis: m.ReplayMax.Milliseconds(), FixedMillis: m.Cutoff.Milliseconds()}
+	}
 	var target ms2m.State
 	err = wait.PollUntilContextCancel(ctx, appPollInterval, false, func(ctx context.Context) (bool, error) {
 		source, err := m.App.State(ctx, m.sourceApp())
@@ -43,11 +48,32 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 			return false, err
 		}
 		m.progress(report.Replay, fmt.Sprintf("target at %d, source at %d", target.LastSeq, source.LastSeq))
-		return target.LastSeq >= source.LastSeq, nil
+		if target.LastSeq >= source.LastSeq {
+			return true, nil
+		}
+		if !policy.enabled() {
+			return false, nil
+		}
+		depth, err := m.broker.QueueDepth(m.ReplayQueue)
+		if err != nil {
+			return false, err
+		}
+		// What reached the replay queue is what is in it plus what the target
+		// took from it (applied or skipped).
+		taken := target.Totals.Count + target.Skipped - start.Totals.Count - start.Skipped
+		policy.observe(rateSample{at: time.Now(), arrivals: uint64(depth) + taken, applied: target.Totals.Count - start.Totals.Count})
+		d := policy.decide(time.Since(m.replayBound))
+		c := m.Record.Cutoff
+		c.ArrivalRate, c.ServiceRate, c.CutoffMillis = d.lambda, d.mu, d.cutoff.Milliseconds()
+		if d.fire {
+			c.Fired, c.FiredAfterMillis, c.Reason = true, time.Since(m.replayBound).Milliseconds(), d.because
+			m.progress(report.Replay, "cutoff: "+d.because+"; the source stops now and the target replays up to its last message")
+		}
+		return d.fire, nil
 	})
 	m.Record.Broker.Replayed = target.Totals.Count - start.Totals.Count
 	if err != nil {
-		return fmt.Errorf("the target did not catch up with the source (at %d): %w; raise --replay-timeout, or the arrival rate is too close to the target's processing rate", target.LastSeq, err)
+		return fmt.Errorf("the target did not catch up with the source (at %d): %w; raise --replay-timeout, or use --replay-max to cut off replay", target.LastSeq, err)
 	}
 	return nil
 }

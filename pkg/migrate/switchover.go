@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
@@ -52,11 +53,16 @@ func (switchover) Run(ctx context.Context, m *Migration) error {
 	}
 	m.progress(report.Switchover, fmt.Sprintf("source stopped at %d; target takes over the primary queue", m.SourceFinal.LastSeq))
 	err = wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
-		st, err := m.App.State(ctx, m.targetApp())
-		return err == nil && st.Mode == ms2m.ModePrimary, nil
+		target, err := m.App.State(ctx, m.targetApp())
+		return err == nil && target.Mode == ms2m.ModePrimary, nil
 	})
 	if err != nil {
 		return fmt.Errorf("the target did not reach the primary queue: %w", err)
+	}
+	if c := m.Record.Cutoff; c != nil {
+		// After a cutoff the target finishes its replay here, behind the
+		// stopped source; measured on this machine's clock, to within a poll.
+		c.ReplayMillis = time.Since(m.replayStarted).Milliseconds()
 	}
 	return nil
 }

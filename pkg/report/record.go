@@ -68,6 +68,7 @@ type Record struct {
 	// Downtime is measured from the instances' own per-message timestamps.
 	Downtime *Downtime `json:"downtime,omitempty"`
 	Broker   Broker    `json:"broker"`
+	Cutoff   *Cutoff   `json:"cutoff,omitempty"`
 	Images   []string  `json:"images,omitempty"`
 	// ArchiveBytes is the total size of the checkpoint archives.
 	ArchiveBytes int64 `json:"archiveBytes,omitempty"`
@@ -85,6 +86,28 @@ type Downtime struct {
 	NextSeq             uint64    `json:"nextSeq"`
 	NextSentAt          time.Time `json:"nextSentAt"`
 	NextAppliedAt       time.Time `json:"nextAppliedAt"`
+}
+
+// Cutoff records the threshold-based cutoff: its inputs, T_cutoff, whether
+// it fired and the replay time actually spent.
+type Cutoff struct {
+	// ReplayMaxMillis is T_replay_max; 0 with a fixed cutoff.
+	ReplayMaxMillis int64 `json:"replayMaxMillis,omitempty"`
+	// FixedMillis is a cutoff given by the user instead.
+	FixedMillis int64 `json:"fixedMillis,omitempty"`
+	// ArrivalRate (λ) and ServiceRate (μ, the target's) in messages per
+	// second, as last estimated.
+	ArrivalRate float64 `json:"arrivalRate,omitempty"`
+	ServiceRate float64 `json:"serviceRate,omitempty"`
+	// CutoffMillis is T_cutoff after the replay queue's bind.
+	CutoffMillis int64 `json:"cutoffMillis,omitempty"`
+	Fired        bool  `json:"fired"`
+	// FiredAfterMillis is when it fired, after the bind.
+	FiredAfterMillis int64  `json:"firedAfterMillis,omitempty"`
+	Reason           string `json:"reason,omitempty"`
+	// ReplayMillis is the replay actually spent: from the start of replay
+	// to the target taking over the primary queue.
+	ReplayMillis int64 `json:"replayMillis"`
 }
 
 // Broker holds what the migration saw of the message flow.

@@ -203,9 +203,32 @@ func brokerSummary(r *Record) string {
 		fmt.Fprintf(&b, "%s λ %.2f msg/s · backlog %d at replay start · %d replayed · via %s\n",
 			labelStyle.Render("replay  "), br.ArrivalRate, br.ReplayBacklog, br.Replayed, br.ReplayQueue)
 	}
+	if c := r.Cutoff; c != nil {
+		fmt.Fprintf(&b, "%s %s\n", labelStyle.Render("cutoff  "), cutoffText(c))
+	}
 	fmt.Fprintf(&b, "%s %d messages waiting in the primary queue at switchover\n", labelStyle.Render("switch  "), br.PrimaryDepthAtSwitch)
 	if r.ArchiveBytes > 0 {
 		fmt.Fprintf(&b, "%s %d KiB of checkpoint in %d image(s)\n", labelStyle.Render("images  "), r.ArchiveBytes/1024, len(r.Images))
 	}
 	return b.String()
+}
+
+func cutoffText(c *Cutoff) string {
+	var parts []string
+	if c.FixedMillis > 0 {
+		parts = append(parts, "fixed T_cutoff "+FormatMillis(c.FixedMillis))
+	} else {
+		parts = append(parts, "T_replay_max "+FormatMillis(c.ReplayMaxMillis),
+			fmt.Sprintf("λ %.1f/s", c.ArrivalRate), fmt.Sprintf("μ %.1f/s", c.ServiceRate))
+		if c.CutoffMillis > 0 {
+			parts = append(parts, "T_cutoff "+FormatMillis(c.CutoffMillis))
+		}
+	}
+	if c.Fired {
+		parts = append(parts, "fired after "+FormatMillis(c.FiredAfterMillis))
+	} else {
+		parts = append(parts, "not needed (caught up)")
+	}
+	parts = append(parts, "replay took "+FormatMillis(c.ReplayMillis))
+	return strings.Join(parts, " · ")
 }

@@ -39,6 +39,13 @@ func sampleRecord() *Record {
 	}
 }
 
+func cutoffRecord() *Record {
+	r := sampleRecord()
+	r.ID = "c5t0f"
+	r.Cutoff = &Cutoff{ReplayMaxMillis: 5000, ArrivalRate: 16.1, ServiceRate: 19.6, CutoffMillis: 6087, Fired: true, FiredAfterMillis: 6140, ReplayMillis: 4820}
+	return r
+}
+
 func rolledBackRecord() *Record {
 	return &Record{
 		ID: "q9w8e", Strategy: "stop-and-copy", Namespace: "default", Pod: "consumer",
@@ -90,6 +97,7 @@ func TestRenderRecordGolden(t *testing.T) {
 		{"record-plain", sampleRecord(), colorprofile.NoTTY},
 		{"record-ansi", sampleRecord(), colorprofile.ANSI256},
 		{"record-rolled-back", rolledBackRecord(), colorprofile.NoTTY},
+		{"record-cutoff", cutoffRecord(), colorprofile.NoTTY},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := render(t, tc.profile, func(w *colorprofile.Writer) error {
