@@ -129,15 +129,7 @@ func NewCmdPod(root *RootOptions) *cobra.Command {
 		Example:           podExample,
 		Args:              exactlyOne("the pod's name: kubectl migrate pod NAME --to NODE"),
 		ValidArgsFunction: completePods(root),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.Complete(args); err != nil {
-				return err
-			}
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
+		RunE:              runE(o),
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.To, "to", "", "target node (required)")

@@ -46,15 +46,7 @@ Records are ConfigMaps labelled migrate.ms2m.io/record in the migrated pod's
 namespace, so any machine with access to the cluster sees them.`,
 		Example: reportExample,
 		Args:    cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.Complete(args); err != nil {
-				return err
-			}
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
+		RunE:    runE(o),
 	}
 	cmd.Flags().BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "list migrations in all namespaces")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: json or yaml (default: a table or the breakdown)")

@@ -100,3 +100,24 @@ func (o *RootOptions) colourWriter(w io.Writer) *colorprofile.Writer {
 	}
 	return cw
 }
+
+// command is the shape of every command's options.
+type command interface {
+	Complete(args []string) error
+	Validate() error
+	Run(ctx context.Context) error
+}
+
+// runE runs Complete, Validate and Run in order: flags are checked before
+// anything talks to the cluster.
+func runE(o command) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := o.Complete(args); err != nil {
+			return err
+		}
+		if err := o.Validate(); err != nil {
+			return err
+		}
+		return o.Run(cmd.Context())
+	}
+}

@@ -17,9 +17,7 @@ import (
 
 func main() {
 	var cfg ms2m.ConsumerConfig
-	flag.StringVar(&cfg.URL, "url", ms2m.EnvOr("MS2M_BROKER_URL", "amqp://guest:guest@localhost:5672/"), "AMQP URL of the broker")
-	flag.StringVar(&cfg.Exchange, "exchange", ms2m.EnvOr("MS2M_EXCHANGE", "ms2m"), "fanout exchange the producer publishes to")
-	flag.StringVar(&cfg.Queue, "queue", ms2m.EnvOr("MS2M_QUEUE", "ms2m.work"), "primary queue")
+	ms2m.BrokerFlags(flag.CommandLine, &cfg.URL, &cfg.Exchange, &cfg.Queue)
 	flag.DurationVar(&cfg.Work, "work", 0, "time to apply one message, e.g. 50ms")
 	listen := flag.String("listen", ":8080", "HTTP address of the MS2M endpoints")
 	flag.Parse()

@@ -17,9 +17,7 @@ import (
 
 func main() {
 	var cfg ms2m.ProducerConfig
-	flag.StringVar(&cfg.URL, "url", ms2m.EnvOr("MS2M_BROKER_URL", "amqp://guest:guest@localhost:5672/"), "AMQP URL of the broker")
-	flag.StringVar(&cfg.Exchange, "exchange", ms2m.EnvOr("MS2M_EXCHANGE", "ms2m"), "fanout exchange to publish to")
-	flag.StringVar(&cfg.Queue, "queue", ms2m.EnvOr("MS2M_QUEUE", "ms2m.work"), "consumers' primary queue (declared and bound)")
+	ms2m.BrokerFlags(flag.CommandLine, &cfg.URL, &cfg.Exchange, &cfg.Queue)
 	flag.Float64Var(&cfg.Rate, "rate", 10, "messages per second")
 	flag.Uint64Var(&cfg.Count, "count", 0, "stop after this many messages (0: run until stopped)")
 	listen := flag.String("listen", ":8080", "HTTP address of the state endpoint")

@@ -3,6 +3,7 @@ package ms2m
 import (
 	"context"
 	"errors"
+	"flag"
 	"net"
 	"net/http"
 	"os"
@@ -41,6 +42,14 @@ func Listen(ctx context.Context, addr string) (net.Listener, error) {
 	var lc net.ListenConfig
 	lc.SetMultipathTCP(false)
 	return lc.Listen(ctx, "tcp", addr)
+}
+
+// BrokerFlags registers --url, --exchange and --queue on fs, defaulting to
+// $MS2M_BROKER_URL, $MS2M_EXCHANGE and $MS2M_QUEUE.
+func BrokerFlags(fs *flag.FlagSet, url, exchange, queue *string) {
+	fs.StringVar(url, "url", EnvOr("MS2M_BROKER_URL", "amqp://guest:guest@localhost:5672/"), "AMQP URL of the broker")
+	fs.StringVar(exchange, "exchange", EnvOr("MS2M_EXCHANGE", "ms2m"), "fanout exchange the producer publishes to")
+	fs.StringVar(queue, "queue", EnvOr("MS2M_QUEUE", "ms2m.work"), "the consumer's primary queue (declared and bound)")
 }
 
 // EnvOr returns the environment variable key, or def if it is unset.
