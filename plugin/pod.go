@@ -117,6 +117,8 @@ type PodOptions struct {
 
 	config migrate.Config
 	client kubernetes.Interface
+	// stsArg resolves a StatefulSet pod argument (kubectl migrate sts).
+	stsArg func(arg string) error
 }
 
 // NewCmdPod returns kubectl migrate pod.
@@ -131,11 +133,17 @@ func NewCmdPod(root *RootOptions) *cobra.Command {
 		ValidArgsFunction: completePods(root),
 		RunE:              runE(o),
 	}
+	o.addFlags(cmd, true)
+	return cmd
+}
+
+// addFlags adds the migration flags; a bare pod also gets the ones that
+// only apply to it.
+func (o *PodOptions) addFlags(cmd *cobra.Command, barePod bool) {
 	f := cmd.Flags()
 	f.StringVar(&o.To, "to", "", "target node (required)")
 	f.StringSliceVarP(&o.Containers, "container", "c", nil, "containers to migrate (default: all)")
 	f.StringVar(&o.Strategy, "strategy", string(migrate.MS2M), "ms2m or stop-and-copy")
-	f.StringVar(&o.TargetName, "target-name", "", "name of the restored pod (default: the original name plus the migration ID)")
 	f.StringVar(&o.Registry, "registry", "", "repository for checkpoint images, e.g. registry.example:5000/checkpoints (default: the ms2m.io/registry annotation)")
 	f.StringVar(&o.RegistrySecret, "registry-secret", "", "dockerconfigjson secret to push and pull with (default: the pod's first imagePullSecret)")
 	f.BoolVar(&o.InsecureRegistry, "insecure-registry", false, "allow a plain-HTTP or self-signed registry")
@@ -145,8 +153,6 @@ func NewCmdPod(root *RootOptions) *cobra.Command {
 	f.StringVar(&o.Queue, "queue", "", "the pod's primary queue (default: the ms2m.io/queue annotation)")
 	f.IntVar(&o.ControlPort, "control-port", 0, "port of the MS2M HTTP endpoint (default: the ms2m.io/control-port annotation, else 8080)")
 	f.DurationVar(&o.ReplayTimeout, "replay-timeout", 5*time.Minute, "how long the target may take to catch up before the migration rolls back")
-	f.DurationVar(&o.ReplayMax, "replay-max", 0, "threshold cutoff: keep replay within this; the source stops T_cutoff = replay-max·μ/λ after the replay queue is bound (λ, μ measured)")
-	f.DurationVar(&o.Cutoff, "cutoff", 0, "stop the source this long after the replay queue is bound, whatever the rates (overrides the computed T_cutoff)")
 	f.DurationVar(&o.PhaseTimeout, "phase-timeout", 3*time.Minute, "time limit of every other phase")
 	f.DurationVar(&o.CheckpointTimeout, "checkpoint-timeout", time.Minute, "time the kubelet gives the runtime for one checkpoint")
 	f.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "time limit of the whole migration (rollback gets its own)")
@@ -155,15 +161,23 @@ func NewCmdPod(root *RootOptions) *cobra.Command {
 	f.BoolVar(&o.DeleteImage, "delete-image", false, "delete the checkpoint images from the registry after success")
 	f.StringSliceVar(&o.Labels, "label", nil, "key=value labels stored with the record, to compare runs (e.g. rate=10)")
 	f.StringVarP(&o.Output, "output", "o", "", "output format of the result: json or yaml (default: the report)")
-	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(root))
+	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(o.RootOptions))
 	_ = cmd.RegisterFlagCompletionFunc("strategy", cobra.FixedCompletions([]string{"ms2m", "stop-and-copy"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
-	return cmd
+	if barePod {
+		f.StringVar(&o.TargetName, "target-name", "", "name of the restored pod (default: the original name plus the migration ID)")
+		f.DurationVar(&o.ReplayMax, "replay-max", 0, "threshold cutoff: keep replay within this; the source stops T_cutoff = replay-max·μ/λ after the replay queue is bound (λ, μ measured)")
+		f.DurationVar(&o.Cutoff, "cutoff", 0, "stop the source this long after the replay queue is bound, whatever the rates (overrides the computed T_cutoff)")
+	}
 }
 
 // Complete resolves the namespace and parses what needs no cluster.
 func (o *PodOptions) Complete(args []string) error {
-	o.config.Pod = args[0]
+	if o.config.StatefulSet == "" && o.stsArg == nil {
+		o.config.Pod = args[0]
+	} else if err := o.stsArg(args[0]); err != nil {
+		return err
+	}
 	var err error
 	if o.config.Namespace, _, err = o.ConfigFlags.ToRawKubeConfigLoader().Namespace(); err != nil {
 		return err
@@ -236,6 +250,9 @@ func (o *PodOptions) configure(pod *corev1.Pod) error {
 	c.Containers = o.Containers
 	c.TargetNode = o.To
 	c.TargetName = firstOf(o.TargetName, targetName(pod, c.ID))
+	if c.StatefulSet != "" {
+		c.TargetName = pod.Name
+	}
 	c.ImageRepository = strings.TrimSuffix(firstOf(o.Registry, a[migrate.RegistryAnnotation]), "/")
 	c.RegistrySecret = firstOf(o.RegistrySecret, firstPullSecret(pod))
 	c.InsecureRegistry = o.InsecureRegistry

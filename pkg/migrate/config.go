@@ -46,6 +46,9 @@ type Config struct {
 	TargetNode string
 	// TargetName is the restored pod's name.
 	TargetName string
+	// StatefulSet names the pod's StatefulSet: the pod keeps its identity
+	// and migrates sequentially (the source goes before the copy exists).
+	StatefulSet string
 
 	ImageRepository  string // where checkpoint images are pushed
 	RegistrySecret   string // dockerconfigjson secret for push and pull
@@ -108,6 +111,12 @@ func (c Config) Validate() error {
 	}
 	if c.ReplayMax > 0 && c.Cutoff > 0 {
 		errs = append(errs, errors.New("give --replay-max (cutoff from measured rates) or --cutoff (a fixed one), not both"))
+	}
+	if c.StatefulSet != "" && (c.ReplayMax > 0 || c.Cutoff > 0) {
+		errs = append(errs, errors.New("--replay-max and --cutoff do not apply to a StatefulSet pod: its source stops before the copy exists"))
+	}
+	if c.StatefulSet != "" && c.TargetName != c.Pod {
+		errs = append(errs, errors.New("a StatefulSet pod keeps its name"))
 	}
 	if (c.ReplayMax > 0 || c.Cutoff > 0) && c.Strategy != MS2M {
 		errs = append(errs, errors.New("--replay-max and --cutoff only apply to --strategy ms2m, which replays"))

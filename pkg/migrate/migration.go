@@ -3,6 +3,7 @@ package migrate
 import (
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
@@ -37,6 +38,10 @@ type Migration struct {
 	// the migration completes forward and never rolls back.
 	committed bool
 	agentPods int
+	// StatefulSet migrations.
+	savedSTS      *appsv1.StatefulSet
+	stsDeleted    bool
+	sourceDeleted bool
 
 	Record *report.Record
 }

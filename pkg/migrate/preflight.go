@@ -60,7 +60,17 @@ func checkSourcePod(ctx context.Context, m *Migration) error {
 	if pod.Status.Phase != corev1.PodRunning || pod.Spec.NodeName == "" {
 		return fmt.Errorf("pod %s is %s, not Running on a node; only running pods can be checkpointed", m.Pod, pod.Status.Phase)
 	}
-	if owner := metav1.GetControllerOf(pod); owner != nil {
+	owner := metav1.GetControllerOf(pod)
+	if m.StatefulSet != "" {
+		if owner == nil || owner.Kind != "StatefulSet" || owner.Name != m.StatefulSet {
+			return fmt.Errorf("pod %s does not belong to StatefulSet %s", m.Pod, m.StatefulSet)
+		}
+		for _, v := range pod.Spec.Volumes {
+			if v.PersistentVolumeClaim != nil {
+				return fmt.Errorf("pod %s mounts PersistentVolumeClaim %s; StatefulSet pods with volumes cannot be migrated yet", m.Pod, v.PersistentVolumeClaim.ClaimName)
+			}
+		}
+	} else if owner != nil {
 		if owner.Kind == "StatefulSet" {
 			return fmt.Errorf("pod %s belongs to StatefulSet %s; use kubectl migrate sts", m.Pod, owner.Name)
 		}
@@ -130,24 +140,34 @@ func nodeReady(n *corev1.Node) bool {
 
 // permission is one access the migration needs, with why.
 type permission struct {
-	verb, resource, subresource string
-	namespaced                  bool
-	why                         string
+	group, verb, resource, subresource string
+	namespaced                         bool
+	why                                string
 }
 
 var permissions = []permission{
-	{"create", "nodes", "proxy", false, "to checkpoint through the kubelet API"},
-	{"create", "pods", "", true, "to create the restored pod and the agent pods"},
-	{"delete", "pods", "", true, "to remove the source and the agent pods"},
-	{"create", "pods", "proxy", true, "to send control messages to the application"},
-	{"get", "pods", "proxy", true, "to read the application's state"},
-	{"create", "configmaps", "", true, "to record the migration"},
+	{"", "create", "nodes", "proxy", false, "to checkpoint through the kubelet API"},
+	{"", "create", "pods", "", true, "to create the restored pod and the agent pods"},
+	{"", "delete", "pods", "", true, "to remove the source and the agent pods"},
+	{"", "create", "pods", "proxy", true, "to send control messages to the application"},
+	{"", "get", "pods", "proxy", true, "to read the application's state"},
+	{"", "create", "configmaps", "", true, "to record the migration"},
+}
+
+var statefulSetPermissions = []permission{
+	{"apps", "get", "statefulsets", "", true, "to save the StatefulSet's spec"},
+	{"apps", "delete", "statefulsets", "", true, "to orphan its pods while the pod moves"},
+	{"apps", "create", "statefulsets", "", true, "to create it again, adopting the moved pod"},
 }
 
 func checkPermissions(ctx context.Context, m *Migration) error {
 	var missing []error
-	for _, p := range permissions {
-		attrs := &authzv1.ResourceAttributes{Verb: p.verb, Resource: p.resource, Subresource: p.subresource}
+	needed := permissions
+	if m.StatefulSet != "" {
+		needed = append(slices.Clone(permissions), statefulSetPermissions...)
+	}
+	for _, p := range needed {
+		attrs := &authzv1.ResourceAttributes{Group: p.group, Verb: p.verb, Resource: p.resource, Subresource: p.subresource}
 		if p.namespaced {
 			attrs.Namespace = m.Namespace
 		}
@@ -172,6 +192,9 @@ func checkPermissions(ctx context.Context, m *Migration) error {
 }
 
 func checkTargetName(ctx context.Context, m *Migration) error {
+	if m.StatefulSet != "" {
+		return nil // the pod keeps its name
+	}
 	_, err := m.Client.CoreV1().Pods(m.Namespace).Get(ctx, m.TargetName, metav1.GetOptions{})
 	if err == nil {
 		return fmt.Errorf("pod %s already exists; pass another --target-name", m.TargetName)

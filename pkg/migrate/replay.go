@@ -40,9 +40,13 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 	}
 	var target ms2m.State
 	err = wait.PollUntilContextCancel(ctx, appPollInterval, false, func(ctx context.Context) (bool, error) {
-		source, err := m.App.State(ctx, m.sourceApp())
-		if err != nil {
-			return false, err
+		// A source that already stopped (a StatefulSet pod) is caught up with
+		// at its last message.
+		source := m.SourceFinal
+		if !m.sourceHalted {
+			if source, err = m.App.State(ctx, m.sourceApp()); err != nil {
+				return false, err
+			}
 		}
 		if target, err = m.App.State(ctx, m.targetApp()); err != nil {
 			return false, err

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -27,43 +28,54 @@ type restore struct{}
 func (restore) Name() report.PhaseName { return report.Restore }
 
 func (restore) Run(ctx context.Context, m *Migration) error {
+	created, err := m.restoreAs(ctx, m.TargetName, m.TargetNode)
+	if created != nil {
+		m.Target = created
+		m.Record.TargetPod = m.TargetName
+	}
+	return err
+}
+
+// restoreAs creates pod name on node from the checkpoint images and waits
+// until the restored application answers as the checkpointed process and
+// holds. It returns the pod once created, even if waiting failed.
+func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.Pod, error) {
 	var bases []string
 	for _, c := range m.Source.Spec.Containers {
 		if _, ok := m.Images[c.Name]; ok {
 			bases = append(bases, c.Image)
 		}
 	}
-	m.progress(report.Restore, fmt.Sprintf("pulling base images %v on %s", bases, m.TargetNode))
-	if err := m.Packer.Prepull(ctx, m.nextAgentPod(), m.TargetNode, bases); err != nil {
-		return fmt.Errorf("pull the checkpointed containers' images on %s (restore needs them): %w", m.TargetNode, err)
+	m.progress(report.Restore, fmt.Sprintf("pulling base images %v on %s", bases, node))
+	if err := m.Packer.Prepull(ctx, m.nextAgentPod(), node, bases); err != nil {
+		return nil, fmt.Errorf("pull the checkpointed containers' images on %s (restore needs them): %w", node, err)
 	}
-	pod := TargetPod(m.Source, m.TargetName, m.TargetNode, m.ID, m.Images, m.RegistrySecret)
+	pod := TargetPod(m.Source, name, node, m.ID, m.Images, m.RegistrySecret)
 	created, err := m.Client.CoreV1().Pods(m.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("create pod %s on %s: %w", m.TargetName, m.TargetNode, err)
+		return nil, fmt.Errorf("create pod %s on %s: %w", name, node, err)
 	}
-	m.Target = created
-	m.Record.TargetPod = m.TargetName
-	m.progress(report.Restore, "pod "+m.TargetName+" created on "+m.TargetNode)
-	if _, err := kube.WaitForPod(ctx, m.Client, m.Namespace, m.TargetName, containersRunning(m.Containers)); err != nil {
-		return err
+	m.progress(report.Restore, "pod "+name+" created on "+node)
+	if _, err := kube.WaitForPod(ctx, m.Client, m.Namespace, name, containersRunning(m.Containers)); err != nil {
+		return created, err
 	}
 	m.progress(report.Restore, "containers running; waiting for the application")
+	app := appctl.Target{Namespace: m.Namespace, Pod: name, Port: m.ControlPort}
 	var st ms2m.State
 	err = wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
-		st, err = m.App.State(ctx, m.targetApp())
+		st, err = m.App.State(ctx, app)
 		return err == nil, nil
 	})
 	if err != nil {
-		return fmt.Errorf("the restored application in %s never answered on port %d: %w", m.TargetName, m.ControlPort, err)
+		return created, fmt.Errorf("the restored application in %s never answered on port %d: %w", name, m.ControlPort, err)
 	}
 	if st.Process != m.SourceState.Process {
-		return fmt.Errorf("pod %s started a new process instead of restoring the checkpoint; check the target runtime's restore support", m.TargetName)
+		return created, fmt.Errorf("pod %s started a new process instead of restoring the checkpoint; check the target runtime's restore support", name)
 	}
 	if st.Mode != ms2m.ModeHold {
-		return fmt.Errorf("the restored application is in %s mode, not holding; it does not follow the MS2M contract", st.Mode)
+		return created, fmt.Errorf("the restored application is in %s mode, not holding; it does not follow the MS2M contract", st.Mode)
 	}
-	return nil
+	return created, nil
 }
 
 func (restore) Rollback(ctx context.Context, m *Migration) error {

@@ -7,8 +7,15 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
-// Phases returns the phase list of a strategy.
-func Phases(s Strategy) []Phase {
+// Phases returns the phase list of a strategy, for a bare pod or (with
+// statefulSet) a StatefulSet pod.
+func Phases(s Strategy, statefulSet bool) []Phase {
+	if statefulSet {
+		if s == StopAndCopy {
+			return []Phase{preflight{}, stopSource{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{}, switchover{}, cleanup{}}
+		}
+		return []Phase{preflight{}, prepare{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{}, replay{}, switchover{}, cleanup{}}
+	}
 	switch s {
 	case StopAndCopy:
 		return []Phase{preflight{}, stopSource{}, checkpoint{}, packImages{}, restore{}, switchover{}, cleanup{}}
@@ -33,7 +40,7 @@ func Run(ctx context.Context, cfg Config, deps Deps, hooks Hooks) (*report.Recor
 			_ = m.broker.Close()
 		}
 	}()
-	phases := Phases(cfg.Strategy)
+	phases := Phases(cfg.Strategy, cfg.StatefulSet != "")
 	if cfg.DryRun {
 		phases = phases[:1]
 	}

@@ -32,12 +32,14 @@ func (switchover) Name() report.PhaseName { return report.Switchover }
 func (switchover) Run(ctx context.Context, m *Migration) error {
 	handover := ms2m.Control{Type: ms2m.Resume}
 	if m.Strategy == MS2M {
-		st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop})
-		if err != nil {
-			return fmt.Errorf("stop the source: %w", err)
+		if !m.sourceHalted { // a StatefulSet pod's source stopped already
+			st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop})
+			if err != nil {
+				return fmt.Errorf("stop the source: %w", err)
+			}
+			m.SourceFinal, m.sourceHalted = st, true
 		}
-		m.SourceFinal, m.sourceHalted = st, true
-		handover = ms2m.Control{Type: ms2m.EndReplay, Payload: ms2m.ControlPayload{UntilSeq: st.LastSeq}}
+		handover = ms2m.Control{Type: ms2m.EndReplay, Payload: ms2m.ControlPayload{UntilSeq: m.SourceFinal.LastSeq}}
 	}
 	if depth, err := m.broker.QueueDepth(m.Broker.Queue); err == nil {
 		m.Record.Broker.PrimaryDepthAtSwitch = depth
@@ -80,9 +82,11 @@ func (cleanup) Name() report.PhaseName { return report.Cleanup }
 
 func (cleanup) Run(ctx context.Context, m *Migration) error {
 	var errs []error
-	m.progress(report.Cleanup, "deleting source pod "+m.Pod)
-	if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.Pod, nil); err != nil {
-		errs = append(errs, err)
+	if m.StatefulSet == "" { // a StatefulSet pod's source is gone already
+		m.progress(report.Cleanup, "deleting source pod "+m.Pod)
+		if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.Pod, nil); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if m.ReplayQueue != "" {
 		if err := m.broker.DeleteQueue(m.ReplayQueue); err != nil {

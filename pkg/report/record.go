@@ -36,7 +36,11 @@ const (
 	Restore    PhaseName = "restore"
 	Replay     PhaseName = "replay"
 	Switchover PhaseName = "switchover"
-	Cleanup    PhaseName = "cleanup"
+	// Detach and Adopt are a StatefulSet pod's: the source and the
+	// StatefulSet go away before the copy exists, and come back adopting it.
+	Detach  PhaseName = "detach"
+	Adopt   PhaseName = "adopt"
+	Cleanup PhaseName = "cleanup"
 )
 
 // Phase is the timing of one phase.

@@ -33,12 +33,14 @@ var phaseColors = map[PhaseName]color.Color{
 	Replay:     lipgloss.Color("#3498db"),
 	Switchover: lipgloss.Color("#e84393"),
 	Cleanup:    lipgloss.Color("#95a5a6"),
+	Detach:     lipgloss.Color("#d35400"),
+	Adopt:      lipgloss.Color("#16a085"),
 }
 
 // phaseGlyphs stand in for colours in the stacked bar when colour is off.
 var phaseGlyphs = map[PhaseName]string{
 	Preflight: "p", Prepare: "q", Stop: "s", Checkpoint: "C", Image: "I",
-	Restore: "R", Replay: "P", Switchover: "S", Cleanup: "c",
+	Restore: "R", Replay: "P", Switchover: "S", Cleanup: "c", Detach: "d", Adopt: "a",
 }
 
 func outcomeStyle(o Outcome) lipgloss.Style {

@@ -38,6 +38,12 @@ type Workload struct {
 	app                        appctl.Client
 }
 
+// Attach returns a Workload for pods deployed by other means.
+func Attach(client kubernetes.Interface, namespace, exchange, queue string) *Workload {
+	return &Workload{Namespace: namespace, Exchange: exchange, Queue: queue, client: client,
+		app: appctl.Client{REST: client.CoreV1().RESTClient()}}
+}
+
 // Deploy creates the namespace and both pods and waits until they answer.
 func Deploy(ctx context.Context, client kubernetes.Interface, o Options) (*Workload, error) {
 	id := fmt.Sprintf("%06x", rand.Uint32()>>8)

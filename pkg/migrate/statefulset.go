@@ -1,0 +1,173 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// A StatefulSet pod keeps its name, ordinal and labels, so the source and
+// its restored copy cannot coexist (sequential mode, the paper's). Deleting
+// the pod would make the StatefulSet controller recreate it on the old node
+// at once, so the StatefulSet itself is deleted with its pods orphaned, the
+// source pod is deleted, the copy is restored under the same name on the
+// target node, and the StatefulSet is created again from its saved spec: the
+// controller adopts the restored pod (same controller-revision-hash) and the
+// untouched ordinals, and its spec is exactly as before.
+
+// detach stops the source, orphans the StatefulSet's pods by deleting the
+// StatefulSet, and deletes the source pod.
+type detach struct{}
+
+func (detach) Name() report.PhaseName { return report.Detach }
+
+func (detach) Run(ctx context.Context, m *Migration) error {
+	if m.Strategy == MS2M { // stop-and-copy stopped the source at the start
+		st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop})
+		if err != nil {
+			return fmt.Errorf("stop the source: %w", err)
+		}
+		m.SourceFinal, m.sourceHalted = st, true
+	}
+	sts, err := m.Client.AppsV1().StatefulSets(m.Namespace).Get(ctx, m.StatefulSet, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get statefulset %s: %w", m.StatefulSet, err)
+	}
+	m.savedSTS = sts.DeepCopy()
+	if err := deleteOrphaning(ctx, m, sts); err != nil {
+		return err
+	}
+	m.progress(report.Detach, "statefulset "+m.StatefulSet+" deleted with its pods orphaned; deleting "+m.Pod)
+	if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.Pod, nil); err != nil {
+		return err
+	}
+	m.sourceDeleted = true
+	return nil
+}
+
+// Rollback brings the source back as it was: if its pod was deleted, the
+// checkpoint is restored on the source node under the same name and replays
+// up to where the source stopped; then the StatefulSet is created again.
+func (detach) Rollback(ctx context.Context, m *Migration) error {
+	var errs []error
+	if m.sourceDeleted {
+		if err := m.restoreSourceInPlace(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("restore the source on %s: %w", m.SourceNode, err))
+		}
+	} else if err := resumeSource(ctx, m); err != nil {
+		errs = append(errs, err)
+	}
+	if err := recreateStatefulSet(ctx, m); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Migration) restoreSourceInPlace(ctx context.Context) error {
+	if _, err := m.restoreAs(ctx, m.Pod, m.SourceNode); err != nil {
+		return err
+	}
+	src := m.sourceApp()
+	resume := ms2m.Control{Type: ms2m.Resume}
+	if m.ReplayQueue != "" {
+		if _, err := m.App.Control(ctx, src, ms2m.Control{Type: ms2m.StartReplay, Payload: ms2m.ControlPayload{Queue: m.ReplayQueue}}); err != nil {
+			return err
+		}
+		resume = ms2m.Control{Type: ms2m.EndReplay, Payload: ms2m.ControlPayload{UntilSeq: m.SourceFinal.LastSeq}}
+	}
+	if _, err := m.App.Control(ctx, src, resume); err != nil {
+		return err
+	}
+	m.sourceDeleted, m.sourceHalted = false, false
+	return waitPrimary(ctx, m, src.Pod)
+}
+
+func deleteOrphaning(ctx context.Context, m *Migration, sts *appsv1.StatefulSet) error {
+	err := m.Client.AppsV1().StatefulSets(m.Namespace).Delete(ctx, sts.Name, metav1.DeleteOptions{
+		PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan),
+		Preconditions:     &metav1.Preconditions{UID: &sts.UID},
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete statefulset %s (orphaning its pods): %w", sts.Name, err)
+	}
+	m.stsDeleted = true
+	// The orphan finalizer runs first; wait until the object is really gone.
+	return wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
+		_, err := m.Client.AppsV1().StatefulSets(m.Namespace).Get(ctx, sts.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// recreateStatefulSet creates the StatefulSet again from its saved spec.
+func recreateStatefulSet(ctx context.Context, m *Migration) error {
+	if !m.stsDeleted || m.savedSTS == nil {
+		return nil
+	}
+	saved := m.savedSTS
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: saved.Name, Namespace: saved.Namespace, Labels: saved.Labels, Annotations: saved.Annotations},
+		Spec:       *saved.Spec.DeepCopy(),
+	}
+	if _, err := m.Client.AppsV1().StatefulSets(m.Namespace).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create statefulset %s again: %w", saved.Name, err)
+	}
+	m.stsDeleted = false
+	return nil
+}
+
+// adopt creates the StatefulSet again and waits until it owns the restored
+// pod.
+type adopt struct{}
+
+func (adopt) Name() report.PhaseName { return report.Adopt }
+
+func (adopt) Run(ctx context.Context, m *Migration) error {
+	if err := recreateStatefulSet(ctx, m); err != nil {
+		return err
+	}
+	_, err := kube.WaitForPod(ctx, m.Client, m.Namespace, m.Pod, func(pod *corev1.Pod) (bool, error) {
+		if pod == nil {
+			return false, errors.New("the restored pod disappeared")
+		}
+		owner := metav1.GetControllerOf(pod)
+		return owner != nil && owner.Kind == "StatefulSet" && owner.Name == m.StatefulSet, nil
+	})
+	if err != nil {
+		return fmt.Errorf("statefulset %s did not adopt pod %s: %w", m.StatefulSet, m.Pod, err)
+	}
+	return nil
+}
+
+// Rollback orphans the pods again, so the later rollbacks (deleting the
+// restored pod, restoring the source) do not race the controller.
+func (adopt) Rollback(ctx context.Context, m *Migration) error {
+	sts, err := m.Client.AppsV1().StatefulSets(m.Namespace).Get(ctx, m.StatefulSet, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return deleteOrphaning(ctx, m, sts)
+}
+
+func waitPrimary(ctx context.Context, m *Migration, pod string) error {
+	t := m.sourceApp()
+	t.Pod = pod
+	return wait.PollUntilContextTimeout(ctx, appPollInterval, time.Minute, true, func(ctx context.Context) (bool, error) {
+		st, err := m.App.State(ctx, t)
+		return err == nil && st.Mode == ms2m.ModePrimary, nil
+	})
+}

@@ -1,0 +1,169 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
+)
+
+// deployStatefulSet runs a 2-replica consumer StatefulSet on node-a, each
+// ordinal with its own queue bound to one fanout exchange, and one producer.
+func (l *lab) deployStatefulSet(t *testing.T) (*workload.Workload, *appsv1.StatefulSet) {
+	ctx := context.Background()
+	id := fmt.Sprintf("%06x", rand.Uint32()>>8)
+	ns, exchange := "e2e-sts-"+id, "ms2m-"+id
+	queueOf := func(pod string) string { return "work-" + id + "-" + pod }
+	if _, err := l.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w := workload.Attach(l.client, ns, exchange, queueOf("consumer-0"))
+	t.Cleanup(func() {
+		if t.Failed() {
+			l.dumpDiagnostics(t, w)
+		}
+		_ = w.Delete(context.Background())
+	})
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := l.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "consumer"}
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "consumer", Namespace: ns},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To[int32](2), ServiceName: "consumer", PodManagementPolicy: appsv1.ParallelPodManagement,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{
+					"ms2m.io/broker-url": l.brokerURL, "ms2m.io/exchange": exchange, "ms2m.io/registry": l.registry + "/checkpoints",
+				}},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"kubernetes.io/hostname": "node-a"},
+					Containers: []corev1.Container{{
+						Name: "consumer", Image: l.imagePrefix + "/ms2m-consumer:lab", ImagePullPolicy: corev1.PullAlways,
+						Env:   []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+						Args:  []string{"--url=" + l.brokerURL, "--exchange=" + exchange, "--queue=work-" + id + "-$(POD_NAME)", "--work=50ms"},
+						Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+					}},
+				},
+			},
+		},
+	}
+	created, err := l.client.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pod := range []string{"consumer-0", "consumer-1"} {
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := w.State(ctx, pod)
+			return err == nil, nil
+		}); err != nil {
+			t.Fatalf("%s never answered: %v", pod, err)
+		}
+	}
+	producer := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "producer", Namespace: ns},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{
+			Name: "producer", Image: l.imagePrefix + "/ms2m-producer:lab", ImagePullPolicy: corev1.PullAlways,
+			Args:  []string{"--url=" + l.brokerURL, "--exchange=" + exchange, "--queue=" + queueOf("consumer-0"), "--rate=10"},
+			Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+		}}},
+	}
+	if _, err := l.client.CoreV1().Pods(ns).Create(ctx, producer, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return w, created
+}
+
+func TestStatefulSetSequential(t *testing.T) {
+	l := setup(t)
+	ctx := context.Background()
+	w, before := l.deployStatefulSet(t)
+	state0 := waitApplied(t, w, "consumer-0", 30)
+	other, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rec, stderr, err := l.migrate(t, w, "sts", "consumer-0", "--to", "node-b", "--queue", w.Queue)
+	if err != nil {
+		t.Fatalf("migration failed: %v\n%s", err, stderr)
+	}
+	if rec.Outcome != report.Succeeded || rec.TargetPod != "consumer-0" {
+		t.Fatalf("record %+v", rec)
+	}
+	pod, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Spec.NodeName != "node-b" || !strings.HasPrefix(pod.Spec.Containers[0].Image, l.registry+"/checkpoints/") {
+		t.Fatalf("consumer-0 on %s from %s", pod.Spec.NodeName, pod.Spec.Containers[0].Image)
+	}
+	after, err := l.client.AppsV1().StatefulSets(w.Namespace).Get(ctx, "consumer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil || owner.UID != after.UID {
+		t.Fatalf("consumer-0 is not owned by the StatefulSet: %+v", owner)
+	}
+	if !reflect.DeepEqual(before.Spec, after.Spec) {
+		b, _ := json.Marshal(before.Spec)
+		a, _ := json.Marshal(after.Spec)
+		t.Fatalf("StatefulSet spec changed:\n%s\n%s", b, a)
+	}
+	st := state(t, w, "consumer-0")
+	if st.Process != state0.Process || st.Totals.Count < state0.Totals.Count {
+		t.Fatalf("consumer-0 was not restored: before %+v after %+v", state0, st)
+	}
+	otherAfter, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-1", metav1.GetOptions{})
+	if err != nil || otherAfter.UID != other.UID || otherAfter.Spec.NodeName != "node-a" || otherAfter.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Fatalf("consumer-1 was touched: %v", err)
+	}
+	l.replayQueueGone(t, w)
+
+	// Ordinal 0 saw every message exactly once; so did the untouched ordinal 1.
+	got, sent, err := w.CheckConservation(ctx, "consumer-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := w.WaitApplied(ctx, "consumer-1", sent.LastSeq, time.Minute)
+	if err != nil || one.Totals != sent.Totals {
+		t.Fatalf("consumer-1 applied %+v, sent %+v (%v)", one.Totals, sent.Totals, err)
+	}
+	t.Logf("conservation: %d sent; consumer-0 (moved) and consumer-1 (untouched) each applied all exactly once (digest %s); downtime %d ms of %d ms",
+		sent.Totals.Count, got.Totals.Digest, rec.Downtime.Millis, rec.TotalMillis)
+
+	// A later rollout still works: the controller replaces both pods.
+	patch := []byte(`{"spec":{"template":{"metadata":{"annotations":{"e2e/rollout":"1"}}}}}`)
+	if _, err := l.client.AppsV1().StatefulSets(w.Namespace).Patch(ctx, "consumer", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		s, err := l.client.AppsV1().StatefulSets(w.Namespace).Get(ctx, "consumer", metav1.GetOptions{})
+		return err == nil && s.Status.ObservedGeneration == s.Generation && s.Status.UpdatedReplicas == 2 &&
+			s.Status.ReadyReplicas == 2 && s.Status.CurrentRevision == s.Status.UpdateRevision, nil
+	})
+	if err != nil {
+		t.Fatal("rollout after migration did not complete:", err)
+	}
+}
