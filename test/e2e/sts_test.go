@@ -167,3 +167,39 @@ func TestStatefulSetSequential(t *testing.T) {
 		t.Fatal("rollout after migration did not complete:", err)
 	}
 }
+
+// TestStatefulSetRollback fails a StatefulSet migration after the source pod
+// was deleted and its copy restored on node-b (replay cannot finish in 1 ms):
+// the source must come back on node-a under its name, restored from its
+// checkpoint, owned by an unchanged StatefulSet, and lose nothing.
+func TestStatefulSetRollback(t *testing.T) {
+	l := setup(t)
+	ctx := context.Background()
+	w, before := l.deployStatefulSet(t)
+	state0 := waitApplied(t, w, "consumer-0", 20)
+	rec, stderr, err := l.migrate(t, w, "sts", "consumer-0", "--to", "node-b", "--queue", w.Queue, "--replay-timeout", "1ms")
+	if err == nil || rec.Outcome != report.RolledBack {
+		t.Fatalf("want a rolled-back migration, got %v %s\n%s", err, rec.Outcome, stderr)
+	}
+	pod, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := l.client.AppsV1().StatefulSets(w.Namespace).Get(ctx, "consumer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner := metav1.GetControllerOf(pod); pod.Spec.NodeName != "node-a" || owner == nil || owner.UID != after.UID {
+		t.Fatalf("consumer-0 on %s owned by %+v", pod.Spec.NodeName, metav1.GetControllerOf(pod))
+	}
+	if !reflect.DeepEqual(before.Spec, after.Spec) {
+		t.Fatal("StatefulSet spec changed by the rollback")
+	}
+	if st := state(t, w, "consumer-0"); st.Process != state0.Process || st.Mode != "primary" {
+		t.Fatalf("consumer-0 was not brought back from its checkpoint: %+v", st)
+	}
+	l.replayQueueGone(t, w)
+	if _, _, err := w.CheckConservation(ctx, "consumer-0"); err != nil {
+		t.Fatal(err)
+	}
+}
