@@ -95,6 +95,17 @@ func (l *lab) deployStatefulSet(t *testing.T) (*workload.Workload, *appsv1.State
 }
 
 func TestStatefulSetSequential(t *testing.T) {
+	migrateStatefulSet(t, "ms2m")
+}
+
+func TestStatefulSetStopAndCopy(t *testing.T) {
+	migrateStatefulSet(t, "stop-and-copy")
+}
+
+// migrateStatefulSet moves ordinal 0 of a 2-replica StatefulSet to node-b and
+// checks identity, adoption, state continuity, conservation, that ordinal 1
+// was untouched, and that a later rollout works.
+func migrateStatefulSet(t *testing.T, strategy string) {
 	l := setup(t)
 	ctx := context.Background()
 	w, before := l.deployStatefulSet(t)
@@ -104,7 +115,7 @@ func TestStatefulSetSequential(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rec, stderr, err := l.migrate(t, w, "sts", "consumer-0", "--to", "node-b", "--queue", w.Queue)
+	rec, stderr, err := l.migrate(t, w, "sts", "consumer-0", "--to", "node-b", "--queue", w.Queue, "--strategy", strategy)
 	if err != nil {
 		t.Fatalf("migration failed: %v\n%s", err, stderr)
 	}
