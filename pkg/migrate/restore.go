@@ -61,19 +61,29 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	}
 	m.progress(report.Restore, "containers running; waiting for the application")
 	app := appctl.Target{Namespace: m.Namespace, Pod: name, Port: m.ControlPort}
+	// The restored copy answers as soon as its listener is back, possibly
+	// before it has noticed that its broker connection died; it holds only
+	// after reconnecting, so wait for that.
 	var st ms2m.State
+	answered := false
 	err = wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
-		st, err = m.App.State(ctx, app)
-		return err == nil, nil
+		var err error
+		if st, err = m.App.State(ctx, app); err != nil {
+			return false, nil
+		}
+		answered = true
+		if st.Process != m.SourceState.Process {
+			return false, fmt.Errorf("pod %s started a new process instead of restoring the checkpoint; check the target runtime's restore support", name)
+		}
+		return st.Mode == ms2m.ModeHold, nil
 	})
-	if err != nil {
+	switch {
+	case err != nil && !answered:
 		return created, fmt.Errorf("the restored application in %s never answered on port %d: %w", name, m.ControlPort, err)
-	}
-	if st.Process != m.SourceState.Process {
-		return created, fmt.Errorf("pod %s started a new process instead of restoring the checkpoint; check the target runtime's restore support", name)
-	}
-	if st.Mode != ms2m.ModeHold {
-		return created, fmt.Errorf("the restored application is in %s mode, not holding; it does not follow the MS2M contract", st.Mode)
+	case err != nil && st.Process != m.SourceState.Process:
+		return created, err
+	case err != nil:
+		return created, fmt.Errorf("the restored application stayed in %s mode instead of holding after its reconnect; it does not follow the MS2M contract: %w", st.Mode, err)
 	}
 	return created, nil
 }

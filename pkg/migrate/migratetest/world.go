@@ -47,6 +47,8 @@ type World struct {
 	Images   map[string]bool
 	Saved    []*report.Record
 	snapshot ms2m.State // the application's memory at the checkpoint
+	// reconnecting restored apps switch to hold after their first answer.
+	reconnecting map[string]bool
 }
 
 // Node returns a Ready node with the given runtime.
@@ -83,7 +85,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 		T: t, Client: fake.NewClientset(objects...),
 		Queues:   map[string]bool{"work": true},
 		Apps:     map[string]*ms2m.State{"consumer": {Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
-		Archives: map[string]bool{}, Images: map[string]bool{},
+		Archives: map[string]bool{}, Images: map[string]bool{}, reconnecting: map[string]bool{},
 	}
 	w.Client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		r := a.(k8stesting.CreateAction).GetObject().(*authzv1.SelfSubjectAccessReview)
@@ -127,11 +129,14 @@ func (w *World) startKubelet() {
 				state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerError", Message: "criu failed"}}
 			} else {
 				w.Mu.Lock()
+				// Like a real restore: the copy answers first in the mode it
+				// was checkpointed in, and holds once it has noticed its dead
+				// broker connection (on its first answer here).
 				restored := w.snapshot
-				if restored.PendingRestore || restored.Mode == ms2m.ModeHold {
-					restored.Mode = ms2m.ModeHold
-				}
 				w.Apps[pod.Name] = &restored
+				if restored.PendingRestore {
+					w.reconnecting[pod.Name] = true
+				}
 				w.Mu.Unlock()
 			}
 			pod.Status.Phase = corev1.PodRunning
@@ -258,7 +263,12 @@ func (f *fakeApp) State(_ context.Context, t appctl.Target) (ms2m.State, error) 
 	if !ok {
 		return ms2m.State{}, fmt.Errorf("%s unreachable", t)
 	}
-	return *st, nil
+	answer := *st
+	if w.reconnecting[t.Pod] {
+		delete(w.reconnecting, t.Pod)
+		st.Mode = ms2m.ModeHold
+	}
+	return answer, nil
 }
 
 func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg ms2m.Control) (ms2m.State, error) {
