@@ -56,6 +56,8 @@ CFG
 
 down() {
   rabbitmqctl -q stop >/dev/null 2>&1 || true
+  # The broker started epmd; it refuses to stop while any node is registered.
+  ERL_EPMD_ADDRESS=127.0.0.1 epmd -kill >/dev/null 2>&1 || true
   if [ -s "$STATE/registry/pid" ]; then kill "$(cat "$STATE/registry/pid")" 2>/dev/null || true; rm -f "$STATE/registry/pid"; fi
 }
 
