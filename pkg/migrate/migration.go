@@ -1,10 +1,12 @@
 package migrate
 
 import (
+	"context"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
@@ -47,14 +49,23 @@ type Migration struct {
 }
 
 // sourceApp addresses the source instance.
-func (m *Migration) sourceApp() appctl.Target {
-	return appctl.Target{Namespace: m.Namespace, Pod: m.Pod, Port: m.ControlPort}
+func (m *Migration) sourceApp() appctl.Target { return m.app(m.Pod) }
+
+// app addresses the instance in pod.
+func (m *Migration) app(pod string) appctl.Target {
+	return appctl.Target{Namespace: m.Namespace, Pod: pod, Port: m.ControlPort}
+}
+
+// waitPrimary waits until the instance t consumes its primary queue.
+func (m *Migration) waitPrimary(ctx context.Context, t appctl.Target) error {
+	return wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
+		st, err := m.App.State(ctx, t)
+		return err == nil && st.Mode == ms2m.ModePrimary, nil
+	})
 }
 
 // targetApp addresses the restored instance.
-func (m *Migration) targetApp() appctl.Target {
-	return appctl.Target{Namespace: m.Namespace, Pod: m.TargetName, Port: m.ControlPort}
-}
+func (m *Migration) targetApp() appctl.Target { return m.app(m.TargetName) }
 
 func (m *Migration) progress(phase report.PhaseName, msg string) {
 	if m.Hooks.Progress != nil {

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -60,7 +59,7 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 		return created, err
 	}
 	m.progress(report.Restore, "containers running; waiting for the application")
-	app := appctl.Target{Namespace: m.Namespace, Pod: name, Port: m.ControlPort}
+	app := m.app(name)
 	// The restored copy answers as soon as its listener is back, possibly
 	// before it has noticed that its broker connection died; it holds only
 	// after reconnecting, so wait for that.

@@ -91,7 +91,9 @@ func (m *Migration) restoreSourceInPlace(ctx context.Context) error {
 		return err
 	}
 	m.sourceDeleted, m.sourceHalted = false, false
-	return waitPrimary(ctx, m, src.Pod)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return m.waitPrimary(ctx, src)
 }
 
 func deleteOrphaning(ctx context.Context, m *Migration, sts *appsv1.StatefulSet) error {
@@ -161,13 +163,4 @@ func (adopt) Rollback(ctx context.Context, m *Migration) error {
 		return err
 	}
 	return deleteOrphaning(ctx, m, sts)
-}
-
-func waitPrimary(ctx context.Context, m *Migration, pod string) error {
-	t := m.sourceApp()
-	t.Pod = pod
-	return wait.PollUntilContextTimeout(ctx, appPollInterval, time.Minute, true, func(ctx context.Context) (bool, error) {
-		st, err := m.App.State(ctx, t)
-		return err == nil && st.Mode == ms2m.ModePrimary, nil
-	})
 }

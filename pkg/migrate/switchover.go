@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
@@ -54,11 +53,7 @@ func (switchover) Run(ctx context.Context, m *Migration) error {
 		return fmt.Errorf("hand the primary queue to the target: %w", err)
 	}
 	m.progress(report.Switchover, fmt.Sprintf("source stopped at %d; target takes over the primary queue", m.SourceFinal.LastSeq))
-	err = wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
-		target, err := m.App.State(ctx, m.targetApp())
-		return err == nil && target.Mode == ms2m.ModePrimary, nil
-	})
-	if err != nil {
+	if err := m.waitPrimary(ctx, m.targetApp()); err != nil {
 		return fmt.Errorf("the target did not reach the primary queue: %w", err)
 	}
 	if c := m.Record.Cutoff; c != nil {
