@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
 
@@ -47,7 +49,7 @@ func (d dirs) demo() error {
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("migration: %w", err)
 	}
-	pods, err := client.CoreV1().Pods(ns).List(ctx, listAll)
+	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 )
@@ -149,7 +150,7 @@ func (d dirs) down() error {
 			continue
 		}
 		pids, _ := output("ip", "netns", "pids", ns)
-		for _, f := range splitFields(pids) {
+		for _, f := range strings.Fields(pids) {
 			var pid int
 			if _, err := fmt.Sscan(f, &pid); err == nil {
 				_ = killPID(pid, 5*time.Second)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -87,6 +86,3 @@ func (d dirs) printEnv() {
 	fmt.Printf("export LAB_IMAGE_PREFIX=%s/kubectl-migrate\n", registry)
 }
 
-func splitFields(s string) []string { return strings.Fields(s) }
-
-var listAll = metav1.ListOptions{}
