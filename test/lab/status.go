@@ -85,4 +85,3 @@ func (d dirs) printEnv() {
 	fmt.Printf("export LAB_KUBECTL=%s\n", d.bin("kubectl"))
 	fmt.Printf("export LAB_IMAGE_PREFIX=%s/kubectl-migrate\n", registry)
 }
-
