@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -76,33 +75,20 @@ func (o *PodOptions) printPlan(source *corev1.Pod) error {
 		return printData(o.Out, o.Output, migrate.TargetPod(source, c.TargetName, c.TargetNode, c.ID, images, c.RegistrySecret))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Preflight passed. Plan for %s/%s (%s, migration %s):\n", c.Namespace, c.Pod, c.Strategy, c.ID)
-	step := 0
-	add := func(format string, args ...any) {
-		step++
-		fmt.Fprintf(&b, "  %d. "+format+"\n", append([]any{step}, args...)...)
+	how := string(c.Strategy)
+	if c.StatefulSet != "" {
+		how += ", " + string(c.Mode) + " mode"
 	}
+	fmt.Fprintf(&b, "Preflight passed. Plan for %s/%s (%s, migration %s):\n", c.Namespace, c.Pod, how, c.ID)
 	containers := c.Containers
 	if len(containers) == 0 {
 		for _, ctr := range source.Spec.Containers {
 			containers = append(containers, ctr.Name)
 		}
 	}
-	if c.Strategy == migrate.MS2M {
-		add("bind replay queue %s to exchange %s", ms2m.ReplayQueueName(c.Broker.Queue), c.Broker.Exchange)
-	} else {
-		add("stop the source consuming %s", c.Broker.Queue)
+	for i, step := range migrate.Plan(c, source.Spec.NodeName, containers) {
+		fmt.Fprintf(&b, "  %d. %s\n", i+1, step)
 	}
-	add("checkpoint %s on %s through the kubelet", strings.Join(containers, ", "), source.Spec.NodeName)
-	add("pack and push %s/%s:<container>-%s from an agent pod (%s)", c.ImageRepository, c.Pod, c.ID, c.AgentImage)
-	add("restore pod %s on %s", c.TargetName, c.TargetNode)
-	if c.Strategy == migrate.MS2M {
-		add("replay buffered messages until the target has caught up (limit %s)", c.ReplayTimeout)
-		add("stop the source; the target replays to its last message and takes over %s", c.Broker.Queue)
-	} else {
-		add("the target resumes %s", c.Broker.Queue)
-	}
-	add("delete pod %s%s", c.Pod, map[bool]string{true: ", the replay queue", false: ""}[c.Strategy == migrate.MS2M])
 	b.WriteString("Nothing was changed.\n")
 	_, err := io.WriteString(o.Out, b.String())
 	return err

@@ -57,6 +57,9 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		{[]string{"pod", "consumer", "--to", "node-b", "--label", "novalue"}, `--label "novalue" is not key=value`},
 		{[]string{"report", "-o", "table"}, "--output must be json or yaml"},
 		{[]string{"--color", "sometimes", "version"}, "--color must be auto, always or never"},
+		{[]string{"sts", "consumer-0", "--to", "node-b", "--mode", "parallel"}, `--mode must be one of [sequential shadow], not "parallel"`},
+		{[]string{"sts", "consumer", "--to", "node-b"}, `"consumer" is not NAME-ORDINAL`},
+		{[]string{"sts", "sts/consumer", "--to", "node-b"}, "give the pod's ordinal with --ordinal N"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			w := migratetest.NewWorld(t)
@@ -148,6 +151,23 @@ func TestDryRunPrintsPlanAndChangesNothing(t *testing.T) {
 	}
 	out := r.out.String()
 	for _, want := range []string{"Preflight passed", "bind replay queue work.ms2m-replay", "restore pod consumer-", "Nothing was changed."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+	if len(w.Calls) != 0 || len(w.Saved) != 0 {
+		t.Fatalf("dry run changed: %v", w.Calls)
+	}
+}
+
+func TestStatefulSetShadowDryRun(t *testing.T) {
+	w := migratetest.NewStatefulSetWorld(t)
+	r := execute(t, w, append([]string{"sts", "sts/consumer", "--ordinal", "0", "--to", "node-b", "--mode", "shadow", "--dry-run"}, brokerFlags...)...)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	out := r.out.String()
+	for _, want := range []string{"(ms2m, shadow mode", "restore shadow pod consumer-0-shadow on node-b", "delete statefulset consumer orphaning its pods", "Nothing was changed."} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan lacks %q:\n%s", want, out)
 		}

@@ -94,6 +94,7 @@ type PodOptions struct {
 	To                string
 	Containers        []string
 	Strategy          string
+	Mode              string
 	TargetName        string
 	Registry          string
 	RegistrySecret    string
@@ -194,6 +195,9 @@ func (o *PodOptions) Validate() error {
 	if !slices.Contains(migrate.Strategies, migrate.Strategy(o.Strategy)) {
 		return fmt.Errorf("--strategy must be one of %v, not %q", migrate.Strategies, o.Strategy)
 	}
+	if o.stsArg != nil && !slices.Contains(migrate.Modes, migrate.Mode(o.Mode)) {
+		return fmt.Errorf("--mode must be one of %v, not %q", migrate.Modes, o.Mode)
+	}
 	if o.ControlPort < 0 || o.ControlPort > 65535 {
 		return fmt.Errorf("--control-port %d is not a port", o.ControlPort)
 	}
@@ -251,7 +255,7 @@ func (o *PodOptions) configure(pod *corev1.Pod) error {
 	c.TargetNode = o.To
 	c.TargetName = firstOf(o.TargetName, targetName(pod, c.ID))
 	if c.StatefulSet != "" {
-		c.TargetName = pod.Name
+		c.TargetName, c.Mode = pod.Name, migrate.Mode(o.Mode)
 	}
 	c.ImageRepository = strings.TrimSuffix(firstOf(o.Registry, a[migrate.RegistryAnnotation]), "/")
 	c.RegistrySecret = firstOf(o.RegistrySecret, firstPullSecret(pod))

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 )
 
 const stsExample = `  # Move ordinal 0 of StatefulSet consumer to node-b, keeping its identity
@@ -14,31 +16,53 @@ const stsExample = `  # Move ordinal 0 of StatefulSet consumer to node-b, keepin
   # The same, naming the StatefulSet and the ordinal
   kubectl migrate sts sts/consumer --ordinal 0 --to node-b
 
+  # Near-zero downtime through a shadow copy
+  kubectl migrate sts consumer-0 --to node-b --mode shadow
+
   # The stop-and-copy baseline
   kubectl migrate sts consumer-0 --to node-b --strategy stop-and-copy`
 
 const stsLong = `Live-migrate one pod of a StatefulSet to another node, keeping its name,
-ordinal and labels (sequential mode).
+ordinal, labels and volume claims.
 
-A StatefulSet pod's identity cannot exist twice, so the source goes away
-before its restored copy exists: the source is checkpointed (after the replay
-queue is bound, with MS2M) and its image pushed; then the source stops, the
-StatefulSet is deleted with its pods orphaned (deleting only the pod would make
-the controller recreate it on the old node at once), the source pod is
-deleted, the checkpoint is restored under the same name on the target node,
-and the StatefulSet is created again from its saved spec, adopting the moved
-pod and leaving the other ordinals untouched. The restored pod replays up to
-the source's last message and takes over its queue. Downtime therefore spans
-from the source stopping to the copy catching up.
+A StatefulSet pod's identity cannot exist twice, and deleting the pod would
+make the StatefulSet controller recreate it on the old node at once. So while
+the name changes hands, the StatefulSet is deleted with its pods orphaned and
+then created again from its saved spec: the controller adopts the moved pod
+and the untouched ordinals, and its spec is exactly as before.
 
-On failure the StatefulSet and the source come back as they were: if the
-source pod was already deleted, its checkpoint is restored on the source node
-under the same name and replays up to where it stopped.
+--mode sequential (the default) is the paper's: the source is checkpointed
+(after the replay queue is bound, with MS2M) and its image pushed; then the
+source stops, its pod is deleted, the checkpoint is restored under the same
+name on the target node and replays up to the source's last message. Downtime
+spans from the source stopping to the copy catching up: checkpoint transfer
+and restore.
 
-Pods with PersistentVolumeClaims are refused for now. Everything said in
-"kubectl migrate pod --help" about registries, secrets, annotations and
-requirements applies; RBAC additionally needs get, delete and create on
-statefulsets.`
+--mode shadow (MS2M only) avoids that gap: the source moves into a shadow pod
+NAME-ORDINAL-shadow on the target node while it keeps serving (the shadow has
+no member name and no pod-name label, so neither the controller nor per-pod
+Services take it), and the shadow takes over the queue at an MS2M switchover.
+Then the StatefulSet is orphaned, the stopped source deleted, and the shadow
+moves the same way into the StatefulSet's name on the same node. Processing
+pauses only at the two switchovers; the report shows each gap. It needs twice
+the checkpoints and, for a volume claim, a ReadWriteMany volume, as source and
+shadow run at once.
+
+Volumes: a claim bound to a node-local volume (local, hostPath, or node
+affinity that excludes the target) cannot follow and is refused before
+anything changes, as are hostPath and emptyDir volumes of migrated
+containers. A claim on network-attached storage follows: the restored pod
+mounts the same claim.
+
+On failure the StatefulSet and its pod come back on the source node: if the
+source pod was already deleted, its checkpoint (in shadow mode, the shadow's)
+is restored there under the same name and catches up before the StatefulSet
+is created again.
+
+Everything said in "kubectl migrate pod --help" about registries, secrets,
+annotations and requirements applies; RBAC additionally needs get, delete and
+create on statefulsets, and get on persistentvolumeclaims and
+persistentvolumes for pods with claims.`
 
 // NewCmdSts returns kubectl migrate sts.
 func NewCmdSts(root *RootOptions) *cobra.Command {
@@ -56,6 +80,8 @@ func NewCmdSts(root *RootOptions) *cobra.Command {
 	}
 	o.addFlags(cmd, false)
 	cmd.Flags().IntVar(&ordinal, "ordinal", -1, "the pod's ordinal, with sts/NAME")
+	cmd.Flags().StringVar(&o.Mode, "mode", string(migrate.Sequential), "sequential (the source goes before its copy exists) or shadow (through a shadow copy, near-zero downtime)")
+	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{string(migrate.Sequential), string(migrate.Shadow)}, cobra.ShellCompDirectiveNoFileComp))
 	o.stsArg = func(arg string) error {
 		name, pod, err := parseStsArg(arg, ordinal)
 		o.config.StatefulSet, o.config.Pod = name, pod

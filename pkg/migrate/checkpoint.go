@@ -29,7 +29,7 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 	}
 	if m.Strategy == MS2M {
 		// The mark is in the checkpoint now; the live source drops it.
-		if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Checkpointed, Payload: ms2m.ControlPayload{Migration: m.ID}}); err != nil {
+		if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Checkpointed, Payload: ms2m.ControlPayload{Migration: m.tag()}}); err != nil {
 			return err
 		}
 	}

@@ -28,6 +28,28 @@ const (
 // Strategies lists the valid strategies.
 var Strategies = []Strategy{MS2M, StopAndCopy}
 
+// Mode is how a StatefulSet pod moves.
+type Mode string
+
+// Modes.
+const (
+	// Sequential is the paper's: the source goes away before its restored
+	// copy exists under the same name, so downtime spans the restore.
+	Sequential Mode = "sequential"
+	// Shadow restores a differently named shadow copy on the target while
+	// the source serves, hands the queue to it, then moves the shadow into
+	// the StatefulSet's name on the same node the same way: two switchovers,
+	// each a gap of milliseconds.
+	Shadow Mode = "shadow"
+)
+
+// Modes lists the valid StatefulSet modes.
+var Modes = []Mode{Sequential, Shadow}
+
+// ShadowName names the shadow copy of a StatefulSet pod. It does not end in
+// -ORDINAL, so the StatefulSet controller never takes it for a member.
+func ShadowName(pod string) string { return pod + "-shadow" }
+
 // BrokerConfig locates the workload's queues.
 type BrokerConfig struct {
 	URL      string
@@ -46,9 +68,10 @@ type Config struct {
 	TargetNode string
 	// TargetName is the restored pod's name.
 	TargetName string
-	// StatefulSet names the pod's StatefulSet: the pod keeps its identity
-	// and migrates sequentially (the source goes before the copy exists).
+	// StatefulSet names the pod's StatefulSet: the pod keeps its name,
+	// ordinal and labels, moving in Mode.
 	StatefulSet string
+	Mode        Mode
 
 	ImageRepository  string // where checkpoint images are pushed
 	RegistrySecret   string // dockerconfigjson secret for push and pull
@@ -112,11 +135,24 @@ func (c Config) Validate() error {
 	if c.ReplayMax > 0 && c.Cutoff > 0 {
 		errs = append(errs, errors.New("give --replay-max (cutoff from measured rates) or --cutoff (a fixed one), not both"))
 	}
-	if c.StatefulSet != "" && (c.ReplayMax > 0 || c.Cutoff > 0) {
-		errs = append(errs, errors.New("--replay-max and --cutoff do not apply to a StatefulSet pod: its source stops before the copy exists"))
-	}
-	if c.StatefulSet != "" && c.TargetName != c.Pod {
-		errs = append(errs, errors.New("a StatefulSet pod keeps its name"))
+	if c.StatefulSet != "" {
+		if c.ReplayMax > 0 || c.Cutoff > 0 {
+			errs = append(errs, errors.New("--replay-max and --cutoff apply to kubectl migrate pod: a StatefulSet pod's source stops before its final copy exists"))
+		}
+		switch c.Mode {
+		case Sequential:
+		case Shadow:
+			if c.Strategy != MS2M {
+				errs = append(errs, errors.New("--mode shadow replays into a live shadow copy; it needs --strategy ms2m"))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("unknown mode %q; use one of %v", c.Mode, Modes))
+		}
+		if c.TargetName != c.Pod {
+			errs = append(errs, errors.New("a StatefulSet pod keeps its name"))
+		}
+	} else if c.Mode != "" {
+		errs = append(errs, errors.New("--mode applies to StatefulSet pods: use kubectl migrate sts"))
 	}
 	if (c.ReplayMax > 0 || c.Cutoff > 0) && c.Strategy != MS2M {
 		errs = append(errs, errors.New("--replay-max and --cutoff only apply to --strategy ms2m, which replays"))

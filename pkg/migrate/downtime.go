@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -16,13 +17,29 @@ import (
 // no downtime to measure.
 const downtimeWait = 15 * time.Second
 
+// measureGaps measures downtime; in shadow mode, the gap at each of the two
+// switchovers (both seen by the final pod, which carries the shadow's
+// history) and downtime as their sum.
+func (m *Migration) measureGaps(ctx context.Context) (*report.Downtime, *report.Shadow) {
+	if m.final == nil {
+		return m.measureDowntime(ctx, m.SourceFinal), nil
+	}
+	toShadow := m.final.measureDowntime(ctx, m.SourceFinal)
+	toFinal := m.final.measureDowntime(ctx, m.final.SourceFinal)
+	if toShadow == nil || toFinal == nil {
+		return nil, nil
+	}
+	shadow := &report.Shadow{Pod: m.TargetName, ToShadowMillis: toShadow.Millis, ToFinalMillis: toFinal.Millis}
+	toFinal.Millis += toShadow.Millis
+	return toFinal, shadow
+}
+
 // measureDowntime computes downtime from the instances' own timestamps: the
 // source's last applied message N, and the target applying N+1. If N+1 was
 // sent after the source stopped, waiting only began when it was sent.
-func (m *Migration) measureDowntime(ctx context.Context) *report.Downtime {
+func (m *Migration) measureDowntime(ctx context.Context, last ms2m.State) *report.Downtime {
 	ctx, cancel := context.WithTimeout(ctx, downtimeWait)
 	defer cancel()
-	last := m.SourceFinal
 	var next struct {
 		seq             uint64
 		sent, appliedAt time.Time

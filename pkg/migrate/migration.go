@@ -44,6 +44,13 @@ type Migration struct {
 	savedSTS      *appsv1.StatefulSet
 	stsDeleted    bool
 	sourceDeleted bool
+	// Shadow mode: the stage that moves the shadow into the final pod, and
+	// whether the shadow has taken over from the source.
+	final      *Migration
+	handedOver bool
+	// stage tells this stage's markers, images and agent pods apart from
+	// the other stages' of the same migration.
+	stage string
 
 	Record *report.Record
 }
@@ -73,8 +80,28 @@ func (m *Migration) progress(phase report.PhaseName, msg string) {
 	}
 }
 
-// nextAgentPod names the next agent pod of this migration.
+// tag identifies this stage of the migration.
+func (m *Migration) tag() string {
+	if m.stage == "" {
+		return m.ID
+	}
+	return m.ID + "-" + m.stage
+}
+
+// nextAgentPod names the next agent pod of this stage.
 func (m *Migration) nextAgentPod() string {
 	m.agentPods++
-	return "kubectl-migrate-agent-" + m.ID + "-" + string(rune('a'+m.agentPods-1))
+	return "kubectl-migrate-agent-" + m.tag() + "-" + string(rune('a'+m.agentPods-1))
+}
+
+// nextStage is a migration from the pod this one restored (or from the
+// source, for a stage that returns it) into name on node; it shares the
+// broker, the record and what preflight learnt about the source.
+func (m *Migration) nextStage(stage string, from *corev1.Pod, name, node string, strategy Strategy) *Migration {
+	cfg := m.Config
+	cfg.Pod, cfg.TargetName, cfg.TargetNode, cfg.Strategy = from.Name, name, node, strategy
+	return &Migration{
+		Config: cfg, Deps: m.Deps, Hooks: m.Hooks, Record: m.Record, stage: stage,
+		Source: from, SourceNode: from.Spec.NodeName, Containers: m.Containers, broker: m.broker, SourceState: m.SourceState,
+	}
 }

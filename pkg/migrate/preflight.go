@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	volumehelpers "k8s.io/component-helpers/storage/volume"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
@@ -31,6 +32,7 @@ func (preflight) Run(ctx context.Context, m *Migration) error {
 	}{
 		{"source pod", checkSourcePod},
 		{"target node", checkTargetNode},
+		{"volumes", checkVolumes},
 		{"permissions", checkPermissions},
 		{"target pod name", checkTargetName},
 		{"broker", checkBroker},
@@ -64,11 +66,6 @@ func checkSourcePod(ctx context.Context, m *Migration) error {
 	if m.StatefulSet != "" {
 		if owner == nil || owner.Kind != "StatefulSet" || owner.Name != m.StatefulSet {
 			return fmt.Errorf("pod %s does not belong to StatefulSet %s", m.Pod, m.StatefulSet)
-		}
-		for _, v := range pod.Spec.Volumes {
-			if v.PersistentVolumeClaim != nil {
-				return fmt.Errorf("pod %s mounts PersistentVolumeClaim %s; StatefulSet pods with volumes cannot be migrated yet", m.Pod, v.PersistentVolumeClaim.ClaimName)
-			}
 		}
 	} else if owner != nil {
 		if owner.Kind == "StatefulSet" {
@@ -125,6 +122,81 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 	}
 	if s := runtime.Parse(target.Status.NodeInfo.ContainerRuntimeVersion); !s.Restore {
 		return fmt.Errorf("target node %s cannot restore checkpoints: %s", m.TargetNode, s.Why)
+	}
+	return nil
+}
+
+// checkVolumes refuses volumes whose data cannot follow the migrated
+// containers to the target node: node-local ones (hostPath, emptyDir, a claim
+// bound to a local or hostPath volume or one whose node affinity excludes the
+// target), and, when source and target run at once (a bare pod, or shadow
+// mode), a claim that cannot be mounted read-write on two nodes.
+func checkVolumes(ctx context.Context, m *Migration) error {
+	mounted := map[string]bool{}
+	for _, c := range m.Source.Spec.Containers {
+		if slices.Contains(m.Containers, c.Name) {
+			for _, vm := range c.VolumeMounts {
+				mounted[vm.Name] = true
+			}
+		}
+	}
+	var target *corev1.Node
+	for _, v := range m.Source.Spec.Volumes {
+		if !mounted[v.Name] {
+			continue
+		}
+		switch {
+		case v.HostPath != nil:
+			return fmt.Errorf("volume %s is hostPath %s on %s, whose data cannot follow the pod; migrate only the other containers with --containers, or use a network-attached volume", v.Name, v.HostPath.Path, m.SourceNode)
+		case v.EmptyDir != nil:
+			return fmt.Errorf("volume %s is an emptyDir, whose data stays on %s and is not in a checkpoint; migrate only the other containers with --containers, or use a network-attached volume", v.Name, m.SourceNode)
+		case v.PersistentVolumeClaim == nil:
+			continue
+		}
+		if target == nil {
+			var err error
+			if target, err = m.Client.CoreV1().Nodes().Get(ctx, m.TargetNode, metav1.GetOptions{}); err != nil {
+				return fmt.Errorf("get node %s: %w", m.TargetNode, err)
+			}
+		}
+		if err := checkClaim(ctx, m, v.PersistentVolumeClaim.ClaimName, target); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkClaim(ctx context.Context, m *Migration, claim string, target *corev1.Node) error {
+	pvc, err := m.Client.CoreV1().PersistentVolumeClaims(m.Namespace).Get(ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get PersistentVolumeClaim %s: %w", claim, err)
+	}
+	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
+		return fmt.Errorf("PersistentVolumeClaim %s is %s, not Bound", claim, pvc.Status.Phase)
+	}
+	pv, err := m.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get PersistentVolume %s of claim %s (reading it needs get persistentvolumes): %w", pvc.Spec.VolumeName, claim, err)
+	}
+	local := ""
+	switch {
+	case pv.Spec.Local != nil:
+		local = "a local volume at " + pv.Spec.Local.Path
+	case pv.Spec.HostPath != nil:
+		local = "a hostPath volume at " + pv.Spec.HostPath.Path
+	}
+	if local != "" {
+		return fmt.Errorf("PersistentVolumeClaim %s is bound to %s, %s on %s whose data cannot follow the pod to %s; move the data to a network-attached volume first", claim, pv.Name, local, m.SourceNode, m.TargetNode)
+	}
+	if err := volumehelpers.CheckNodeAffinity(pv, target.Labels); err != nil {
+		return fmt.Errorf("PersistentVolumeClaim %s is bound to %s, which node %s cannot reach (%v); pick a node its node affinity allows", claim, pv.Name, m.TargetNode, err)
+	}
+	if m.TargetName != m.Pod && !slices.Contains(pv.Spec.AccessModes, corev1.ReadWriteMany) {
+		how := "use kubectl migrate sts --mode sequential, whose source stops before its copy exists"
+		if m.StatefulSet == "" {
+			how = "use a ReadWriteMany volume"
+		}
+		return fmt.Errorf("PersistentVolumeClaim %s is not ReadWriteMany, but source and target use it on two nodes at once; %s", claim, how)
 	}
 	return nil
 }

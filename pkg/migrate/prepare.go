@@ -30,10 +30,10 @@ func (prepare) Run(ctx context.Context, m *Migration) error {
 	}
 	m.replayBound = time.Now()
 	m.Record.Broker.ReplayQueue = m.ReplayQueue
-	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Prepare, Payload: ms2m.ControlPayload{Queue: m.ReplayQueue, Migration: m.ID}}); err != nil {
+	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Prepare, Payload: ms2m.ControlPayload{Queue: m.ReplayQueue, Migration: m.tag()}}); err != nil {
 		return err
 	}
-	if err := m.broker.PublishMarker(ctx, m.Broker.Exchange, m.ID); err != nil {
+	if err := m.broker.PublishMarker(ctx, m.Broker.Exchange, m.tag()); err != nil {
 		return err
 	}
 	err := wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
@@ -41,7 +41,7 @@ func (prepare) Run(ctx context.Context, m *Migration) error {
 		if err != nil {
 			return false, err
 		}
-		return st.Barrier == m.ID, nil
+		return st.Barrier == m.tag(), nil
 	})
 	if err != nil {
 		return fmt.Errorf("the source did not reach the marker behind its backlog: %w", err)
@@ -51,7 +51,7 @@ func (prepare) Run(ctx context.Context, m *Migration) error {
 
 func (prepare) Rollback(ctx context.Context, m *Migration) error {
 	var errs []error
-	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Checkpointed, Payload: ms2m.ControlPayload{Migration: m.ID}}); err != nil {
+	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Checkpointed, Payload: ms2m.ControlPayload{Migration: m.tag()}}); err != nil {
 		errs = append(errs, fmt.Errorf("clear the source's checkpoint mark: %w", err))
 	}
 	if m.ReplayQueue != "" {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -50,6 +51,15 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 		return nil, fmt.Errorf("pull the checkpointed containers' images on %s (restore needs them): %w", node, err)
 	}
 	pod := TargetPod(m.Source, name, node, m.ID, m.Images, m.RegistrySecret)
+	if m.StatefulSet != "" {
+		// Per-pod Services select this label: the StatefulSet's own name has
+		// it, a shadow copy must not.
+		if isMemberName(m.StatefulSet, name) {
+			pod.Labels[appsv1.StatefulSetPodNameLabel] = name
+		} else {
+			delete(pod.Labels, appsv1.StatefulSetPodNameLabel)
+		}
+	}
 	created, err := m.Client.CoreV1().Pods(m.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create pod %s on %s: %w", name, node, err)

@@ -8,8 +8,11 @@ import (
 )
 
 // Phases returns the phase list of a strategy, for a bare pod or (with
-// statefulSet) a StatefulSet pod.
-func Phases(s Strategy, statefulSet bool) []Phase {
+// statefulSet) a StatefulSet pod in mode.
+func Phases(s Strategy, statefulSet bool, mode Mode) []Phase {
+	if statefulSet && mode == Shadow {
+		return shadowPhases()
+	}
 	if statefulSet {
 		if s == StopAndCopy {
 			return []Phase{preflight{}, stopSource{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{}, switchover{}, cleanup{}}
@@ -32,15 +35,18 @@ func Run(ctx context.Context, cfg Config, deps Deps, hooks Hooks) (*report.Recor
 	}
 	m := &Migration{Config: cfg, Deps: deps, Hooks: hooks}
 	m.Record = &report.Record{
-		ID: cfg.ID, Strategy: string(cfg.Strategy), Namespace: cfg.Namespace, Pod: cfg.Pod,
+		ID: cfg.ID, Strategy: string(cfg.Strategy), Mode: string(cfg.Mode), Namespace: cfg.Namespace, Pod: cfg.Pod,
 		TargetNode: cfg.TargetNode, Labels: cfg.Labels,
+	}
+	if cfg.StatefulSet != "" && cfg.Mode == Shadow {
+		m.TargetName = ShadowName(cfg.Pod) // the first stage restores the shadow
 	}
 	defer func() {
 		if m.broker != nil {
 			_ = m.broker.Close()
 		}
 	}()
-	phases := Phases(cfg.Strategy, cfg.StatefulSet != "")
+	phases := Phases(cfg.Strategy, cfg.StatefulSet != "", cfg.Mode)
 	if cfg.DryRun {
 		phases = phases[:1]
 	}
@@ -49,7 +55,7 @@ func Run(ctx context.Context, cfg Config, deps Deps, hooks Hooks) (*report.Recor
 		return m.Record, err
 	}
 	if m.committed {
-		m.Record.Downtime = m.measureDowntime(context.WithoutCancel(ctx))
+		m.Record.Downtime, m.Record.Shadow = m.measureGaps(context.WithoutCancel(ctx))
 	}
 	saveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()

@@ -67,6 +67,9 @@ func (m *Migration) runPhase(ctx context.Context, start time.Time, p Phase) erro
 	}
 	took := time.Since(t0)
 	rec := report.Phase{Name: name, StartMillis: t0.Sub(start).Milliseconds(), DurationMillis: took.Milliseconds()}
+	if s, ok := p.(interface{ Stage() string }); ok {
+		rec.Stage = s.Stage()
+	}
 	if err != nil {
 		err = fmt.Errorf("%s: %w", name, err)
 		rec.Error = err.Error()
@@ -103,10 +106,8 @@ func (m *Migration) rollback(ctx context.Context, done []Phase, cause error) err
 		if err := done[i].Rollback(rbCtx, m); err != nil {
 			errs = append(errs, fmt.Errorf("roll back %s: %w", done[i].Name(), err))
 		}
-		for j := range m.Record.Phases {
-			if m.Record.Phases[j].Name == done[i].Name() {
-				m.Record.Phases[j].RolledBack = true
-			}
+		if i < len(m.Record.Phases) { // one record per phase run, in order
+			m.Record.Phases[i].RolledBack = true
 		}
 	}
 	m.Record.Outcome = report.RolledBack

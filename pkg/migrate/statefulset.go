@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -27,14 +30,25 @@ import (
 // controller adopts the restored pod (same controller-revision-hash) and the
 // untouched ordinals, and its spec is exactly as before.
 
-// detach stops the source, orphans the StatefulSet's pods by deleting the
-// StatefulSet, and deletes the source pod.
+// isMemberName reports whether name is a pod name of StatefulSet sts
+// (sts-ORDINAL), the way its controller tells its members apart.
+func isMemberName(sts, name string) bool {
+	ordinal, ok := strings.CutPrefix(name, sts+"-")
+	_, err := strconv.ParseUint(ordinal, 10, 32)
+	return ok && err == nil
+}
+
+// detach frees the StatefulSet pod's name: it orphans the StatefulSet's pods
+// by deleting the StatefulSet and deletes the pod holding the name. In
+// sequential mode that pod is the source, which stops first; in shadow mode
+// it is the source already replaced by the shadow.
 type detach struct{}
 
 func (detach) Name() report.PhaseName { return report.Detach }
 
 func (detach) Run(ctx context.Context, m *Migration) error {
-	if m.Strategy == MS2M { // stop-and-copy stopped the source at the start
+	inPlace := m.Pod == m.TargetName
+	if inPlace && m.Strategy == MS2M { // stop-and-copy stopped the source at the start
 		st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop})
 		if err != nil {
 			return fmt.Errorf("stop the source: %w", err)
@@ -42,25 +56,34 @@ func (detach) Run(ctx context.Context, m *Migration) error {
 		m.SourceFinal, m.sourceHalted = st, true
 	}
 	sts, err := m.Client.AppsV1().StatefulSets(m.Namespace).Get(ctx, m.StatefulSet, metav1.GetOptions{})
-	if err != nil {
+	switch {
+	case apierrors.IsNotFound(err) && m.savedSTS != nil:
+		m.stsDeleted = true // an earlier stage orphaned its pods already
+	case err != nil:
 		return fmt.Errorf("get statefulset %s: %w", m.StatefulSet, err)
+	default:
+		m.savedSTS = sts.DeepCopy()
+		if err := deleteOrphaning(ctx, m, sts); err != nil {
+			return err
+		}
 	}
-	m.savedSTS = sts.DeepCopy()
-	if err := deleteOrphaning(ctx, m, sts); err != nil {
+	m.progress(report.Detach, "statefulset "+m.StatefulSet+" deleted with its pods orphaned; deleting "+m.TargetName)
+	if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.TargetName, nil); err != nil {
 		return err
 	}
-	m.progress(report.Detach, "statefulset "+m.StatefulSet+" deleted with its pods orphaned; deleting "+m.Pod)
-	if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.Pod, nil); err != nil {
-		return err
-	}
-	m.sourceDeleted = true
+	m.sourceDeleted = inPlace
 	return nil
 }
 
 // Rollback brings the source back as it was: if its pod was deleted, the
 // checkpoint is restored on the source node under the same name and replays
-// up to where the source stopped; then the StatefulSet is created again.
+// up to where the source stopped; then the StatefulSet is created again. In
+// shadow mode the shadow still serves, and the shadow's handover rollback
+// brings the StatefulSet and its pod back.
 func (detach) Rollback(ctx context.Context, m *Migration) error {
+	if m.Pod != m.TargetName {
+		return nil
+	}
 	var errs []error
 	if m.sourceDeleted {
 		if err := m.restoreSourceInPlace(ctx); err != nil {
@@ -79,21 +102,29 @@ func (m *Migration) restoreSourceInPlace(ctx context.Context) error {
 	if _, err := m.restoreAs(ctx, m.Pod, m.SourceNode); err != nil {
 		return err
 	}
-	src := m.sourceApp()
-	resume := ms2m.Control{Type: ms2m.Resume}
-	if m.ReplayQueue != "" {
-		if _, err := m.App.Control(ctx, src, ms2m.Control{Type: ms2m.StartReplay, Payload: ms2m.ControlPayload{Queue: m.ReplayQueue}}); err != nil {
-			return err
-		}
-		resume = ms2m.Control{Type: ms2m.EndReplay, Payload: ms2m.ControlPayload{UntilSeq: m.SourceFinal.LastSeq}}
-	}
-	if _, err := m.App.Control(ctx, src, resume); err != nil {
+	if err := m.resumeRestored(ctx, m.sourceApp(), m.ReplayQueue, m.SourceFinal.LastSeq); err != nil {
 		return err
 	}
 	m.sourceDeleted, m.sourceHalted = false, false
+	return nil
+}
+
+// resumeRestored puts a restored instance that holds back on its primary
+// queue: with a replay queue, after replaying up to until.
+func (m *Migration) resumeRestored(ctx context.Context, t appctl.Target, replayQueue string, until uint64) error {
+	resume := ms2m.Control{Type: ms2m.Resume}
+	if replayQueue != "" {
+		if _, err := m.App.Control(ctx, t, ms2m.Control{Type: ms2m.StartReplay, Payload: ms2m.ControlPayload{Queue: replayQueue}}); err != nil {
+			return err
+		}
+		resume = ms2m.Control{Type: ms2m.EndReplay, Payload: ms2m.ControlPayload{UntilSeq: until}}
+	}
+	if _, err := m.App.Control(ctx, t, resume); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return m.waitPrimary(ctx, src)
+	return m.waitPrimary(ctx, t)
 }
 
 func deleteOrphaning(ctx context.Context, m *Migration, sts *appsv1.StatefulSet) error {
@@ -139,7 +170,7 @@ func (adopt) Run(ctx context.Context, m *Migration) error {
 	if err := recreateStatefulSet(ctx, m); err != nil {
 		return err
 	}
-	_, err := kube.WaitForPod(ctx, m.Client, m.Namespace, m.Pod, func(pod *corev1.Pod) (bool, error) {
+	_, err := kube.WaitForPod(ctx, m.Client, m.Namespace, m.TargetName, func(pod *corev1.Pod) (bool, error) {
 		if pod == nil {
 			return false, errors.New("the restored pod disappeared")
 		}
@@ -147,7 +178,7 @@ func (adopt) Run(ctx context.Context, m *Migration) error {
 		return owner != nil && owner.Kind == "StatefulSet" && owner.Name == m.StatefulSet, nil
 	})
 	if err != nil {
-		return fmt.Errorf("statefulset %s did not adopt pod %s: %w", m.StatefulSet, m.Pod, err)
+		return fmt.Errorf("statefulset %s did not adopt pod %s: %w", m.StatefulSet, m.TargetName, err)
 	}
 	return nil
 }

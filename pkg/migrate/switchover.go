@@ -77,16 +77,24 @@ func (cleanup) Name() report.PhaseName { return report.Cleanup }
 
 func (cleanup) Run(ctx context.Context, m *Migration) error {
 	var errs []error
-	if m.StatefulSet == "" { // a StatefulSet pod's source is gone already
+	if m.Pod != m.TargetName { // a source that held its name is gone already
 		m.progress(report.Cleanup, "deleting source pod "+m.Pod)
 		if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.Pod, nil); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	return errors.Join(append(errs, m.removeReplayQueueAndImages(ctx))...)
+}
+
+// removeReplayQueueAndImages deletes the replay queue and, if asked, the
+// checkpoint images, once the target no longer needs them.
+func (m *Migration) removeReplayQueueAndImages(ctx context.Context) error {
+	var errs []error
 	if m.ReplayQueue != "" {
 		if err := m.broker.DeleteQueue(m.ReplayQueue); err != nil {
 			errs = append(errs, err)
 		}
+		m.ReplayQueue = ""
 	}
 	if m.DeleteImages {
 		for _, ref := range m.Images {
@@ -94,6 +102,7 @@ func (cleanup) Run(ctx context.Context, m *Migration) error {
 				errs = append(errs, err)
 			}
 		}
+		m.Images = nil
 	}
 	return errors.Join(errs...)
 }

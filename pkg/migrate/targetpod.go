@@ -35,7 +35,7 @@ func (m *Migration) packRequest(container string) agent.PackRequest {
 	return agent.PackRequest{
 		Archive:   m.Archives[container],
 		Container: container,
-		Image:     m.ImageRepository + "/" + m.Pod + ":" + container + "-" + m.ID,
+		Image:     m.ImageRepository + "/" + m.Pod + ":" + container + "-" + m.tag(),
 		Insecure:  m.InsecureRegistry,
 	}
 }
@@ -87,6 +87,18 @@ func TargetPod(source *corev1.Pod, name, node, migrationID string, images map[st
 		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: registrySecret})
 	}
 	usedVolumes := map[string]bool{}
+	// The runtime restores a container only with every mount it was
+	// checkpointed with, so mounts are kept, except the service account
+	// token's, which admission adds again under a new name.
+	keptMounts := func(mounts []corev1.VolumeMount) []corev1.VolumeMount {
+		mounts = slices.DeleteFunc(slices.Clone(mounts), func(vm corev1.VolumeMount) bool {
+			return strings.HasPrefix(vm.Name, saTokenVolumePrefix)
+		})
+		for _, vm := range mounts {
+			usedVolumes[vm.Name] = true
+		}
+		return mounts
+	}
 	for _, c := range spec.Containers {
 		if img, ok := images[c.Name]; ok {
 			pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
@@ -96,17 +108,13 @@ func TargetPod(source *corev1.Pod, name, node, migrationID string, images map[st
 				Ports:           c.Ports,
 				Resources:       c.Resources,
 				SecurityContext: c.SecurityContext,
+				VolumeMounts:    keptMounts(c.VolumeMounts),
 			})
 			continue
 		}
 		// A container that is not migrated starts afresh from its spec.
 		c = *c.DeepCopy()
-		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool {
-			return strings.HasPrefix(vm.Name, saTokenVolumePrefix)
-		})
-		for _, vm := range c.VolumeMounts {
-			usedVolumes[vm.Name] = true
-		}
+		c.VolumeMounts = keptMounts(c.VolumeMounts)
 		pod.Spec.Containers = append(pod.Spec.Containers, c)
 	}
 	for _, v := range spec.Volumes {

@@ -21,11 +21,12 @@ func TestTargetPod(t *testing.T) {
 			Containers: []corev1.Container{
 				{Name: "app", Image: "app:1", Command: []string{"/app"}, Env: []corev1.EnvVar{{Name: "A", Value: "1"}},
 					Ports:        []corev1.ContainerPort{{ContainerPort: 8080}},
-					VolumeMounts: []corev1.VolumeMount{{Name: "kube-api-access-abcde", MountPath: "/var/run/secrets"}}},
+					VolumeMounts: []corev1.VolumeMount{{Name: "kube-api-access-abcde", MountPath: "/var/run/secrets"}, {Name: "data", MountPath: "/data"}}},
 				{Name: "sidecar", Image: "side:1", VolumeMounts: []corev1.VolumeMount{
 					{Name: "cache", MountPath: "/cache"}, {Name: "kube-api-access-abcde", MountPath: "/var/run/secrets"}}},
 			},
-			Volumes: []corev1.Volume{{Name: "cache"}, {Name: "kube-api-access-abcde"}, {Name: "unused"}},
+			Volumes: []corev1.Volume{{Name: "cache"}, {Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-consumer"}}},
+				{Name: "kube-api-access-abcde"}, {Name: "unused"}},
 		},
 	}
 	pod := TargetPod(source, "consumer-x1", "node-b", "x1", map[string]string{"app": "reg/consumer@sha256:1"}, "regcred")
@@ -44,14 +45,17 @@ func TestTargetPod(t *testing.T) {
 		t.Fatalf("pull secrets %v", pod.Spec.ImagePullSecrets)
 	}
 	app := pod.Spec.Containers[0]
-	if app.Image != "reg/consumer@sha256:1" || app.Command != nil || app.Env != nil || app.VolumeMounts != nil || len(app.Ports) != 1 {
+	if app.Image != "reg/consumer@sha256:1" || app.Command != nil || app.Env != nil || len(app.Ports) != 1 {
 		t.Fatalf("restored container carries more than restore needs: %+v", app)
+	}
+	if len(app.VolumeMounts) != 1 || app.VolumeMounts[0].Name != "data" {
+		t.Fatalf("the restored container must keep its volume mounts but the token's: %+v", app.VolumeMounts)
 	}
 	side := pod.Spec.Containers[1]
 	if side.Image != "side:1" || len(side.VolumeMounts) != 1 || side.VolumeMounts[0].Name != "cache" {
 		t.Fatalf("a container that is not migrated starts afresh without the token mount: %+v", side)
 	}
-	if len(pod.Spec.Volumes) != 1 || pod.Spec.Volumes[0].Name != "cache" {
+	if len(pod.Spec.Volumes) != 2 || pod.Spec.Volumes[0].Name != "cache" || pod.Spec.Volumes[1].PersistentVolumeClaim.ClaimName != "data-consumer" {
 		t.Fatalf("volumes %v", pod.Spec.Volumes)
 	}
 	if source.Spec.ImagePullSecrets[0].Name != "pull" || len(source.Spec.ImagePullSecrets) != 1 {

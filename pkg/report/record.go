@@ -46,6 +46,9 @@ const (
 // Phase is the timing of one phase.
 type Phase struct {
 	Name PhaseName `json:"name"`
+	// Stage tells repeated phases apart: a StatefulSet pod's shadow mode
+	// runs them once into the shadow and once into the final pod.
+	Stage string `json:"stage,omitempty"`
 	// StartMillis is the offset from the migration's start.
 	StartMillis    int64  `json:"startMillis"`
 	DurationMillis int64  `json:"durationMillis"`
@@ -55,8 +58,10 @@ type Phase struct {
 
 // Record is everything kept about one migration.
 type Record struct {
-	ID         string    `json:"id"`
-	Strategy   string    `json:"strategy"`
+	ID       string `json:"id"`
+	Strategy string `json:"strategy"`
+	// Mode is a StatefulSet pod's: sequential or shadow.
+	Mode       string    `json:"mode,omitempty"`
 	Namespace  string    `json:"namespace"`
 	Pod        string    `json:"pod"`
 	TargetPod  string    `json:"targetPod,omitempty"`
@@ -73,6 +78,7 @@ type Record struct {
 	Downtime *Downtime `json:"downtime,omitempty"`
 	Broker   Broker    `json:"broker"`
 	Cutoff   *Cutoff   `json:"cutoff,omitempty"`
+	Shadow   *Shadow   `json:"shadow,omitempty"`
 	Images   []string  `json:"images,omitempty"`
 	// ArchiveBytes is the total size of the checkpoint archives.
 	ArchiveBytes int64 `json:"archiveBytes,omitempty"`
@@ -112,6 +118,17 @@ type Cutoff struct {
 	// ReplayMillis is the replay actually spent: from the start of replay
 	// to the target taking over the primary queue.
 	ReplayMillis int64 `json:"replayMillis"`
+}
+
+// Shadow records a StatefulSet pod's shadow-mode move: the shadow copy and
+// the processing gap at each of its two switchovers, measured like Downtime
+// (whose Millis is their sum).
+type Shadow struct {
+	Pod string `json:"pod"`
+	// ToShadowMillis is the gap as the source handed over to the shadow.
+	ToShadowMillis int64 `json:"toShadowMillis"`
+	// ToFinalMillis is the gap as the shadow handed over to the final pod.
+	ToFinalMillis int64 `json:"toFinalMillis"`
 }
 
 // Broker holds what the migration saw of the message flow.

@@ -49,11 +49,19 @@ func RenderList(w io.Writer, records []*Record, o RenderOptions) error {
 	}
 	t := newTable("ID", "STRATEGY", "POD", "NODES", "OUTCOME", "DOWNTIME", "TOTAL", "AGE")
 	for _, r := range records {
-		t.Row(r.ID, r.Strategy, r.Namespace+"/"+r.Pod, r.SourceNode+" → "+r.TargetNode,
+		t.Row(r.ID, strategyText(r, "/"), r.Namespace+"/"+r.Pod, r.SourceNode+" → "+r.TargetNode,
 			outcomeStyle(r.Outcome).Render(string(r.Outcome)), downtimeText(r), totalText(r), formatAge(o.Now, r.StartedAt))
 	}
 	_, err := fmt.Fprintln(w, t.String())
 	return err
+}
+
+// strategyText is the strategy with a StatefulSet pod's mode.
+func strategyText(r *Record, sep string) string {
+	if r.Mode == "" {
+		return r.Strategy
+	}
+	return r.Strategy + sep + r.Mode
 }
 
 func downtimeText(r *Record) string {
@@ -83,7 +91,7 @@ func RenderRecord(w io.Writer, r *Record, o RenderOptions) error {
 	line := func(label, value string) {
 		fmt.Fprintf(&b, "%s %s\n", labelStyle.Render(fmt.Sprintf("%-10s", label)), value)
 	}
-	line("strategy", r.Strategy)
+	line("strategy", strategyText(r, ", StatefulSet pod in ")+map[bool]string{true: " mode"}[r.Mode != ""])
 	line("pod", fmt.Sprintf("%s/%s → %s", r.Namespace, r.Pod, target))
 	line("nodes", r.SourceNode+" → "+r.TargetNode)
 	line("started", r.StartedAt.UTC().Format(time.RFC3339))
@@ -100,6 +108,9 @@ func RenderRecord(w io.Writer, r *Record, o RenderOptions) error {
 			share = float64(p.DurationMillis) / float64(elapsed)
 		}
 		name := string(p.Name)
+		if p.Stage != "" {
+			name += " · " + p.Stage
+		}
 		if p.Error != "" {
 			name += " ✗"
 		} else if p.RolledBack {
@@ -161,7 +172,12 @@ func stackedBar(r *Record, elapsed int64, o RenderOptions) string {
 
 func legend(r *Record, o RenderOptions) string {
 	parts := make([]string, 0, len(r.Phases))
+	seen := map[PhaseName]bool{}
 	for _, p := range r.Phases {
+		if seen[p.Name] {
+			continue // a stage's repeat has the same colour
+		}
+		seen[p.Name] = true
 		key := phaseGlyphs[p.Name]
 		if o.Colour {
 			key = lipgloss.NewStyle().Foreground(phaseColors[p.Name]).Render("█")
@@ -188,6 +204,11 @@ func timesSummary(r *Record, o RenderOptions) string {
 		bar(min(share, 1), width, lipgloss.Color("#e74c3c"), o.Colour, "="),
 		strings.Repeat(" ", max(0, width-max(1, int(min(share, 1)*width+0.5)))),
 		FormatMillis(r.Downtime.Millis), 100*share)
+	if sh := r.Shadow; sh != nil {
+		fmt.Fprintf(&b, "%s two switchovers through shadow %s: source → shadow %s, shadow → final pod %s\n", labelStyle.Render("                    "),
+			sh.Pod, FormatMillis(sh.ToShadowMillis), FormatMillis(sh.ToFinalMillis))
+		return b.String()
+	}
 	fmt.Fprintf(&b, "%s source applied #%d last; target applied #%d after it\n", labelStyle.Render("                    "), r.Downtime.SourceLastSeq, r.Downtime.NextSeq)
 	return b.String()
 }

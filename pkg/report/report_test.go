@@ -46,6 +46,26 @@ func cutoffRecord() *Record {
 	return r
 }
 
+func shadowRecord() *Record {
+	r := sampleRecord()
+	r.ID, r.Pod, r.TargetPod, r.Mode = "s4d0w", "consumer-0", "consumer-0", "shadow"
+	var phases []Phase
+	start := int64(120)
+	add := func(stage string, names ...PhaseName) {
+		for _, n := range names {
+			phases = append(phases, Phase{Name: n, Stage: stage, StartMillis: start, DurationMillis: 400})
+			start += 400
+		}
+	}
+	phases = append(phases, Phase{Name: Preflight, DurationMillis: 120})
+	add("shadow", Prepare, Checkpoint, Image, Restore, Replay, Switchover)
+	add("final", Prepare, Checkpoint, Image, Detach, Restore, Adopt, Replay, Switchover, Cleanup)
+	r.Phases, r.TotalMillis = phases, start-400
+	r.Shadow = &Shadow{Pod: "consumer-0-shadow", ToShadowMillis: 48, ToFinalMillis: 61}
+	r.Downtime = &Downtime{Millis: 109, SourceLastSeq: 530, NextSeq: 531}
+	return r
+}
+
 func rolledBackRecord() *Record {
 	return &Record{
 		ID: "q9w8e", Strategy: "stop-and-copy", Namespace: "default", Pod: "consumer",
@@ -98,6 +118,7 @@ func TestRenderRecordGolden(t *testing.T) {
 		{"record-ansi", sampleRecord(), colorprofile.ANSI256},
 		{"record-rolled-back", rolledBackRecord(), colorprofile.NoTTY},
 		{"record-cutoff", cutoffRecord(), colorprofile.NoTTY},
+		{"record-shadow", shadowRecord(), colorprofile.NoTTY},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := render(t, tc.profile, func(w *colorprofile.Writer) error {
@@ -110,7 +131,7 @@ func TestRenderRecordGolden(t *testing.T) {
 
 func TestRenderListGolden(t *testing.T) {
 	out := render(t, colorprofile.NoTTY, func(w *colorprofile.Writer) error {
-		return RenderList(w, []*Record{sampleRecord(), rolledBackRecord()}, RenderOptions{Now: t0.Add(5 * time.Minute)})
+		return RenderList(w, []*Record{sampleRecord(), shadowRecord(), rolledBackRecord()}, RenderOptions{Now: t0.Add(5 * time.Minute)})
 	})
 	golden(t, "list", out)
 }

@@ -36,17 +36,21 @@ var ErrInjected = errors.New("injected failure")
 type World struct {
 	T      *testing.T
 	Client *fake.Clientset
-	// FailAt makes the fake that phase uses fail.
-	FailAt report.PhaseName
+	// FailAt makes the fake that phase uses fail: every time, or only the
+	// FailNth time (from 1) when set, for phases that run more than once.
+	FailAt  report.PhaseName
+	FailNth int
+	failed  map[report.PhaseName]int
 
-	Mu       sync.Mutex
-	Calls    []string
-	Queues   map[string]bool
-	Apps     map[string]*ms2m.State
-	Archives map[string]bool
-	Images   map[string]bool
-	Saved    []*report.Record
-	snapshot ms2m.State // the application's memory at the checkpoint
+	Mu        sync.Mutex
+	Calls     []string
+	Queues    map[string]bool
+	Apps      map[string]*ms2m.State
+	Archives  map[string]bool
+	Images    map[string]bool
+	Saved     []*report.Record
+	snapshot  ms2m.State // the application's memory at the checkpoint
+	published uint64     // the last sequence published, which replay reaches
 	// reconnecting restored apps switch to hold after their first answer.
 	reconnecting map[string]bool
 }
@@ -86,6 +90,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 		Queues:   map[string]bool{"work": true},
 		Apps:     map[string]*ms2m.State{"consumer": {Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
 		Archives: map[string]bool{}, Images: map[string]bool{}, reconnecting: map[string]bool{},
+		failed: map[report.PhaseName]int{}, published: 100,
 	}
 	w.Client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		r := a.(k8stesting.CreateAction).GetObject().(*authzv1.SelfSubjectAccessReview)
@@ -103,7 +108,13 @@ func (w *World) record(format string, args ...any) {
 }
 
 func (w *World) fail(p report.PhaseName) error {
-	if w.FailAt == p {
+	if w.FailAt != p {
+		return nil
+	}
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	w.failed[p]++
+	if w.FailNth == 0 || w.failed[p] == w.FailNth {
 		return ErrInjected
 	}
 	return nil
@@ -125,9 +136,14 @@ func (w *World) startKubelet() {
 				continue
 			}
 			state := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
-			if w.FailAt == report.Restore {
+			switch {
+			case pod.Annotations[freshAnnotation] != "":
+				w.Mu.Lock()
+				w.Apps[pod.Name] = &ms2m.State{Mode: ms2m.ModePrimary, Process: FreshProcess}
+				w.Mu.Unlock()
+			case w.fail(report.Restore) != nil:
 				state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerError", Message: "criu failed"}}
-			} else {
+			default:
 				w.Mu.Lock()
 				// Like a real restore: the copy answers first in the mode it
 				// was checkpointed in, and holds once it has noticed its dead
@@ -227,7 +243,11 @@ func (f *fakeBroker) PublishMarker(_ context.Context, _, id string) error {
 	}
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
-	w.Apps["consumer"].Barrier = id
+	for _, st := range w.Apps {
+		if st.Mode == ms2m.ModePrimary {
+			st.Barrier = id
+		}
+	}
 	return nil
 }
 
@@ -274,9 +294,10 @@ func (f *fakeApp) State(_ context.Context, t appctl.Target) (ms2m.State, error) 
 func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg ms2m.Control) (ms2m.State, error) {
 	w := (*World)(f)
 	w.record("control %s %s", t.Pod, msg.Type)
-	if msg.Type == ms2m.Stop && w.FailAt == report.Switchover {
+	if msg.Type == ms2m.Stop && w.fail(report.Switchover) != nil {
 		return ms2m.State{}, ErrInjected
 	}
+	stuck := msg.Type == ms2m.StartReplay && w.fail(report.Replay) != nil
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
 	st, ok := w.Apps[t.Pod]
@@ -289,14 +310,15 @@ func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg ms2m.Control) 
 	case ms2m.Checkpointed:
 		st.PendingRestore = false
 		st.LastSeq += 10 // the source goes on after the checkpoint
+		w.published = max(w.published, st.LastSeq)
 	case ms2m.Stop:
 		st.Mode = ms2m.ModeHold
 	case ms2m.Resume, ms2m.EndReplay:
 		st.Mode, st.PendingRestore = ms2m.ModePrimary, false
 	case ms2m.StartReplay:
 		st.Mode, st.PendingRestore = ms2m.ModeReplay, false
-		if w.FailAt != report.Replay {
-			st.LastSeq = w.Apps["consumer"].LastSeq // caught up at once
+		if !stuck {
+			st.LastSeq = w.published // caught up at once
 		}
 	}
 	return *st, nil
@@ -306,7 +328,12 @@ func (f *fakeApp) AppliedAfter(_ context.Context, t appctl.Target, seq uint64) (
 	w := (*World)(f)
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
-	last := w.Apps["consumer"].LastAppliedAt
+	var last time.Time
+	for _, st := range w.Apps {
+		if st.LastAppliedAt.After(last) {
+			last = st.LastAppliedAt
+		}
+	}
 	return ms2m.Applied{Seq: seq + 1, Sent: last.Add(-time.Second), AppliedAt: last.Add(1500 * time.Millisecond)}, nil
 }
 

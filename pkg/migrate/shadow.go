@@ -1,0 +1,136 @@
+package migrate
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// Shadow mode moves a StatefulSet pod with two MS2M switchovers instead of
+// one long gap. Its identity cannot exist twice, so the source first moves
+// into a differently named shadow on the target node while it keeps serving
+// (the shadow lacks the pod-name label and is no member by name, so neither
+// Services for the pod nor the controller take it); once the shadow has the
+// primary queue, the StatefulSet is orphaned, the stopped source is deleted,
+// and the shadow moves the same way into the StatefulSet's name on the same
+// node, where the re-created StatefulSet adopts it. Each switchover is a gap
+// of a replay tail, not of a restore.
+//
+// Until the final pod takes the primary queue everything rolls back: before
+// the handover as any MS2M migration does; after it, by moving the shadow
+// back into the StatefulSet's name on the source node (stop-and-copy, as the
+// failure already cost the gap) and re-creating the StatefulSet.
+
+func shadowPhases() []Phase {
+	shadow := func(p Phase) Phase { return inStage{Phase: p, stage: "shadow"} }
+	final := func(p Phase) Phase { return inStage{Phase: p, stage: "final", onFinal: true} }
+	return []Phase{
+		preflight{},
+		shadow(prepare{}), shadow(checkpoint{}), shadow(packImages{}), shadow(restore{}), shadow(replay{}), shadow(handover{}),
+		final(prepare{}), final(checkpoint{}), final(packImages{}), final(detach{}), final(restore{}), final(adopt{}),
+		final(replay{}), final(switchover{}), final(cleanup{}),
+	}
+}
+
+// inStage labels a phase with its stage and, with onFinal, runs it on the
+// final stage's migration (which handover creates).
+type inStage struct {
+	Phase
+	stage   string
+	onFinal bool
+}
+
+func (s inStage) Stage() string { return s.stage }
+
+func (s inStage) Run(ctx context.Context, m *Migration) error {
+	if !s.onFinal {
+		return s.Phase.Run(ctx, m)
+	}
+	err := s.Phase.Run(ctx, m.final)
+	m.committed = m.final.committed // the final switchover commits the migration
+	return err
+}
+
+func (s inStage) Rollback(ctx context.Context, m *Migration) error {
+	if !s.onFinal {
+		return s.Phase.Rollback(ctx, m)
+	}
+	return s.Phase.Rollback(ctx, m.final)
+}
+
+// handover is the shadow's switchover: the source stops and the shadow takes
+// the primary queue. It does not commit the migration, which can still go
+// back, and it prepares the final stage.
+type handover struct{}
+
+func (handover) Name() report.PhaseName { return report.Switchover }
+
+func (handover) Run(ctx context.Context, m *Migration) error {
+	err := switchover{}.Run(ctx, m)
+	if m.committed {
+		// Past the handover the source's state lives on in the shadow only:
+		// going back means moving the shadow back.
+		m.committed, m.handedOver = false, true
+	}
+	if err != nil {
+		return err
+	}
+	if err := m.removeReplayQueueAndImages(ctx); err != nil {
+		return err
+	}
+	m.final = m.nextStage("final", m.Target, m.Pod, m.TargetNode, MS2M)
+	return nil
+}
+
+// Rollback before the handover resumes the source; after it, it moves the
+// shadow's state back into the StatefulSet's pod on the source node.
+func (handover) Rollback(ctx context.Context, m *Migration) error {
+	if !m.handedOver {
+		return resumeSource(ctx, m)
+	}
+	return m.returnFromShadow(ctx)
+}
+
+// returnFromShadow moves the shadow, which serves the primary queue again
+// once the final stage rolled back, into the StatefulSet's name on the source
+// node: stop it, checkpoint it, free the name, restore, re-create the
+// StatefulSet and resume. If the handover broke off before the shadow reached
+// the source's last message, the restored copy first replays up to it from
+// the shadow's replay queue, which is kept until then.
+func (m *Migration) returnFromShadow(ctx context.Context) error {
+	m.progress(report.Switchover, "moving the shadow back into "+m.Pod+" on "+m.SourceNode)
+	back := m.nextStage("return", m.Target, m.Pod, m.SourceNode, StopAndCopy)
+	// Its phases are the rollback's, not the migration's: progress only.
+	back.Record, back.Hooks = &report.Record{}, Hooks{Progress: m.Hooks.Progress}
+	if f := m.final; f != nil {
+		back.savedSTS, back.stsDeleted = f.savedSTS, f.stsDeleted
+	}
+	phases := []Phase{stopSource{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{},
+		resumeReturned{replayQueue: m.ReplayQueue, until: m.SourceFinal.LastSeq}, cleanup{}}
+	if err := back.run(ctx, phases); err != nil {
+		return fmt.Errorf("%w; the state lives on in pod %s, StatefulSet %s may need re-creating once it is moved", err, m.TargetName, m.StatefulSet)
+	}
+	m.Target, m.handedOver, m.sourceHalted = nil, false, false
+	if m.ReplayQueue != "" {
+		return m.removeReplayQueueAndImages(ctx)
+	}
+	return nil
+}
+
+// resumeReturned puts the pod moved back from the shadow on its primary
+// queue, replaying first if the shadow never got past the source.
+type resumeReturned struct {
+	replayQueue string
+	until       uint64
+}
+
+func (resumeReturned) Name() report.PhaseName { return report.Switchover }
+
+func (r resumeReturned) Run(ctx context.Context, m *Migration) error {
+	m.committed = true
+	return m.resumeRestored(ctx, m.targetApp(), r.replayQueue, r.until)
+}
+
+// Rollback has nothing to undo: the return is committed once it resumes.
+func (resumeReturned) Rollback(context.Context, *Migration) error { return nil }

@@ -1,0 +1,269 @@
+package migrate_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+func stsConfig(s migrate.Strategy, mode migrate.Mode) migrate.Config {
+	cfg := testConfig(s)
+	cfg.Pod, cfg.TargetName, cfg.StatefulSet, cfg.Mode = "consumer-0", "consumer-0", "consumer", mode
+	cfg.ReplayTimeout, cfg.PhaseTimeout = 300*time.Millisecond, 2*time.Second
+	return cfg
+}
+
+// checkStatefulSet checks that consumer-0 runs on node with the original
+// process, consuming its primary queue, owned by a StatefulSet whose spec is
+// unchanged, that no member was ever recreated afresh, that consumer-1 was
+// not touched and that nothing the migration made is left.
+func checkStatefulSet(t *testing.T, w *migratetest.World, node string, before *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	sts, err := w.Client.AppsV1().StatefulSets("default").Get(ctx, "consumer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the StatefulSet is gone: %v", err)
+	}
+	if *sts.Spec.Replicas != 2 || sts.Spec.Selector.MatchLabels["app"] != "consumer" {
+		t.Fatalf("StatefulSet spec changed: %+v", sts.Spec)
+	}
+	err = wait(func() bool {
+		pod, err := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-0", metav1.GetOptions{})
+		owner := metav1.GetControllerOf(pod)
+		return err == nil && owner != nil && owner.UID == sts.UID
+	})
+	pod, _ := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-0", metav1.GetOptions{})
+	if err != nil || pod.Spec.NodeName != node || pod.Labels["statefulset.kubernetes.io/pod-name"] != "consumer-0" {
+		t.Fatalf("consumer-0 on %s, labels %v, owned by %+v, want node %s owned by %s", pod.Spec.NodeName, pod.Labels, metav1.GetControllerOf(pod), node, sts.UID)
+	}
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	if app := w.Apps["consumer-0"]; app.Process != "p1" || app.Mode != ms2m.ModePrimary || app.PendingRestore {
+		t.Fatalf("consumer-0 lost its state or does not serve: %+v", app)
+	}
+	if i := slices.IndexFunc(w.Calls, func(c string) bool { return strings.Contains(c, "afresh") }); i >= 0 {
+		t.Fatalf("the StatefulSet controller raced the migration: %s", w.Calls[i])
+	}
+	if other, err := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-1", metav1.GetOptions{}); err != nil || other.UID != before.UID || other.Spec.NodeName != "node-a" {
+		t.Fatalf("consumer-1 was touched: %v", err)
+	}
+	if _, err := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-0-shadow", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("shadow pod left: %v", err)
+	}
+	if len(w.Queues) != 1 || len(w.Archives) != 0 {
+		t.Fatalf("left behind: queues %v archives %v", w.Queues, w.Archives)
+	}
+}
+
+// wait polls cond for up to two seconds: the fake controller adopts
+// asynchronously.
+func wait(cond func() bool) error {
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return nil
+		}
+	}
+	return fmt.Errorf("condition not met in 2s")
+}
+
+func consumer1(t *testing.T, w *migratetest.World) *corev1.Pod {
+	pod, err := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pod
+}
+
+func TestStatefulSetModes(t *testing.T) {
+	for _, tc := range []struct {
+		strategy migrate.Strategy
+		mode     migrate.Mode
+		phases   string
+	}{
+		{migrate.MS2M, migrate.Sequential, "preflight prepare checkpoint image detach restore adopt replay switchover cleanup"},
+		{migrate.StopAndCopy, migrate.Sequential, "preflight stop checkpoint image detach restore adopt switchover cleanup"},
+		{migrate.MS2M, migrate.Shadow, "preflight prepare/shadow checkpoint/shadow image/shadow restore/shadow replay/shadow switchover/shadow " +
+			"prepare/final checkpoint/final image/final detach/final restore/final adopt/final replay/final switchover/final cleanup/final"},
+	} {
+		t.Run(string(tc.strategy)+"/"+string(tc.mode), func(t *testing.T) {
+			w := migratetest.NewStatefulSetWorld(t)
+			other := consumer1(t, w)
+			rec, err := migrate.Run(context.Background(), stsConfig(tc.strategy, tc.mode), w.Deps(), migrate.Hooks{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var phases []string
+			for _, p := range rec.Phases {
+				phases = append(phases, strings.TrimSuffix(string(p.Name)+"/"+p.Stage, "/"))
+			}
+			if got := strings.Join(phases, " "); got != tc.phases {
+				t.Fatalf("phases\n%s\nwant\n%s", got, tc.phases)
+			}
+			checkStatefulSet(t, w, "node-b", other)
+			if rec.Outcome != report.Succeeded || rec.TargetPod != "consumer-0" || rec.Mode != string(tc.mode) {
+				t.Fatalf("record %+v", rec)
+			}
+			if tc.mode != migrate.Shadow {
+				return
+			}
+			// The source serves until the shadow took over, and the
+			// StatefulSet is orphaned only after that.
+			order := strings.Join(w.Calls, "\n")
+			if !(strings.Index(order, "checkpoint default/consumer-0/app") < strings.Index(order, "control consumer-0 STOP") &&
+				strings.Index(order, "control consumer-0 STOP") < strings.Index(order, "control consumer-0-shadow END_REPLAY") &&
+				strings.Index(order, "control consumer-0-shadow END_REPLAY") < strings.Index(order, "delete statefulset") &&
+				strings.Index(order, "delete statefulset") < strings.Index(order, "control consumer-0-shadow STOP") &&
+				strings.Index(order, "control consumer-0-shadow STOP") < strings.Index(order, "control consumer-0 END_REPLAY")) {
+				t.Fatalf("wrong order:\n%s", order)
+			}
+			if rec.Shadow == nil || rec.Shadow.Pod != "consumer-0-shadow" || rec.Downtime == nil ||
+				rec.Downtime.Millis != rec.Shadow.ToShadowMillis+rec.Shadow.ToFinalMillis {
+				t.Fatalf("shadow gaps %+v downtime %+v", rec.Shadow, rec.Downtime)
+			}
+		})
+	}
+}
+
+// TestStatefulSetRollbackAtEveryPhase fails each phase of each mode in turn
+// (in shadow mode, in either stage) and checks that the StatefulSet and its
+// pod come back on the source node with their state, serving.
+func TestStatefulSetRollbackAtEveryPhase(t *testing.T) {
+	type failure struct {
+		phase report.PhaseName
+		nth   int
+	}
+	for _, tc := range []struct {
+		strategy migrate.Strategy
+		mode     migrate.Mode
+		failures []failure
+	}{
+		{migrate.MS2M, migrate.Sequential, []failure{
+			{report.Prepare, 0}, {report.Checkpoint, 0}, {report.Image, 0}, {report.Detach, 0},
+			{report.Restore, 1}, {report.Adopt, 0}, {report.Replay, 1}, {report.Switchover, 1}}},
+		{migrate.StopAndCopy, migrate.Sequential, []failure{{report.Checkpoint, 0}, {report.Restore, 1}, {report.Adopt, 0}}},
+		{migrate.MS2M, migrate.Shadow, []failure{
+			{report.Prepare, 1}, {report.Checkpoint, 1}, {report.Image, 1}, {report.Restore, 1}, {report.Replay, 1}, {report.Switchover, 1},
+			{report.Prepare, 2}, {report.Checkpoint, 2}, {report.Image, 2}, {report.Detach, 1}, {report.Restore, 2},
+			{report.Adopt, 0}, {report.Replay, 2}, {report.Switchover, 2}}},
+	} {
+		for _, f := range tc.failures {
+			t.Run(fmt.Sprintf("%s/%s/%s#%d", tc.strategy, tc.mode, f.phase, f.nth), func(t *testing.T) {
+				w := migratetest.NewStatefulSetWorld(t)
+				w.FailAt, w.FailNth = f.phase, f.nth
+				other := consumer1(t, w)
+				rec, err := migrate.Run(context.Background(), stsConfig(tc.strategy, tc.mode), w.Deps(), migrate.Hooks{})
+				if err == nil || rec.Outcome != report.RolledBack {
+					t.Fatalf("want a rolled-back migration, got %v (%s)", err, rec.Outcome)
+				}
+				w.FailAt = "" // the controller adopts again
+				checkStatefulSet(t, w, "node-a", other)
+			})
+		}
+	}
+}
+
+func TestStatefulSetValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*migrate.Config)
+		want   string
+	}{
+		{"shadow needs ms2m", func(c *migrate.Config) { c.Strategy, c.Mode = migrate.StopAndCopy, migrate.Shadow }, "needs --strategy ms2m"},
+		{"unknown mode", func(c *migrate.Config) { c.Mode = "parallel" }, `unknown mode "parallel"`},
+		{"cutoff", func(c *migrate.Config) { c.ReplayMax = time.Second }, "apply to kubectl migrate pod"},
+		{"mode on a bare pod", func(c *migrate.Config) { c.StatefulSet = "" }, "--mode applies to StatefulSet pods"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := stsConfig(migrate.MS2M, migrate.Sequential)
+			tc.mutate(&cfg)
+			if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestStatefulSetSpecKept checks the re-created StatefulSet's spec is the
+// saved one, field for field.
+func TestStatefulSetSpecKept(t *testing.T) {
+	w := migratetest.NewStatefulSetWorld(t)
+	ctx := context.Background()
+	before, _ := w.Client.AppsV1().StatefulSets("default").Get(ctx, "consumer", metav1.GetOptions{})
+	if _, err := migrate.Run(ctx, stsConfig(migrate.MS2M, migrate.Shadow), w.Deps(), migrate.Hooks{}); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := w.Client.AppsV1().StatefulSets("default").Get(ctx, "consumer", metav1.GetOptions{})
+	if !reflect.DeepEqual(before.Spec, after.Spec) || after.UID == before.UID {
+		t.Fatalf("spec %+v, want %+v (a new object)", after.Spec, before.Spec)
+	}
+}
+
+// TestVolumePreflight checks which volumes can follow a StatefulSet pod.
+func TestVolumePreflight(t *testing.T) {
+	csi := corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "disk.example.com", VolumeHandle: "vol-1"}}
+	onlyNodeA := &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-a"}}},
+	}}}}
+	rwo, rwx := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
+	for _, tc := range []struct {
+		name   string
+		mode   migrate.Mode
+		volume corev1.VolumeSource
+		pv     corev1.PersistentVolumeSpec
+		want   string // "" means accepted
+	}{
+		{"local", migrate.Sequential, corev1.VolumeSource{}, corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/mnt/disk"}}, NodeAffinity: onlyNodeA, AccessModes: rwo}, "a local volume at /mnt/disk on node-a"},
+		{"hostPath PV", migrate.Sequential, corev1.VolumeSource{}, corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv"}}, AccessModes: rwo}, "a hostPath volume at /srv"},
+		{"zonal disk", migrate.Sequential, corev1.VolumeSource{}, corev1.PersistentVolumeSpec{PersistentVolumeSource: csi, NodeAffinity: onlyNodeA, AccessModes: rwo}, "which node node-b cannot reach"},
+		{"network disk, sequential", migrate.Sequential, corev1.VolumeSource{}, corev1.PersistentVolumeSpec{PersistentVolumeSource: csi, AccessModes: rwo}, ""},
+		{"network disk, shadow", migrate.Shadow, corev1.VolumeSource{}, corev1.PersistentVolumeSpec{PersistentVolumeSource: csi, AccessModes: rwo}, "not ReadWriteMany"},
+		{"shared filesystem, shadow", migrate.Shadow, corev1.VolumeSource{}, corev1.PersistentVolumeSpec{PersistentVolumeSource: csi, AccessModes: rwx}, ""},
+		{"emptyDir", migrate.Sequential, corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}, corev1.PersistentVolumeSpec{}, "is an emptyDir"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := migratetest.NewStatefulSetWorld(t)
+			ctx := context.Background()
+			source := tc.volume
+			if source == (corev1.VolumeSource{}) {
+				source = corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-consumer-0"}}
+				pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-1"}, Spec: tc.pv}
+				pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-consumer-0", Namespace: "default"},
+					Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-1"}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
+				if _, err := w.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := w.Client.CoreV1().PersistentVolumeClaims("default").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pod, _ := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-0", metav1.GetOptions{})
+			pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: source})
+			pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+			if _, err := w.Client.CoreV1().Pods("default").Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			cfg := stsConfig(migrate.MS2M, tc.mode)
+			cfg.DryRun = true
+			_, err := migrate.Run(ctx, cfg, w.Deps(), migrate.Hooks{})
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
