@@ -115,6 +115,7 @@ type PodOptions struct {
 	DeleteImage       bool
 	Labels            []string
 	Output            string
+	InjectFailure     string
 
 	config migrate.Config
 	client kubernetes.Interface
@@ -162,6 +163,8 @@ func (o *PodOptions) addFlags(cmd *cobra.Command, barePod bool) {
 	f.BoolVar(&o.DeleteImage, "delete-image", false, "delete the checkpoint images from the registry after success")
 	f.StringSliceVar(&o.Labels, "label", nil, "key=value labels stored with the record, to compare runs (e.g. rate=10)")
 	f.StringVarP(&o.Output, "output", "o", "", "output format of the result: json or yaml (default: the report)")
+	f.StringVar(&o.InjectFailure, "inject-failure", "", "fail this phase (e.g. replay, or replay/final) after it ran, to test rollback")
+	_ = f.MarkHidden("inject-failure")
 	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(o.RootOptions))
 	_ = cmd.RegisterFlagCompletionFunc("strategy", cobra.FixedCompletions([]string{"ms2m", "stop-and-copy"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
@@ -269,6 +272,7 @@ func (o *PodOptions) configure(pod *corev1.Pod) error {
 	c.CheckpointTimeout, c.PhaseTimeout, c.ReplayTimeout, c.Timeout = o.CheckpointTimeout, o.PhaseTimeout, o.ReplayTimeout, o.Timeout
 	c.ReplayMax, c.Cutoff = o.ReplayMax, o.Cutoff
 	c.KeepOnFailure, c.DryRun, c.DeleteImages = o.KeepOnFailure, o.DryRun, o.DeleteImage
+	c.InjectFailure = o.InjectFailure
 	c.ControlPort = o.ControlPort
 	if c.ControlPort == 0 {
 		c.ControlPort = 8080

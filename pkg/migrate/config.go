@@ -99,6 +99,10 @@ type Config struct {
 	DryRun bool
 	// Labels are copied into the record, for comparing runs.
 	Labels map[string]string
+	// InjectFailure makes the named phase ("replay", or "replay/final" for
+	// one stage's) fail once it has done its work, to prove rollback on a
+	// real cluster.
+	InjectFailure string
 }
 
 // Validate checks what can be checked without the cluster.

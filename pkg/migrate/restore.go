@@ -41,9 +41,10 @@ func (restore) Run(ctx context.Context, m *Migration) error {
 // holds. It returns the pod once created, even if waiting failed.
 func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.Pod, error) {
 	var bases []string
+	baseOf := BaseImages(m.Source)
 	for _, c := range m.Source.Spec.Containers {
 		if _, ok := m.Images[c.Name]; ok {
-			bases = append(bases, c.Image)
+			bases = append(bases, baseOf[c.Name])
 		}
 	}
 	m.progress(report.Restore, fmt.Sprintf("pulling base images %v on %s", bases, node))

@@ -23,6 +23,9 @@ type Phase interface {
 // migration's context was cancelled (Ctrl-C).
 const rollbackTimeout = 3 * time.Minute
 
+// errInjected is the failure Config.InjectFailure asks for.
+var errInjected = errors.New("failure injected with --inject-failure")
+
 // ErrCommitted wraps failures after the target took over: the migration
 // completed, but something in cleanup did not.
 var ErrCommitted = errors.New("the target took over, but cleanup did not finish")
@@ -62,14 +65,19 @@ func (m *Migration) runPhase(ctx context.Context, start time.Time, p Phase) erro
 	t0 := time.Now()
 	err := p.Run(phaseCtx, m)
 	cancel()
+	stage := ""
+	if s, ok := p.(interface{ Stage() string }); ok {
+		stage = s.Stage()
+	}
+	if err == nil && m.InjectFailure != "" && (m.InjectFailure == string(name) || m.InjectFailure == string(name)+"/"+stage) {
+		err = errInjected
+	}
 	if err == nil && ctx.Err() != nil {
 		err = context.Cause(ctx) // interrupted just as the phase ended
 	}
 	took := time.Since(t0)
 	rec := report.Phase{Name: name, StartMillis: t0.Sub(start).Milliseconds(), DurationMillis: took.Milliseconds()}
-	if s, ok := p.(interface{ Stage() string }); ok {
-		rec.Stage = s.Stage()
-	}
+	rec.Stage = stage
 	if err != nil {
 		err = fmt.Errorf("%s: %w", name, err)
 		rec.Error = err.Error()

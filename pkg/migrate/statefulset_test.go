@@ -267,3 +267,20 @@ func TestVolumePreflight(t *testing.T) {
 		})
 	}
 }
+
+// TestInjectedFailureRollsBack fails a phase that did its work, which the
+// e2e tests use to prove rollback on the lab.
+func TestInjectedFailureRollsBack(t *testing.T) {
+	w := migratetest.NewStatefulSetWorld(t)
+	other := consumer1(t, w)
+	cfg := stsConfig(migrate.MS2M, migrate.Shadow)
+	cfg.InjectFailure = "replay/final"
+	rec, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{})
+	if err == nil || !strings.Contains(err.Error(), "--inject-failure") || rec.Outcome != report.RolledBack {
+		t.Fatalf("got %v (%s)", err, rec.Outcome)
+	}
+	if p := rec.Phases[len(rec.Phases)-1]; p.Name != report.Replay || p.Stage != "final" || !p.RolledBack {
+		t.Fatalf("last phase %+v", p)
+	}
+	checkStatefulSet(t, w, "node-a", other)
+}

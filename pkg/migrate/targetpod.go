@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"encoding/json"
 	"maps"
 	"slices"
 	"strings"
@@ -23,6 +24,10 @@ const (
 	MigratedFromAnnotation = "migrate.ms2m.io/migrated-from"
 	MigrationAnnotation    = "migrate.ms2m.io/migration"
 	OriginalNameAnnotation = "migrate.ms2m.io/original-name"
+	// BaseImagesAnnotation maps each restored container to the image it was
+	// first created from (JSON): a restore needs that image on the node, and
+	// a restored pod's own image is a checkpoint.
+	BaseImagesAnnotation = "migrate.ms2m.io/base-images"
 	MigrationLabel         = "migrate.ms2m.io/migration"
 )
 
@@ -30,6 +35,19 @@ const (
 // account token; it is regenerated with a new name for every pod, so it is
 // never copied (copying it breaks the restore).
 const saTokenVolumePrefix = "kube-api-access-"
+
+// BaseImages returns each container's base image: its image, or for a
+// restored container the one it was first created from.
+func BaseImages(pod *corev1.Pod) map[string]string {
+	bases := map[string]string{}
+	_ = json.Unmarshal([]byte(pod.Annotations[BaseImagesAnnotation]), &bases) // absent: not restored
+	for _, c := range pod.Spec.Containers {
+		if bases[c.Name] == "" {
+			bases[c.Name] = c.Image
+		}
+	}
+	return bases
+}
 
 func (m *Migration) packRequest(container string) agent.PackRequest {
 	return agent.PackRequest{
@@ -57,6 +75,15 @@ func TargetPod(source *corev1.Pod, name, node, migrationID string, images map[st
 	annotations[MigrationAnnotation] = migrationID
 	if _, ok := annotations[OriginalNameAnnotation]; !ok {
 		annotations[OriginalNameAnnotation] = source.Name
+	}
+	bases := BaseImages(source)
+	for _, c := range source.Spec.Containers {
+		if _, migrated := images[c.Name]; migrated && bases[c.Name] == "" {
+			bases[c.Name] = c.Image
+		}
+	}
+	if encoded, err := json.Marshal(bases); err == nil {
+		annotations[BaseImagesAnnotation] = string(encoded)
 	}
 	labels := maps.Clone(source.Labels)
 	if labels == nil {

@@ -65,4 +65,9 @@ func TestTargetPod(t *testing.T) {
 	if again.Annotations[OriginalNameAnnotation] != "consumer" || len(again.Spec.ImagePullSecrets) != 2 {
 		t.Fatal("a second migration keeps the original name and does not repeat the secret")
 	}
+	// A restore needs the image the container was first created from, not
+	// the checkpoint the pod runs now.
+	if bases := BaseImages(again); bases["app"] != "app:1" || bases["sidecar"] != "side:1" {
+		t.Fatalf("base images after two migrations: %v", bases)
+	}
 }

@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -24,8 +25,9 @@ import (
 )
 
 // deployStatefulSet runs a 2-replica consumer StatefulSet on node-a, each
-// ordinal with its own queue bound to one fanout exchange, and one producer.
-func (l *lab) deployStatefulSet(t *testing.T) (*workload.Workload, *appsv1.StatefulSet) {
+// ordinal with its own queue bound to one fanout exchange, and one producer;
+// with changes applied to the StatefulSet before it is created.
+func (l *lab) deployStatefulSet(t *testing.T, changes ...func(ns string, sts *appsv1.StatefulSet)) (*workload.Workload, *appsv1.StatefulSet) {
 	ctx := context.Background()
 	id := fmt.Sprintf("%06x", rand.Uint32()>>8)
 	ns, exchange := "e2e-sts-"+id, "ms2m-"+id
@@ -68,6 +70,9 @@ func (l *lab) deployStatefulSet(t *testing.T) (*workload.Workload, *appsv1.State
 			},
 		},
 	}
+	for _, change := range changes {
+		change(ns, sts)
+	}
 	created, err := l.client.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -95,17 +100,28 @@ func (l *lab) deployStatefulSet(t *testing.T) (*workload.Workload, *appsv1.State
 }
 
 func TestStatefulSetSequential(t *testing.T) {
-	migrateStatefulSet(t, "ms2m")
+	migrateStatefulSet(t, "--strategy", "ms2m")
 }
 
 func TestStatefulSetStopAndCopy(t *testing.T) {
-	migrateStatefulSet(t, "stop-and-copy")
+	migrateStatefulSet(t, "--strategy", "stop-and-copy")
+}
+
+// TestStatefulSetShadow moves the pod through a shadow copy: two MS2M
+// switchovers instead of sequential mode's restore-long gap.
+func TestStatefulSetShadow(t *testing.T) {
+	rec := migrateStatefulSet(t, "--mode", "shadow")
+	sh := rec.Shadow
+	if rec.Mode != "shadow" || sh == nil || sh.Pod != "consumer-0-shadow" || rec.Downtime.Millis != sh.ToShadowMillis+sh.ToFinalMillis {
+		t.Fatalf("shadow record %+v downtime %+v", sh, rec.Downtime)
+	}
+	t.Logf("shadow gaps: source → shadow %d ms, shadow → final %d ms", sh.ToShadowMillis, sh.ToFinalMillis)
 }
 
 // migrateStatefulSet moves ordinal 0 of a 2-replica StatefulSet to node-b and
 // checks identity, adoption, state continuity, conservation, that ordinal 1
-// was untouched, and that a later rollout works.
-func migrateStatefulSet(t *testing.T, strategy string) {
+// was untouched, that no shadow is left, and that a later rollout works.
+func migrateStatefulSet(t *testing.T, flags ...string) report.Record {
 	l := setup(t)
 	ctx := context.Background()
 	w, before := l.deployStatefulSet(t)
@@ -115,7 +131,7 @@ func migrateStatefulSet(t *testing.T, strategy string) {
 		t.Fatal(err)
 	}
 
-	rec, stderr, err := l.migrate(t, w, "sts", "consumer-0", "--to", "node-b", "--queue", w.Queue, "--strategy", strategy)
+	rec, stderr, err := l.migrate(t, w, append([]string{"sts", "consumer-0", "--to", "node-b", "--queue", w.Queue}, flags...)...)
 	if err != nil {
 		t.Fatalf("migration failed: %v\n%s", err, stderr)
 	}
@@ -151,6 +167,9 @@ func migrateStatefulSet(t *testing.T, strategy string) {
 		t.Fatalf("consumer-1 was touched: %v", err)
 	}
 	l.replayQueueGone(t, w)
+	if _, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-0-shadow", metav1.GetOptions{}); !isNotFound(err) {
+		t.Fatalf("shadow pod left behind: %v", err)
+	}
 
 	// Ordinal 0 saw every message exactly once; so did the untouched ordinal 1.
 	got, sent, err := w.CheckConservation(ctx, "consumer-0")
@@ -177,6 +196,7 @@ func migrateStatefulSet(t *testing.T, strategy string) {
 	if err != nil {
 		t.Fatal("rollout after migration did not complete:", err)
 	}
+	return rec
 }
 
 // TestStatefulSetRollback fails a StatefulSet migration after the source pod
@@ -184,11 +204,27 @@ func migrateStatefulSet(t *testing.T, strategy string) {
 // the source must come back on node-a under its name, restored from its
 // checkpoint, owned by an unchanged StatefulSet, and lose nothing.
 func TestStatefulSetRollback(t *testing.T) {
+	rollBackStatefulSet(t, "--replay-timeout", "1ms")
+}
+
+// TestStatefulSetShadowRollback fails shadow mode at its last step before
+// the final pod takes over: the shadow has served for a while, the source
+// pod and the StatefulSet are gone and the final pod has replayed. The
+// shadow's state must come back into consumer-0 on node-a.
+func TestStatefulSetShadowRollback(t *testing.T) {
+	rollBackStatefulSet(t, "--mode", "shadow", "--inject-failure", "replay/final")
+}
+
+func rollBackStatefulSet(t *testing.T, flags ...string) {
 	l := setup(t)
 	ctx := context.Background()
 	w, before := l.deployStatefulSet(t)
 	state0 := waitApplied(t, w, "consumer-0", 20)
-	rec, stderr, err := l.migrate(t, w, "sts", "consumer-0", "--to", "node-b", "--queue", w.Queue, "--replay-timeout", "1ms")
+	other, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, stderr, err := l.migrate(t, w, append([]string{"sts", "consumer-0", "--to", "node-b", "--queue", w.Queue}, flags...)...)
 	if err == nil || rec.Outcome != report.RolledBack {
 		t.Fatalf("want a rolled-back migration, got %v %s\n%s", err, rec.Outcome, stderr)
 	}
@@ -209,8 +245,75 @@ func TestStatefulSetRollback(t *testing.T) {
 	if st := state(t, w, "consumer-0"); st.Process != state0.Process || st.Mode != "primary" {
 		t.Fatalf("consumer-0 was not brought back from its checkpoint: %+v", st)
 	}
+	otherAfter, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-1", metav1.GetOptions{})
+	if err != nil || otherAfter.UID != other.UID || otherAfter.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Fatalf("consumer-1 was touched: %v", err)
+	}
+	if _, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-0-shadow", metav1.GetOptions{}); !isNotFound(err) {
+		t.Fatalf("shadow pod left behind: %v", err)
+	}
 	l.replayQueueGone(t, w)
 	if _, _, err := w.CheckConservation(ctx, "consumer-0"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStatefulSetLocalVolumeRefused gives each ordinal a claim bound to a
+// local volume on node-a: its data cannot follow, so preflight must refuse
+// with one line naming the volume, and change nothing.
+func TestStatefulSetLocalVolumeRefused(t *testing.T) {
+	l := setup(t)
+	ctx := context.Background()
+	w, before := l.deployStatefulSet(t, func(ns string, sts *appsv1.StatefulSet) {
+		class := "local-" + ns
+		for i := range 2 {
+			pv := &corev1.PersistentVolume{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", class, i)},
+				Spec: corev1.PersistentVolumeSpec{
+					Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")},
+					AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					StorageClassName:              class,
+					PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+					PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/tmp"}},
+					NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+						MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-a"}}},
+					}}}},
+				},
+			}
+			if _, err := l.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.client.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+		}
+		sts.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{
+			ObjectMeta: metav1.ObjectMeta{Name: "data"},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: &class,
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
+			},
+		}}
+		c := &sts.Spec.Template.Spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: "/data"})
+	})
+	pod, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, err := l.migrate(t, w, "sts", "consumer-0", "--to", "node-b", "--queue", w.Queue)
+	if err == nil || !strings.Contains(stderr, "PersistentVolumeClaim data-consumer-0 is bound to") ||
+		!strings.Contains(stderr, "a local volume at /tmp on node-a whose data cannot follow") {
+		t.Fatalf("want a refusal naming the local volume, got %v:\n%s", err, stderr)
+	}
+	after, err := l.client.AppsV1().StatefulSets(w.Namespace).Get(ctx, "consumer", metav1.GetOptions{})
+	if err != nil || after.UID != before.UID {
+		t.Fatalf("the StatefulSet was touched: %v", err)
+	}
+	podAfter, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-0", metav1.GetOptions{})
+	if err != nil || podAfter.UID != pod.UID || podAfter.Spec.NodeName != "node-a" {
+		t.Fatalf("consumer-0 was touched: %v", err)
+	}
+	if st := state(t, w, "consumer-0"); st.Mode != "primary" || st.PendingRestore {
+		t.Fatalf("consumer-0 disturbed: %+v", st)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -218,6 +219,11 @@ func (f *fakePacker) Remove(_ context.Context, podName, node string, archives []
 
 func (f *fakePacker) Prepull(_ context.Context, podName, node string, images []string) error {
 	(*World)(f).record("prepull %v on %s", images, node)
+	for _, img := range images {
+		if strings.HasSuffix(img, "@sha256:abc") { // what Pack pushes
+			return fmt.Errorf("agent container cannot start: %s is a checkpoint, not a base image", img)
+		}
+	}
 	return nil
 }
 
