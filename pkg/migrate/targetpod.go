@@ -28,7 +28,7 @@ const (
 	// first created from (JSON): a restore needs that image on the node, and
 	// a restored pod's own image is a checkpoint.
 	BaseImagesAnnotation = "migrate.ms2m.io/base-images"
-	MigrationLabel         = "migrate.ms2m.io/migration"
+	MigrationLabel       = "migrate.ms2m.io/migration"
 )
 
 // saTokenVolumePrefix names the volume admission adds for the service
