@@ -31,7 +31,7 @@ type status struct {
 	verbose int
 
 	mu      sync.Mutex
-	phase   report.PhaseName
+	phase   string
 	started time.Time
 	stop    chan struct{}
 	done    sync.WaitGroup
@@ -63,9 +63,9 @@ func (s *status) hooks() migrate.Hooks {
 	}
 }
 
-func (s *status) phaseStarted(name report.PhaseName) {
+func (s *status) phaseStarted(p report.Phase) {
 	s.mu.Lock()
-	s.phase, s.started = name, time.Now()
+	s.phase, s.started = p.Label(), time.Now()
 	s.mu.Unlock()
 	if !s.tty {
 		return
@@ -91,7 +91,7 @@ func (s *status) spin(stop <-chan struct{}) {
 	}
 }
 
-func (s *status) phaseFinished(name report.PhaseName, took time.Duration, err error) {
+func (s *status) phaseFinished(p report.Phase, took time.Duration, err error) {
 	if s.stop != nil {
 		close(s.stop)
 		s.done.Wait()
@@ -101,7 +101,7 @@ func (s *status) phaseFinished(name report.PhaseName, took time.Duration, err er
 	if err != nil {
 		mark = failMark
 	}
-	s.printLine(fmt.Sprintf("%s %s %s", mark, name, dimStyle.Render(report.FormatMillis(took.Milliseconds()))))
+	s.printLine(fmt.Sprintf("%s %s %s", mark, p.Label(), dimStyle.Render(report.FormatMillis(took.Milliseconds()))))
 }
 
 // printLine prints a whole line, clearing a spinner first.

@@ -67,8 +67,10 @@ type Deps struct {
 
 // Hooks let the caller show progress; any of them may be nil.
 type Hooks struct {
-	PhaseStarted  func(name report.PhaseName)
-	PhaseFinished func(name report.PhaseName, took time.Duration, err error)
+	// PhaseStarted and PhaseFinished get the phase's name and stage (a
+	// StatefulSet pod's shadow mode runs phases once per stage).
+	PhaseStarted  func(p report.Phase)
+	PhaseFinished func(p report.Phase, took time.Duration, err error)
 	// Progress reports a step inside a phase, e.g. replay progress.
 	Progress func(name report.PhaseName, message string)
 	// RollbackStarted is called once before the rollbacks run.

@@ -230,8 +230,8 @@ func TestInterruptRollsBack(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var rolledBack bool
 	hooks := migrate.Hooks{
-		PhaseStarted: func(p report.PhaseName) {
-			if p == report.Replay {
+		PhaseStarted: func(p report.Phase) {
+			if p.Name == report.Replay {
 				go func() { time.Sleep(50 * time.Millisecond); cancel() }()
 			}
 		},

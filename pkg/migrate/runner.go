@@ -58,33 +58,36 @@ func (m *Migration) run(ctx context.Context, phases []Phase) error {
 
 func (m *Migration) runPhase(ctx context.Context, start time.Time, p Phase) error {
 	name := p.Name()
+	rec := report.Phase{Name: name}
+	if s, ok := p.(interface{ Stage() string }); ok {
+		rec.Stage = s.Stage()
+	}
 	if m.Hooks.PhaseStarted != nil {
-		m.Hooks.PhaseStarted(name)
+		m.Hooks.PhaseStarted(rec)
 	}
 	phaseCtx, cancel := context.WithTimeout(ctx, m.phaseTimeout(name))
 	t0 := time.Now()
 	err := p.Run(phaseCtx, m)
 	cancel()
-	stage := ""
-	if s, ok := p.(interface{ Stage() string }); ok {
-		stage = s.Stage()
-	}
-	if err == nil && m.InjectFailure != "" && (m.InjectFailure == string(name) || m.InjectFailure == string(name)+"/"+stage) {
+	if err == nil && m.InjectFailure != "" && (m.InjectFailure == string(name) || m.InjectFailure == string(name)+"/"+rec.Stage) {
 		err = errInjected
 	}
 	if err == nil && ctx.Err() != nil {
 		err = context.Cause(ctx) // interrupted just as the phase ended
 	}
 	took := time.Since(t0)
-	rec := report.Phase{Name: name, StartMillis: t0.Sub(start).Milliseconds(), DurationMillis: took.Milliseconds()}
-	rec.Stage = stage
+	rec.StartMillis, rec.DurationMillis = t0.Sub(start).Milliseconds(), took.Milliseconds()
 	if err != nil {
-		err = fmt.Errorf("%s: %w", name, err)
+		where := string(name)
+		if rec.Stage != "" {
+			where += " (" + rec.Stage + " stage)"
+		}
+		err = fmt.Errorf("%s: %w", where, err)
 		rec.Error = err.Error()
 	}
 	m.Record.Phases = append(m.Record.Phases, rec)
 	if m.Hooks.PhaseFinished != nil {
-		m.Hooks.PhaseFinished(name, took, err)
+		m.Hooks.PhaseFinished(rec, took, err)
 	}
 	return err
 }

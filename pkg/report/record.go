@@ -56,6 +56,14 @@ type Phase struct {
 	RolledBack     bool   `json:"rolledBack,omitempty"`
 }
 
+// Label names the phase with its stage, if any.
+func (p Phase) Label() string {
+	if p.Stage == "" {
+		return string(p.Name)
+	}
+	return string(p.Name) + " · " + p.Stage
+}
+
 // Record is everything kept about one migration.
 type Record struct {
 	ID       string `json:"id"`

@@ -107,10 +107,7 @@ func RenderRecord(w io.Writer, r *Record, o RenderOptions) error {
 		if elapsed > 0 {
 			share = float64(p.DurationMillis) / float64(elapsed)
 		}
-		name := string(p.Name)
-		if p.Stage != "" {
-			name += " · " + p.Stage
-		}
+		name := p.Label()
 		if p.Error != "" {
 			name += " ✗"
 		} else if p.RolledBack {
