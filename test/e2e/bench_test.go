@@ -65,3 +65,36 @@ func median(v []float64) float64 {
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
+
+// BenchmarkStatefulSetModes migrates ordinal 0 of a live 2-replica
+// StatefulSet (10 msg/s, 50 ms per message) in sequential and shadow mode,
+// alternating within each round, and reports the medians of total time and
+// downtime (in shadow mode the sum of its two switchover gaps).
+//
+//	go test -tags e2e -run '^$' -bench StatefulSetModes -benchtime 1x ./test/e2e
+func BenchmarkStatefulSetModes(b *testing.B) {
+	const rounds = 3
+	modes := []string{"sequential", "shadow"}
+	totals, downs := map[string][]float64{}, map[string][]float64{}
+	for i := 0; i < rounds; i++ {
+		for _, mode := range modes {
+			l := setup(b)
+			w, _ := l.deployStatefulSet(b)
+			waitApplied(b, w, "consumer-0", 30)
+			rec, stderr, err := l.migrate(b, w, "sts", "consumer-0", "--to", "node-b", "--queue", w.Queue, "--mode", mode)
+			if err != nil {
+				b.Fatalf("migration failed: %v\n%s", err, stderr)
+			}
+			checkConservation(b, w, "consumer-0")
+			totals[mode] = append(totals[mode], float64(rec.TotalMillis))
+			downs[mode] = append(downs[mode], float64(rec.Downtime.Millis))
+		}
+	}
+	for _, m := range modes {
+		b.ReportMetric(median(totals[m]), m+"-total-ms")
+		b.ReportMetric(median(downs[m]), m+"-downtime-ms")
+	}
+	b.ReportMetric(median(downs["shadow"])/median(downs["sequential"]), "downtime-ratio")
+	b.ReportMetric(median(totals["shadow"])/median(totals["sequential"]), "total-ratio")
+	b.Logf("%d rounds: totals %v, downtimes %v", rounds, fmt.Sprint(totals), fmt.Sprint(downs))
+}

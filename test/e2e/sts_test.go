@@ -27,7 +27,7 @@ import (
 // deployStatefulSet runs a 2-replica consumer StatefulSet on node-a, each
 // ordinal with its own queue bound to one fanout exchange, and one producer;
 // with changes applied to the StatefulSet before it is created.
-func (l *lab) deployStatefulSet(t *testing.T, changes ...func(ns string, sts *appsv1.StatefulSet)) (*workload.Workload, *appsv1.StatefulSet) {
+func (l *lab) deployStatefulSet(t testing.TB, changes ...func(ns string, sts *appsv1.StatefulSet)) (*workload.Workload, *appsv1.StatefulSet) {
 	ctx := context.Background()
 	id := fmt.Sprintf("%06x", rand.Uint32()>>8)
 	ns, exchange := "e2e-sts-"+id, "ms2m-"+id
