@@ -4,7 +4,7 @@
 LAB_CACHE ?= /var/cache/kubectl-migrate-lab
 KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
-.PHONY: build lint unit e2e test demo lab-up lab-down services-up services-down
+.PHONY: build lint unit e2e test demo lab-up lab-down services-up services-down release-check krew-manifest
 
 build:
 	CGO_ENABLED=0 go build -o bin/ ./cmd/...
@@ -30,8 +30,21 @@ e2e:
 	go run ./test/lab up
 	eval "$$(go run ./test/lab env)" && go test -tags e2e -count=1 -v -timeout 30m ./test/e2e
 
+# The release, offline: goreleaser check and a full local release (six
+# archives, checksums, the multi-arch agent image to the loopback registry,
+# the krew manifest), krew's validator, and a krew install of the archive
+# through which kubectl migrate version and completion must work.
+release-check: $(KUBECTL)
+	eval "$$(bash test/services.sh up)" && \
+	KUBECTL=$(KUBECTL) RELEASE_TOOLS=$(LAB_CACHE)/tools bash test/release/check.sh
+
+# Regenerates krew/migrate.yaml after the krews section of .goreleaser.yaml changed.
+krew-manifest: $(KUBECTL)
+	eval "$$(bash test/services.sh up)" && \
+	KUBECTL=$(KUBECTL) RELEASE_TOOLS=$(LAB_CACHE)/tools KREW_MANIFEST_OUT=$(CURDIR)/krew/migrate.yaml bash test/release/check.sh
+
 # Everything; needs root (the lab). Stop the lab afterwards with make lab-down.
-test: unit e2e
+test: unit release-check e2e
 
 demo:
 	go run ./test/lab demo
