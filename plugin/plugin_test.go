@@ -144,36 +144,33 @@ func TestPodDefaultsFromAnnotations(t *testing.T) {
 }
 
 func TestDryRunPrintsPlanAndChangesNothing(t *testing.T) {
-	w := migratetest.NewWorld(t)
-	r := execute(t, w, append([]string{"pod", "consumer", "--to", "node-b", "--dry-run"}, brokerFlags...)...)
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	out := r.out.String()
-	for _, want := range []string{"Preflight passed", "bind replay queue work.ms2m-replay", "restore pod consumer-", "Nothing was changed."} {
-		if !strings.Contains(out, want) {
-			t.Errorf("plan lacks %q:\n%s", want, out)
-		}
-	}
-	if len(w.Calls) != 0 || len(w.Saved) != 0 {
-		t.Fatalf("dry run changed: %v", w.Calls)
-	}
-}
-
-func TestStatefulSetShadowDryRun(t *testing.T) {
-	w := migratetest.NewStatefulSetWorld(t)
-	r := execute(t, w, append([]string{"sts", "sts/consumer", "--ordinal", "0", "--to", "node-b", "--mode", "shadow", "--dry-run"}, brokerFlags...)...)
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	out := r.out.String()
-	for _, want := range []string{"(ms2m, shadow mode", "restore shadow pod consumer-0-shadow on node-b", "delete statefulset consumer orphaning its pods", "Nothing was changed."} {
-		if !strings.Contains(out, want) {
-			t.Errorf("plan lacks %q:\n%s", want, out)
-		}
-	}
-	if len(w.Calls) != 0 || len(w.Saved) != 0 {
-		t.Fatalf("dry run changed: %v", w.Calls)
+	for _, tc := range []struct {
+		name  string
+		world func(*testing.T) *migratetest.World
+		args  []string
+		want  []string
+	}{
+		{"pod", func(t *testing.T) *migratetest.World { return migratetest.NewWorld(t) }, []string{"pod", "consumer", "--to", "node-b"},
+			[]string{"bind replay queue work.ms2m-replay", "restore pod consumer-"}},
+		{"sts shadow", migratetest.NewStatefulSetWorld, []string{"sts", "sts/consumer", "--ordinal", "0", "--to", "node-b", "--mode", "shadow"},
+			[]string{"(ms2m, shadow mode", "restore shadow pod consumer-0-shadow on node-b", "delete statefulset consumer orphaning its pods"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := tc.world(t)
+			r := execute(t, w, append(append(tc.args, "--dry-run"), brokerFlags...)...)
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			out := r.out.String()
+			for _, want := range append(tc.want, "Preflight passed", "Nothing was changed.") {
+				if !strings.Contains(out, want) {
+					t.Errorf("plan lacks %q:\n%s", want, out)
+				}
+			}
+			if len(w.Calls) != 0 || len(w.Saved) != 0 {
+				t.Fatalf("dry run changed: %v", w.Calls)
+			}
+		})
 	}
 }
 
