@@ -35,8 +35,8 @@ and the untouched ordinals, and its spec is exactly as before.
 (after the replay queue is bound, with MS2M) and its image pushed; then the
 source stops, its pod is deleted, the checkpoint is restored under the same
 name on the target node and replays up to the source's last message. Downtime
-spans from the source stopping to the copy catching up: checkpoint transfer
-and restore.
+spans from the source stopping to the copy catching up: detach, restore and
+replay.
 
 --mode shadow (MS2M only) avoids that gap: the source moves into a shadow pod
 NAME-ORDINAL-shadow on the target node while it keeps serving (the shadow has
