@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +49,12 @@ func (l *lab) deployStatefulSet(t testing.TB, changes ...func(ns string, sts *ap
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// A mounted volume must follow the pod: the runtime restores a container
+	// only with the mounts it was checkpointed with.
+	config := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "consumer-config", Namespace: ns}, Data: map[string]string{"work": "50ms"}}
+	if _, err := l.client.CoreV1().ConfigMaps(ns).Create(ctx, config, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	labels := map[string]string{"app": "consumer"}
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "consumer", Namespace: ns},
@@ -62,10 +69,13 @@ func (l *lab) deployStatefulSet(t testing.TB, changes ...func(ns string, sts *ap
 					NodeSelector: map[string]string{"kubernetes.io/hostname": "node-a"},
 					Containers: []corev1.Container{{
 						Name: "consumer", Image: l.imagePrefix + "/ms2m-consumer:lab", ImagePullPolicy: corev1.PullAlways,
-						Env:   []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
-						Args:  []string{"--url=" + l.brokerURL, "--exchange=" + exchange, "--queue=work-" + id + "-$(POD_NAME)", "--work=50ms"},
-						Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+						Env:          []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+						Args:         []string{"--url=" + l.brokerURL, "--exchange=" + exchange, "--queue=work-" + id + "-$(POD_NAME)", "--work=50ms"},
+						Ports:        []corev1.ContainerPort{{ContainerPort: 8080}},
+						VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/etc/consumer"}},
 					}},
+					Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+						LocalObjectReference: corev1.LocalObjectReference{Name: "consumer-config"}}}}},
 				},
 			},
 		},
@@ -144,6 +154,9 @@ func migrateStatefulSet(t *testing.T, flags ...string) report.Record {
 	}
 	if pod.Spec.NodeName != "node-b" || !strings.HasPrefix(pod.Spec.Containers[0].Image, l.registry+"/checkpoints/") {
 		t.Fatalf("consumer-0 on %s from %s", pod.Spec.NodeName, pod.Spec.Containers[0].Image)
+	}
+	if mounts := pod.Spec.Containers[0].VolumeMounts; !slices.ContainsFunc(mounts, func(m corev1.VolumeMount) bool { return m.Name == "config" && m.MountPath == "/etc/consumer" }) {
+		t.Fatalf("consumer-0 lost its config volume: %+v", mounts)
 	}
 	after, err := l.client.AppsV1().StatefulSets(w.Namespace).Get(ctx, "consumer", metav1.GetOptions{})
 	if err != nil {
