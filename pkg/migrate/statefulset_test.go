@@ -162,13 +162,13 @@ func TestStatefulSetRollbackAtEveryPhase(t *testing.T) {
 		for _, f := range tc.failures {
 			t.Run(fmt.Sprintf("%s/%s/%s#%d", tc.strategy, tc.mode, f.phase, f.nth), func(t *testing.T) {
 				w := migratetest.NewStatefulSetWorld(t)
-				w.FailAt, w.FailNth = f.phase, f.nth
+				w.FailOn(f.phase, f.nth)
 				other := consumer1(t, w)
 				rec, err := migrate.Run(context.Background(), stsConfig(tc.strategy, tc.mode), w.Deps(), migrate.Hooks{})
 				if err == nil || rec.Outcome != report.RolledBack {
 					t.Fatalf("want a rolled-back migration, got %v (%s)", err, rec.Outcome)
 				}
-				w.FailAt = "" // the controller adopts again
+				w.FailOn("", 0) // the controller adopts again
 				checkStatefulSet(t, w, "node-a", other)
 			})
 		}

@@ -120,7 +120,10 @@ func (w *World) reconcileStatefulSets(ctx context.Context) {
 			}
 			// A controller reference to a StatefulSet that is gone was
 			// orphaned (the garbage collector removes it in a real cluster).
-			if owner := metav1.GetControllerOf(pod); (owner == nil || owner.UID != sts.UID) && (w.FailAt != report.Adopt || pod.Spec.NodeName != "node-b") {
+			w.Mu.Lock()
+			refuse := w.FailAt == report.Adopt && pod.Spec.NodeName == "node-b"
+			w.Mu.Unlock()
+			if owner := metav1.GetControllerOf(pod); (owner == nil || owner.UID != sts.UID) && !refuse {
 				pod.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(sts, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))}
 				_, _ = w.Client.CoreV1().Pods("default").Update(ctx, pod, metav1.UpdateOptions{})
 			}

@@ -109,16 +109,23 @@ func (w *World) record(format string, args ...any) {
 }
 
 func (w *World) fail(p report.PhaseName) error {
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
 	if w.FailAt != p {
 		return nil
 	}
-	w.Mu.Lock()
-	defer w.Mu.Unlock()
 	w.failed[p]++
 	if w.FailNth == 0 || w.failed[p] == w.FailNth {
 		return ErrInjected
 	}
 	return nil
+}
+
+// FailOn sets FailAt and FailNth while the fakes' goroutines may be acting.
+func (w *World) FailOn(p report.PhaseName, nth int) {
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	w.FailAt, w.FailNth = p, nth
 }
 
 // startKubelet runs pods created on a node: the restored pod comes up with
