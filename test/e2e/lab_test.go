@@ -110,7 +110,11 @@ func (l *lab) migrate(t testing.TB, w *workload.Workload, args ...string) (repor
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	t0 := time.Now()
 	err := cmd.Run()
-	t.Logf("kubectl %s (%s):\n%s", strings.Join(argv, " "), time.Since(t0).Round(time.Millisecond), stderr.String())
+	// A benchmark's log is truncated: keep it for the summary (failures
+	// carry stderr anyway).
+	if _, bench := t.(*testing.B); !bench {
+		t.Logf("kubectl %s (%s):\n%s", strings.Join(argv, " "), time.Since(t0).Round(time.Millisecond), stderr.String())
+	}
 	var rec report.Record
 	if jerr := json.Unmarshal(stdout.Bytes(), &rec); jerr != nil && err == nil {
 		t.Fatalf("not a record: %v\n%s", jerr, stdout.String())
