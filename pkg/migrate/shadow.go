@@ -19,8 +19,9 @@ import (
 //
 // Until the final pod takes the primary queue everything rolls back: before
 // the handover as any MS2M migration does; after it, by moving the shadow
-// back into the StatefulSet's name on the source node (stop-and-copy, as the
-// failure already cost the gap) and re-creating the StatefulSet.
+// back into the StatefulSet's name on the source node and re-creating the
+// StatefulSet. The move back is stop-and-copy: fewer steps that can fail
+// during a rollback, at the price of one restore-long pause.
 
 func shadowPhases() []Phase {
 	shadow := func(p Phase) Phase { return inStage{Phase: p, stage: "shadow"} }
