@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
@@ -134,13 +135,8 @@ func TestStatefulSetShadow(t *testing.T) {
 func migrateStatefulSet(t *testing.T, flags ...string) report.Record {
 	l := setup(t)
 	ctx := context.Background()
-	w, before := l.deployStatefulSet(t)
-	state0 := waitApplied(t, w, "consumer-0", 30)
-	other, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-
+	b := l.startStatefulSet(t, 30)
+	w := b.w
 	rec, stderr, err := l.migrate(t, w, append([]string{"sts", "consumer-0", "--to", "node-b", "--queue", w.Queue}, flags...)...)
 	if err != nil {
 		t.Fatalf("migration failed: %v\n%s", err, stderr)
@@ -148,40 +144,15 @@ func migrateStatefulSet(t *testing.T, flags ...string) report.Record {
 	if rec.Outcome != report.Succeeded || rec.TargetPod != "consumer-0" {
 		t.Fatalf("record %+v", rec)
 	}
-	pod, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-0", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pod.Spec.NodeName != "node-b" || !strings.HasPrefix(pod.Spec.Containers[0].Image, l.registry+"/checkpoints/") {
-		t.Fatalf("consumer-0 on %s from %s", pod.Spec.NodeName, pod.Spec.Containers[0].Image)
+	pod, st := l.checkStatefulSetAfter(t, b, "node-b")
+	if !strings.HasPrefix(pod.Spec.Containers[0].Image, l.registry+"/checkpoints/") {
+		t.Fatalf("consumer-0 runs %s, not its checkpoint", pod.Spec.Containers[0].Image)
 	}
 	if mounts := pod.Spec.Containers[0].VolumeMounts; !slices.ContainsFunc(mounts, func(m corev1.VolumeMount) bool { return m.Name == "config" && m.MountPath == "/etc/consumer" }) {
 		t.Fatalf("consumer-0 lost its config volume: %+v", mounts)
 	}
-	after, err := l.client.AppsV1().StatefulSets(w.Namespace).Get(ctx, "consumer", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	owner := metav1.GetControllerOf(pod)
-	if owner == nil || owner.UID != after.UID {
-		t.Fatalf("consumer-0 is not owned by the StatefulSet: %+v", owner)
-	}
-	if !reflect.DeepEqual(before.Spec, after.Spec) {
-		b, _ := json.Marshal(before.Spec)
-		a, _ := json.Marshal(after.Spec)
-		t.Fatalf("StatefulSet spec changed:\n%s\n%s", b, a)
-	}
-	st := state(t, w, "consumer-0")
-	if st.Process != state0.Process || st.Totals.Count < state0.Totals.Count {
-		t.Fatalf("consumer-0 was not restored: before %+v after %+v", state0, st)
-	}
-	otherAfter, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-1", metav1.GetOptions{})
-	if err != nil || otherAfter.UID != other.UID || otherAfter.Spec.NodeName != "node-a" || otherAfter.Status.ContainerStatuses[0].RestartCount != 0 {
-		t.Fatalf("consumer-1 was touched: %v", err)
-	}
-	l.replayQueueGone(t, w)
-	if _, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-0-shadow", metav1.GetOptions{}); !isNotFound(err) {
-		t.Fatalf("shadow pod left behind: %v", err)
+	if st.Totals.Count < b.state0.Totals.Count {
+		t.Fatalf("consumer-0 lost state: before %+v after %+v", b.state0, st)
 	}
 
 	// Ordinal 0 saw every message exactly once; so did the untouched ordinal 1.
@@ -230,45 +201,76 @@ func TestStatefulSetShadowRollback(t *testing.T) {
 
 func rollBackStatefulSet(t *testing.T, flags ...string) {
 	l := setup(t)
-	ctx := context.Background()
-	w, before := l.deployStatefulSet(t)
-	state0 := waitApplied(t, w, "consumer-0", 20)
-	other, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := l.startStatefulSet(t, 20)
+	w := b.w
 	rec, stderr, err := l.migrate(t, w, append([]string{"sts", "consumer-0", "--to", "node-b", "--queue", w.Queue}, flags...)...)
 	if err == nil || rec.Outcome != report.RolledBack {
 		t.Fatalf("want a rolled-back migration, got %v %s\n%s", err, rec.Outcome, stderr)
 	}
-	pod, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-0", metav1.GetOptions{})
+	if _, st := l.checkStatefulSetAfter(t, b, "node-a"); st.Mode != "primary" {
+		t.Fatalf("consumer-0 does not consume its queue after the rollback: %+v", st)
+	}
+	if _, _, err := w.CheckConservation(context.Background(), "consumer-0"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// statefulSetBefore is a running StatefulSet as it was before a migration.
+type statefulSetBefore struct {
+	w      *workload.Workload
+	sts    *appsv1.StatefulSet
+	other  *corev1.Pod // consumer-1, which no migration may touch
+	state0 ms2m.State  // consumer-0's application
+}
+
+// startStatefulSet deploys the StatefulSet and waits until consumer-0 has
+// applied message applied.
+func (l *lab) startStatefulSet(t *testing.T, applied uint64) statefulSetBefore {
+	w, sts := l.deployStatefulSet(t)
+	state0 := waitApplied(t, w, "consumer-0", applied)
+	other, err := l.client.CoreV1().Pods(w.Namespace).Get(context.Background(), "consumer-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, err := l.client.AppsV1().StatefulSets(w.Namespace).Get(ctx, "consumer", metav1.GetOptions{})
+	return statefulSetBefore{w: w, sts: sts, other: other, state0: state0}
+}
+
+// checkStatefulSetAfter checks, after a migration or its rollback, that
+// consumer-0 runs on node with its original process, owned by a StatefulSet
+// whose spec is unchanged, that consumer-1 was not touched, and that no
+// shadow pod or replay queue is left. It returns consumer-0 and its state.
+func (l *lab) checkStatefulSetAfter(t *testing.T, b statefulSetBefore, node string) (*corev1.Pod, ms2m.State) {
+	t.Helper()
+	ctx, ns := context.Background(), b.w.Namespace
+	pod, err := l.client.CoreV1().Pods(ns).Get(ctx, "consumer-0", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if owner := metav1.GetControllerOf(pod); pod.Spec.NodeName != "node-a" || owner == nil || owner.UID != after.UID {
-		t.Fatalf("consumer-0 on %s owned by %+v", pod.Spec.NodeName, metav1.GetControllerOf(pod))
+	after, err := l.client.AppsV1().StatefulSets(ns).Get(ctx, "consumer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(before.Spec, after.Spec) {
-		t.Fatal("StatefulSet spec changed by the rollback")
+	if owner := metav1.GetControllerOf(pod); pod.Spec.NodeName != node || owner == nil || owner.UID != after.UID {
+		t.Fatalf("consumer-0 on %s owned by %+v; want %s, owned by the StatefulSet", pod.Spec.NodeName, owner, node)
 	}
-	if st := state(t, w, "consumer-0"); st.Process != state0.Process || st.Mode != "primary" {
-		t.Fatalf("consumer-0 was not brought back from its checkpoint: %+v", st)
+	if !reflect.DeepEqual(b.sts.Spec, after.Spec) {
+		before, _ := json.Marshal(b.sts.Spec)
+		now, _ := json.Marshal(after.Spec)
+		t.Fatalf("StatefulSet spec changed:\n%s\n%s", before, now)
 	}
-	otherAfter, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-1", metav1.GetOptions{})
-	if err != nil || otherAfter.UID != other.UID || otherAfter.Status.ContainerStatuses[0].RestartCount != 0 {
+	st := state(t, b.w, "consumer-0")
+	if st.Process != b.state0.Process {
+		t.Fatalf("consumer-0 was not restored from its checkpoint: before %+v after %+v", b.state0, st)
+	}
+	other, err := l.client.CoreV1().Pods(ns).Get(ctx, "consumer-1", metav1.GetOptions{})
+	if err != nil || other.UID != b.other.UID || other.Spec.NodeName != "node-a" || other.Status.ContainerStatuses[0].RestartCount != 0 {
 		t.Fatalf("consumer-1 was touched: %v", err)
 	}
-	if _, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-0-shadow", metav1.GetOptions{}); !isNotFound(err) {
+	if _, err := l.client.CoreV1().Pods(ns).Get(ctx, "consumer-0-shadow", metav1.GetOptions{}); !isNotFound(err) {
 		t.Fatalf("shadow pod left behind: %v", err)
 	}
-	l.replayQueueGone(t, w)
-	if _, _, err := w.CheckConservation(ctx, "consumer-0"); err != nil {
-		t.Fatal(err)
-	}
+	l.replayQueueGone(t, b.w)
+	return pod, st
 }
 
 // TestStatefulSetLocalVolumeRefused gives each ordinal a claim bound to a
