@@ -22,6 +22,7 @@ type Migration struct {
 	// Set by preflight.
 	Source     *corev1.Pod
 	SourceNode string
+	targetNode *corev1.Node
 	Containers []string
 	broker     Broker
 	// SourceState is the source's state as preflight saw it.

@@ -117,6 +117,7 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 	if target.Spec.Unschedulable {
 		return fmt.Errorf("node %s is cordoned; uncordon it or pick another node", m.TargetNode)
 	}
+	m.targetNode = target
 	if s := runtime.Parse(source.Status.NodeInfo.ContainerRuntimeVersion); !s.Checkpoint {
 		return fmt.Errorf("source node %s cannot checkpoint: %s", m.SourceNode, s.Why)
 	}
@@ -140,7 +141,6 @@ func checkVolumes(ctx context.Context, m *Migration) error {
 			}
 		}
 	}
-	var target *corev1.Node
 	for _, v := range m.Source.Spec.Volumes {
 		if !mounted[v.Name] {
 			continue
@@ -153,20 +153,14 @@ func checkVolumes(ctx context.Context, m *Migration) error {
 		case v.PersistentVolumeClaim == nil:
 			continue
 		}
-		if target == nil {
-			var err error
-			if target, err = m.Client.CoreV1().Nodes().Get(ctx, m.TargetNode, metav1.GetOptions{}); err != nil {
-				return fmt.Errorf("get node %s: %w", m.TargetNode, err)
-			}
-		}
-		if err := checkClaim(ctx, m, v.PersistentVolumeClaim.ClaimName, target); err != nil {
+		if err := checkClaim(ctx, m, v.PersistentVolumeClaim.ClaimName); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func checkClaim(ctx context.Context, m *Migration, claim string, target *corev1.Node) error {
+func checkClaim(ctx context.Context, m *Migration, claim string) error {
 	pvc, err := m.Client.CoreV1().PersistentVolumeClaims(m.Namespace).Get(ctx, claim, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("get PersistentVolumeClaim %s: %w", claim, err)
@@ -188,7 +182,7 @@ func checkClaim(ctx context.Context, m *Migration, claim string, target *corev1.
 	if local != "" {
 		return fmt.Errorf("PersistentVolumeClaim %s is bound to %s, %s on %s whose data cannot follow the pod to %s; move the data to a network-attached volume first", claim, pv.Name, local, m.SourceNode, m.TargetNode)
 	}
-	if err := volumehelpers.CheckNodeAffinity(pv, target.Labels); err != nil {
+	if err := volumehelpers.CheckNodeAffinity(pv, m.targetNode.Labels); err != nil {
 		return fmt.Errorf("PersistentVolumeClaim %s is bound to %s, which node %s cannot reach (%v); pick a node its node affinity allows", claim, pv.Name, m.TargetNode, err)
 	}
 	if m.TargetName != m.Pod && !slices.Contains(pv.Spec.AccessModes, corev1.ReadWriteMany) {
