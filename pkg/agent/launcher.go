@@ -120,14 +120,14 @@ func agentFinished(image string) kube.PodCondition {
 			return true, nil
 		}
 		for _, cs := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
-			if w := cs.State.Waiting; w != nil && (w.Reason == "CreateContainerError" || w.Reason == "CreateContainerConfigError") {
-				return false, fmt.Errorf("agent container %s on %s cannot start: %s", cs.Name, pod.Spec.NodeName, strings.TrimSpace(w.Message))
-			}
-			if w := cs.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff" || w.Reason == "InvalidImageName") {
-				if cs.Name != "agent" && cs.Name != "install-agent" {
-					return false, fmt.Errorf("node %s cannot pull image %s (%s)", pod.Spec.NodeName, specImage(pod, cs.Name), strings.TrimSpace(w.Message))
-				}
+			w := cs.State.Waiting
+			switch {
+			case kube.PullFailed(w) && (cs.Name == "agent" || cs.Name == "install-agent"):
 				return false, fmt.Errorf("the node cannot pull the agent image %s (%s); push it where the nodes can pull it and pass --agent-image", image, strings.TrimSpace(w.Message))
+			case kube.PullFailed(w):
+				return false, fmt.Errorf("node %s cannot pull image %s (%s)", pod.Spec.NodeName, specImage(pod, cs.Name), strings.TrimSpace(w.Message))
+			case kube.StartFailed(w):
+				return false, fmt.Errorf("agent container %s on %s cannot start: %s: %s", cs.Name, pod.Spec.NodeName, w.Reason, strings.TrimSpace(w.Message))
 			}
 		}
 		return false, nil

@@ -17,6 +17,28 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 )
 
+// pullFailures are the waiting reasons of a container whose image the node
+// cannot pull.
+var pullFailures = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true}
+
+// PullFailed reports whether a container waits because its image cannot be
+// pulled.
+func PullFailed(w *corev1.ContainerStateWaiting) bool { return w != nil && pullFailures[w.Reason] }
+
+// StartFailed reports whether a container waits for something that will not
+// come on its own: its image cannot be pulled, or it cannot be created, or it
+// keeps crashing.
+func StartFailed(w *corev1.ContainerStateWaiting) bool {
+	if w == nil {
+		return false
+	}
+	switch w.Reason {
+	case "CreateContainerError", "CreateContainerConfigError", "CrashLoopBackOff":
+		return true
+	}
+	return pullFailures[w.Reason]
+}
+
 // PodCondition decides from a pod's latest state whether waiting is over;
 // a non-nil error ends the wait with that error. pod is nil once deleted.
 type PodCondition func(pod *corev1.Pod) (bool, error)

@@ -129,15 +129,10 @@ func containersRunning(names []string) kube.PodCondition {
 				running++
 			case cs.State.Terminated != nil:
 				return false, fmt.Errorf("restored container %s exited: %s %s", cs.Name, cs.State.Terminated.Reason, cs.State.Terminated.Message)
-			case cs.State.Waiting != nil && fatalWaiting[cs.State.Waiting.Reason]:
+			case kube.StartFailed(cs.State.Waiting):
 				return false, fmt.Errorf("restored container %s: %s: %s", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
 			}
 		}
 		return running == len(names), nil
 	}
-}
-
-var fatalWaiting = map[string]bool{
-	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true,
-	"CreateContainerError": true, "CreateContainerConfigError": true, "CrashLoopBackOff": true,
 }
