@@ -64,10 +64,19 @@ func NewStatefulSetWorld(t *testing.T) *World {
 		a.(k8stesting.CreateAction).GetObject().(*appsv1.StatefulSet).UID = types.UID(fmt.Sprintf("sts-uid-%d", created))
 		return false, nil, nil
 	})
-	w.Client.PrependReactor("delete", "statefulsets", func(k8stesting.Action) (bool, runtime.Object, error) {
+	w.Client.PrependReactor("delete", "statefulsets", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		w.record("delete statefulset")
 		if err := w.fail(report.Detach); err != nil {
 			return true, nil, err
+		}
+		// Like the real controller, which ignores a StatefulSet whose
+		// deletion has begun, a pass working from an older list must not
+		// act for this one any more.
+		d := a.(k8stesting.DeleteAction)
+		if obj, err := w.Client.Tracker().Get(appsv1.SchemeGroupVersion.WithResource("statefulsets"), d.GetNamespace(), d.GetName()); err == nil {
+			w.Mu.Lock()
+			w.deletedSets[obj.(*appsv1.StatefulSet).UID] = true
+			w.Mu.Unlock()
 		}
 		return false, nil, nil
 	})
@@ -104,11 +113,18 @@ func (w *World) reconcileStatefulSets(ctx context.Context) {
 	if err != nil {
 		return
 	}
+sets:
 	for i := range list.Items {
 		sts := &list.Items[i]
 		for ordinal := range int(*sts.Spec.Replicas) {
 			name := fmt.Sprintf("%s-%d", sts.Name, ordinal)
 			pod, err := w.Client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			w.Mu.Lock()
+			deleted := w.deletedSets[sts.UID] // checked after the Get: see the delete reactor
+			w.Mu.Unlock()
+			if deleted {
+				continue sets
+			}
 			if err != nil {
 				w.record("statefulset controller created %s afresh", name)
 				fresh := SourcePod()

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -54,6 +55,8 @@ type World struct {
 	published uint64     // the last sequence published, which replay reaches
 	// reconnecting restored apps switch to hold after their first answer.
 	reconnecting map[string]bool
+	// deletedSets are the StatefulSets whose deletion has begun.
+	deletedSets map[types.UID]bool
 }
 
 // Node returns a Ready node with the given runtime.
@@ -91,7 +94,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 		Queues:   map[string]bool{"work": true},
 		Apps:     map[string]*ms2m.State{"consumer": {Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
 		Archives: map[string]bool{}, Images: map[string]bool{}, reconnecting: map[string]bool{},
-		failed: map[report.PhaseName]int{}, published: 100,
+		failed: map[report.PhaseName]int{}, published: 100, deletedSets: map[types.UID]bool{},
 	}
 	w.Client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		r := a.(k8stesting.CreateAction).GetObject().(*authzv1.SelfSubjectAccessReview)
