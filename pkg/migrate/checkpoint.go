@@ -18,13 +18,18 @@ type checkpoint struct{}
 func (checkpoint) Name() report.PhaseName { return report.Checkpoint }
 
 func (checkpoint) Run(ctx context.Context, m *Migration) error {
-	m.Archives = map[string]string{}
-	for _, c := range m.Containers {
+	if m.Archives == nil {
+		m.Archives = map[string]string{}
+	}
+	for _, c := range m.Migrated {
 		path, err := m.Checkpointer.Checkpoint(ctx, m.SourceNode, m.Namespace, m.Pod, c, m.CheckpointTimeout)
 		if err != nil {
 			return err
 		}
 		m.Archives[c] = path
+		if err := m.save(ctx); err != nil {
+			return err
+		}
 		m.progress(report.Checkpoint, fmt.Sprintf("container %s → %s", c, path))
 	}
 	if m.Strategy == MS2M {
@@ -62,14 +67,19 @@ type packImages struct{}
 func (packImages) Name() report.PhaseName { return report.Image }
 
 func (packImages) Run(ctx context.Context, m *Migration) error {
-	m.Images = map[string]string{}
-	for _, c := range m.Containers {
+	if m.Images == nil {
+		m.Images = map[string]string{}
+	}
+	for _, c := range m.Migrated {
 		res, err := m.Packer.Pack(ctx, m.nextAgentPod(), m.SourceNode, m.packRequest(c))
 		if err != nil {
 			return err
 		}
 		delete(m.Archives, c)
 		m.Images[c] = res.Image
+		if err := m.save(ctx); err != nil {
+			return err
+		}
 		m.Record.Images = append(m.Record.Images, res.Image)
 		m.Record.ArchiveBytes += res.ArchiveBytes
 		m.progress(report.Image, fmt.Sprintf("container %s → %s (%d KiB, build %d ms, push %d ms)", c, res.Image, res.ArchiveBytes/1024, res.BuildMillis, res.PushMillis))

@@ -8,7 +8,10 @@ package migrate
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Strategy selects the phase list.
@@ -155,7 +158,12 @@ func (c Config) Validate() error {
 		if c.TargetName != c.Pod {
 			errs = append(errs, errors.New("a StatefulSet pod keeps its name"))
 		}
-	} else if c.Mode != "" {
+	} else if bad := validation.IsDNS1123Subdomain(c.TargetName); len(bad) > 0 {
+		errs = append(errs, fmt.Errorf("--target-name %q is not a valid pod name (%s); use lower-case letters, digits and '-'", c.TargetName, strings.Join(bad, "; ")))
+	} else if c.TargetName == c.Pod {
+		errs = append(errs, fmt.Errorf("--target-name %s is the source's own name; the restored pod needs another", c.TargetName))
+	}
+	if c.Mode != "" && c.StatefulSet == "" {
 		errs = append(errs, errors.New("--mode applies to StatefulSet pods: use kubectl migrate sts"))
 	}
 	if (c.ReplayMax > 0 || c.Cutoff > 0) && c.Strategy != MS2M {

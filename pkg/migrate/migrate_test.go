@@ -81,8 +81,11 @@ func TestMS2MSucceeds(t *testing.T) {
 	if rec.Broker.ReplayBacklog != 7 || rec.Broker.ArrivalRate <= 0 {
 		t.Fatalf("broker figures %+v", rec.Broker)
 	}
-	if len(w.Saved) != 1 || w.Saved[0].Outcome != report.Succeeded {
-		t.Fatalf("saved %v", w.Saved)
+	if saved := w.Records(); len(saved) != 1 || saved[0].Outcome != report.Succeeded || len(saved[0].Journal) != 0 {
+		t.Fatalf("saved %+v", saved)
+	}
+	if leases := w.Leases(); len(leases) != 0 {
+		t.Fatalf("leases left: %v", leases)
 	}
 }
 
@@ -140,8 +143,9 @@ func TestStopAndCopySucceeds(t *testing.T) {
 	if slices.ContainsFunc(w.Calls, func(c string) bool { return strings.HasPrefix(c, "bind") }) {
 		t.Fatal("stop-and-copy must not bind a replay queue")
 	}
-	if !strings.HasPrefix(w.Calls[0], "control consumer STOP") {
-		t.Fatalf("stop-and-copy must stop the source first, did %q", w.Calls[0])
+	first := slices.IndexFunc(w.Calls, func(c string) bool { return !strings.HasPrefix(c, "prepull ") }) // preflight's agents
+	if !strings.HasPrefix(w.Calls[first], "control consumer STOP") {
+		t.Fatalf("stop-and-copy must stop the source first, did %q", w.Calls[first])
 	}
 }
 
@@ -183,13 +187,14 @@ func TestRollbackAtEveryPhase(t *testing.T) {
 				t.Fatalf("left behind: queues %v archives %v images %v", w.Queues, w.Archives, w.Images)
 			}
 			if tc.phase == report.Preflight {
-				if len(w.Saved) != 0 {
-					t.Fatal("a failed preflight must not write to the cluster")
+				if len(w.Records()) != 0 || len(w.Leases()) != 0 {
+					t.Fatal("a failed preflight must not leave anything in the cluster")
 				}
 				return
 			}
-			if rec.Outcome != report.RolledBack || len(w.Saved) != 1 {
-				t.Fatalf("outcome %s, saved %d", rec.Outcome, len(w.Saved))
+			saved := w.Records()
+			if rec.Outcome != report.RolledBack || len(saved) != 1 || saved[0].Outcome != report.RolledBack || len(w.Leases()) != 0 {
+				t.Fatalf("outcome %s, saved %+v, leases %v", rec.Outcome, saved, w.Leases())
 			}
 		})
 	}
@@ -273,7 +278,7 @@ func TestPreflightRefusals(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want %q", err, tc.want)
 			}
-			if len(w.Calls) != before || len(w.Saved) != 0 {
+			if len(w.Calls) != before || len(w.Records()) != 0 || len(w.Leases()) != 0 {
 				t.Fatalf("preflight changed something: %v", w.Calls[before:])
 			}
 		})
@@ -288,7 +293,9 @@ func TestDryRunChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rec.Phases) != 1 || len(w.Calls) != 0 || len(w.Saved) != 0 {
+	// Only the agents ran, to prove they can.
+	agentsOnly := !slices.ContainsFunc(w.Calls, func(c string) bool { return !strings.HasPrefix(c, "prepull ") })
+	if len(rec.Phases) != 1 || !agentsOnly || len(w.Records()) != 0 || len(w.Leases()) != 0 {
 		t.Fatalf("dry run did %v", w.Calls)
 	}
 }

@@ -13,45 +13,71 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
-// Migration is the state the phases share.
+// State is everything the phases learn and change. It is the migration's
+// journal: saved with the record before each step that changes the cluster,
+// so that another process can finish or undo the migration from it alone.
+type State struct {
+	// Stage tells this stage's markers, images and agent pods apart from
+	// the other stages' of the same migration.
+	Stage string `json:"stage,omitempty"`
+
+	// Set by preflight.
+	Source      *corev1.Pod `json:"source,omitempty"`
+	SourceNode  string      `json:"sourceNode,omitempty"`
+	Migrated    []string    `json:"migrated,omitempty"` // the containers migrated
+	SourceState ms2m.State  `json:"sourceState"`
+
+	ReplayQueue   string    `json:"replayQueue,omitempty"`
+	ReplayBound   time.Time `json:"replayBound,omitzero"`
+	ReplayStarted time.Time `json:"replayStarted,omitzero"`
+	// Archives maps each container to its checkpoint archive on the source
+	// node, for as long as the archive is there.
+	Archives map[string]string `json:"archives,omitempty"`
+	// Images maps each container to its pushed checkpoint image.
+	Images map[string]string `json:"images,omitempty"`
+	// TargetRequested is set before the target pod is created, so a journal
+	// saved by a process that died during the create still names it.
+	TargetRequested bool        `json:"targetRequested,omitempty"`
+	Target          *corev1.Pod `json:"target,omitempty"`
+	// SourceFinal is the source's state when it stopped.
+	SourceFinal  ms2m.State `json:"sourceFinal"`
+	SourceHalted bool       `json:"sourceHalted,omitempty"`
+	// Committed is set before the target is told to take the primary
+	// queue: from then on the migration completes forward and never rolls
+	// back.
+	Committed bool `json:"committed,omitempty"`
+	AgentPods int  `json:"agentPods,omitempty"`
+
+	// StatefulSet migrations: the spec is saved before the StatefulSet is
+	// deleted.
+	SavedSTS      *appsv1.StatefulSet `json:"savedStatefulSet,omitempty"`
+	STSDeleted    bool                `json:"statefulSetDeleted,omitempty"`
+	SourceDeleted bool                `json:"sourceDeleted,omitempty"`
+
+	// Shadow mode: whether the shadow has taken over from the source, and
+	// the final stage, which moves the shadow into the StatefulSet's name.
+	HandedOver bool   `json:"handedOver,omitempty"`
+	Final      *State `json:"final,omitempty"`
+}
+
+// Migration is one migration's configuration, outside systems and State,
+// shared by its phases. A stage of a shadow-mode migration is a Migration of
+// its own whose State is part of its parent's.
 type Migration struct {
 	Config
 	Deps
 	Hooks Hooks
+	*State
 
-	// Set by preflight.
-	Source     *corev1.Pod
-	SourceNode string
+	// journal saves the State with the record; all stages share it.
+	journal *journal
+	broker  Broker
+	// leases are the migration's locks on its pod and StatefulSet.
+	leases *leases
+	// targetNode is the target's Node as preflight read it.
 	targetNode *corev1.Node
-	Containers []string
-	broker     Broker
-	// SourceState is the source's state as preflight saw it.
-	SourceState ms2m.State
-
-	// Set by later phases.
-	ReplayQueue   string
-	replayBound   time.Time
-	replayStarted time.Time
-	Archives      map[string]string // container → archive path on the source node
-	Images        map[string]string // container → pushed digest reference
-	Target        *corev1.Pod
-	SourceFinal   ms2m.State // the source's state when it stopped
-	sourceHalted  bool
-	// committed is set once the target owns the primary queue: from then on
-	// the migration completes forward and never rolls back.
-	committed bool
-	agentPods int
-	// StatefulSet migrations.
-	savedSTS      *appsv1.StatefulSet
-	stsDeleted    bool
-	sourceDeleted bool
-	// Shadow mode: the stage that moves the shadow into the final pod, and
-	// whether the shadow has taken over from the source.
-	final      *Migration
-	handedOver bool
-	// stage tells this stage's markers, images and agent pods apart from
-	// the other stages' of the same migration.
-	stage string
+	// final is the stage whose State is State.Final.
+	final *Migration
 
 	Record *report.Record
 }
@@ -83,26 +109,39 @@ func (m *Migration) progress(phase report.PhaseName, msg string) {
 
 // tag identifies this stage of the migration.
 func (m *Migration) tag() string {
-	if m.stage == "" {
+	if m.Stage == "" {
 		return m.ID
 	}
-	return m.ID + "-" + m.stage
+	return m.ID + "-" + m.Stage
 }
 
 // nextAgentPod names the next agent pod of this stage.
 func (m *Migration) nextAgentPod() string {
-	m.agentPods++
-	return "kubectl-migrate-agent-" + m.tag() + "-" + string(rune('a'+m.agentPods-1))
+	m.AgentPods++
+	return "kubectl-migrate-agent-" + m.tag() + "-" + string(rune('a'+m.AgentPods-1))
 }
 
 // nextStage is a migration from the pod this one restored (or from the
 // source, for a stage that returns it) into name on node; it shares the
-// broker, the record and what preflight learnt about the source.
-func (m *Migration) nextStage(stage string, from *corev1.Pod, name, node string, strategy Strategy) *Migration {
+// broker, the record, the journal and what preflight learnt about the
+// source. A stage with state is resumed from it (recovery).
+func (m *Migration) nextStage(stage string, from *corev1.Pod, name, node string, strategy Strategy, state *State) *Migration {
 	cfg := m.Config
 	cfg.Pod, cfg.TargetName, cfg.TargetNode, cfg.Strategy = from.Name, name, node, strategy
-	return &Migration{
-		Config: cfg, Deps: m.Deps, Hooks: m.Hooks, Record: m.Record, stage: stage,
-		Source: from, SourceNode: from.Spec.NodeName, Containers: m.Containers, broker: m.broker, SourceState: m.SourceState,
+	if state == nil {
+		state = &State{Stage: stage, Source: from, SourceNode: from.Spec.NodeName, Migrated: m.Migrated, SourceState: m.SourceState}
 	}
+	return &Migration{
+		Config: cfg, Deps: m.Deps, Hooks: m.Hooks, Record: m.Record, State: state,
+		journal: m.journal, broker: m.broker,
+	}
+}
+
+// save writes the journal; every step that changes the cluster calls it
+// first, so a process that dies leaves a journal naming what it changed.
+func (m *Migration) save(ctx context.Context) error {
+	if m.journal == nil {
+		return nil
+	}
+	return m.journal.save(ctx)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"golang.org/x/sync/errgroup"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +31,7 @@ func (preflight) Run(ctx context.Context, m *Migration) error {
 		what string
 		fn   func(context.Context, *Migration) error
 	}{
+		{"lock", func(ctx context.Context, m *Migration) error { return m.acquireLeases(ctx, false) }},
 		{"source pod", checkSourcePod},
 		{"target node", checkTargetNode},
 		{"volumes", checkVolumes},
@@ -38,6 +40,7 @@ func (preflight) Run(ctx context.Context, m *Migration) error {
 		{"broker", checkBroker},
 		{"registry", func(ctx context.Context, m *Migration) error { return m.Registry.CheckPush(ctx, m.ImageRepository) }},
 		{"application", checkApp},
+		{"agents", checkAgents},
 	}
 	for _, c := range checks {
 		if err := c.fn(ctx, m); err != nil {
@@ -88,9 +91,9 @@ func checkSourcePod(ctx context.Context, m *Migration) error {
 		}
 	}
 	m.Source, m.SourceNode = pod, pod.Spec.NodeName
-	m.Containers = names
+	m.Migrated = names
 	if len(m.Config.Containers) > 0 {
-		m.Containers = m.Config.Containers
+		m.Migrated = m.Config.Containers
 	}
 	m.Record.SourceNode = m.SourceNode
 	return nil
@@ -135,7 +138,7 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 func checkVolumes(ctx context.Context, m *Migration) error {
 	mounted := map[string]bool{}
 	for _, c := range m.Source.Spec.Containers {
-		if slices.Contains(m.Containers, c.Name) {
+		if slices.Contains(m.Migrated, c.Name) {
 			for _, vm := range c.VolumeMounts {
 				mounted[vm.Name] = true
 			}
@@ -294,6 +297,29 @@ func checkBroker(_ context.Context, m *Migration) error {
 		}
 	}
 	return nil
+}
+
+// checkAgents runs the node agent on both nodes, proving that its image
+// can be pulled and is allowed to run there (packing and removing the
+// checkpoint archives need it), and has the target pull the base images its
+// restore builds on, so that restore does not wait for them.
+func checkAgents(ctx context.Context, m *Migration) error {
+	bases := m.baseImages()
+	var g errgroup.Group
+	g.Go(func() error {
+		if err := m.Packer.Prepull(ctx, m.nextAgentPod(), m.SourceNode, []string{m.AgentImage}); err != nil {
+			return fmt.Errorf("node %s cannot run the agent image %s: %w; pass --agent-image with an image the nodes can pull and run", m.SourceNode, m.AgentImage, err)
+		}
+		return nil
+	})
+	targetAgent := m.nextAgentPod()
+	g.Go(func() error {
+		if err := m.Packer.Prepull(ctx, targetAgent, m.TargetNode, bases); err != nil {
+			return fmt.Errorf("node %s cannot run the agent image %s or pull the images %v its restore needs: %w; pass --agent-image with an image the nodes can pull and run", m.TargetNode, m.AgentImage, bases, err)
+		}
+		return nil
+	})
+	return g.Wait()
 }
 
 func checkApp(ctx context.Context, m *Migration) error {

@@ -28,7 +28,7 @@ func (prepare) Run(ctx context.Context, m *Migration) error {
 	if err := m.broker.BindReplayQueue(m.Broker.Exchange, m.ReplayQueue); err != nil {
 		return err
 	}
-	m.replayBound = time.Now()
+	m.ReplayBound = time.Now()
 	m.Record.Broker.ReplayQueue = m.ReplayQueue
 	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Prepare, Payload: ms2m.ControlPayload{Queue: m.ReplayQueue, Migration: m.tag()}}); err != nil {
 		return err
@@ -70,7 +70,7 @@ func (stopSource) Run(ctx context.Context, m *Migration) error {
 	if err != nil {
 		return err
 	}
-	m.SourceFinal, m.sourceHalted = st, true
+	m.SourceFinal, m.SourceHalted = st, true
 	return nil
 }
 
@@ -80,12 +80,12 @@ func (stopSource) Rollback(ctx context.Context, m *Migration) error {
 
 // resumeSource puts a stopped source back on its primary queue.
 func resumeSource(ctx context.Context, m *Migration) error {
-	if !m.sourceHalted {
+	if !m.SourceHalted {
 		return nil
 	}
 	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Resume}); err != nil {
 		return fmt.Errorf("resume the source: %w", err)
 	}
-	m.sourceHalted = false
+	m.SourceHalted = false
 	return nil
 }

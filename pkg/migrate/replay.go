@@ -24,16 +24,19 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 	}
 	// Nothing consumed the replay queue since it was bound: its depth is
 	// every arrival since then.
-	if secs := time.Since(m.replayBound).Seconds(); secs > 0 {
+	if secs := time.Since(m.ReplayBound).Seconds(); secs > 0 {
 		m.Record.Broker.ArrivalRate = float64(backlog) / secs
 	}
 	m.Record.Broker.ReplayBacklog = backlog
+	m.ReplayStarted = time.Now() // from here the target consumes the replay queue
+	if err := m.save(ctx); err != nil {
+		return err
+	}
 	start, err := m.App.Control(ctx, m.targetApp(), ms2m.Control{Type: ms2m.StartReplay, Payload: ms2m.ControlPayload{Queue: m.ReplayQueue}})
 	if err != nil {
 		return err
 	}
 	m.progress(report.Replay, fmt.Sprintf("replaying %d buffered messages from %s", backlog, m.ReplayQueue))
-	m.replayStarted = time.Now()
 	policy := newCutoffPolicy(m.ReplayMax, m.Cutoff)
 	if policy.enabled() {
 		m.Record.Cutoff = &report.Cutoff{ReplayMaxMillis: m.ReplayMax.Milliseconds(), FixedMillis: m.Cutoff.Milliseconds()}
@@ -43,7 +46,7 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 		// A source that already stopped (a StatefulSet pod) is caught up with
 		// at its last message.
 		source := m.SourceFinal
-		if !m.sourceHalted {
+		if !m.SourceHalted {
 			if source, err = m.App.State(ctx, m.sourceApp()); err != nil {
 				return false, err
 			}
@@ -66,11 +69,11 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 		// took from it (applied or skipped).
 		taken := target.Totals.Count + target.Skipped - start.Totals.Count - start.Skipped
 		policy.observe(rateSample{at: time.Now(), arrivals: uint64(depth) + taken, applied: target.Totals.Count - start.Totals.Count})
-		d := policy.decide(time.Since(m.replayBound))
+		d := policy.decide(time.Since(m.ReplayBound))
 		c := m.Record.Cutoff
 		c.ArrivalRate, c.ServiceRate, c.CutoffMillis = d.lambda, d.mu, d.cutoff.Milliseconds()
 		if d.fire {
-			c.Fired, c.FiredAfterMillis, c.Reason = true, time.Since(m.replayBound).Milliseconds(), d.because
+			c.Fired, c.FiredAfterMillis, c.Reason = true, time.Since(m.ReplayBound).Milliseconds(), d.because
 			m.progress(report.Replay, "cutoff: "+d.because+"; the source stops now and the target replays up to its last message")
 		}
 		return d.fire, nil

@@ -25,13 +25,29 @@ const appPollInterval = 100 * time.Millisecond
 // identity as the source) rather than started afresh.
 type restore struct{}
 
+// baseImages are the images the migrated containers were first created from.
+func (m *Migration) baseImages() []string {
+	var bases []string
+	baseOf := BaseImages(m.Source)
+	for _, c := range m.Source.Spec.Containers {
+		if slices.Contains(m.Migrated, c.Name) {
+			bases = append(bases, baseOf[c.Name])
+		}
+	}
+	return bases
+}
+
 func (restore) Name() report.PhaseName { return report.Restore }
 
 func (restore) Run(ctx context.Context, m *Migration) error {
+	m.TargetRequested = true
+	m.Record.TargetPod = m.TargetName
 	created, err := m.restoreAs(ctx, m.TargetName, m.TargetNode)
 	if created != nil {
 		m.Target = created
-		m.Record.TargetPod = m.TargetName
+		if saveErr := m.save(ctx); err == nil {
+			err = saveErr
+		}
 	}
 	return err
 }
@@ -39,18 +55,11 @@ func (restore) Run(ctx context.Context, m *Migration) error {
 // restoreAs creates pod name on node from the checkpoint images and waits
 // until the restored application answers as the checkpointed process and
 // holds. It returns the pod once created, even if waiting failed.
+//
+// The node has the base images the restore builds on: preflight had the
+// target pull them, and every other restore is onto a node that ran the
+// checkpointed container.
 func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.Pod, error) {
-	var bases []string
-	baseOf := BaseImages(m.Source)
-	for _, c := range m.Source.Spec.Containers {
-		if _, ok := m.Images[c.Name]; ok {
-			bases = append(bases, baseOf[c.Name])
-		}
-	}
-	m.progress(report.Restore, fmt.Sprintf("pulling base images %v on %s", bases, node))
-	if err := m.Packer.Prepull(ctx, m.nextAgentPod(), node, bases); err != nil {
-		return nil, fmt.Errorf("pull the checkpointed containers' images on %s (restore needs them): %w", node, err)
-	}
 	pod := TargetPod(m.Source, name, node, m.ID, m.Images, m.RegistrySecret)
 	if m.StatefulSet != "" {
 		// Per-pod Services select this label: the StatefulSet's own name has
@@ -61,12 +70,15 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 			delete(pod.Labels, appsv1.StatefulSetPodNameLabel)
 		}
 	}
+	if err := m.save(ctx); err != nil {
+		return nil, err
+	}
 	created, err := m.Client.CoreV1().Pods(m.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create pod %s on %s: %w", name, node, err)
 	}
 	m.progress(report.Restore, "pod "+name+" created on "+node)
-	if _, err := kube.WaitForPod(ctx, m.Client, m.Namespace, name, containersRunning(m.Containers)); err != nil {
+	if _, err := kube.WaitForPod(ctx, m.Client, m.Namespace, name, containersRunning(m.Migrated)); err != nil {
 		return created, err
 	}
 	m.progress(report.Restore, "containers running; waiting for the application")
@@ -98,14 +110,24 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	return created, nil
 }
 
+// Rollback deletes the restored pod, unless it holds the only full state: a
+// StatefulSet pod's copy that replayed after its source was deleted has
+// applied messages the source never had and the replay queue no longer
+// holds, so it moves back instead.
 func (restore) Rollback(ctx context.Context, m *Migration) error {
-	if m.Target == nil {
+	if !m.TargetRequested {
 		return nil
 	}
-	if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.TargetName, ptr.To[int64](0)); err != nil {
+	if m.SourceDeleted && !m.ReplayStarted.IsZero() && m.Target != nil {
+		m.progress(report.Restore, "the restored copy replayed: moving its state back into "+m.Pod+" on "+m.SourceNode)
+		if err := m.moveBack(ctx, m.Target, m.State); err != nil {
+			return err
+		}
+		m.SourceDeleted, m.SourceHalted = false, false
+	} else if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.TargetName, ptr.To[int64](0)); err != nil {
 		return err
 	}
-	m.Target = nil
+	m.Target, m.TargetRequested = nil, false
 	return nil
 }
 

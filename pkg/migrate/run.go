@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -27,45 +28,77 @@ func Phases(s Strategy, statefulSet bool, mode Mode) []Phase {
 	}
 }
 
+// newMigration builds the top-level migration of cfg around state and
+// record, with the journal that saves them.
+func newMigration(cfg Config, deps Deps, hooks Hooks, state *State, record *report.Record) *Migration {
+	m := &Migration{Config: cfg, Deps: deps, Hooks: hooks, State: state, Record: record}
+	if !cfg.DryRun {
+		m.journal = &journal{config: cfg, state: state, record: record, store: deps.Records}
+	}
+	return m
+}
+
 // Run migrates one pod and returns its record, which it has also saved
 // (unless this was a dry run). The record is returned even on failure.
 func Run(ctx context.Context, cfg Config, deps Deps, hooks Hooks) (*report.Record, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Migration{Config: cfg, Deps: deps, Hooks: hooks}
-	m.Record = &report.Record{
+	rec := &report.Record{
 		ID: cfg.ID, Strategy: string(cfg.Strategy), Mode: string(cfg.Mode), Namespace: cfg.Namespace, Pod: cfg.Pod,
-		TargetNode: cfg.TargetNode, Labels: cfg.Labels,
+		TargetNode: cfg.TargetNode, Labels: cfg.Labels, Outcome: report.Running,
 	}
 	if cfg.StatefulSet != "" && cfg.Mode == Shadow {
-		m.TargetName = ShadowName(cfg.Pod) // the first stage restores the shadow
+		cfg.TargetName = ShadowName(cfg.Pod) // the first stage restores the shadow
 	}
-	defer func() {
-		if m.broker != nil {
-			_ = m.broker.Close()
-		}
-	}()
+	m := newMigration(cfg, deps, hooks, &State{}, rec)
+	defer m.closeBroker()
 	phases := Phases(cfg.Strategy, cfg.StatefulSet != "", cfg.Mode)
 	if cfg.DryRun {
 		phases = phases[:1]
 	}
-	err := m.run(ctx, phases)
+	err := m.run(ctx, phases, 0)
 	if cfg.DryRun {
+		m.leases.release(context.WithoutCancel(ctx))
 		return m.Record, err
 	}
-	if m.committed {
-		m.Record.Downtime, m.Record.Shadow = m.measureGaps(context.WithoutCancel(ctx))
-	}
-	saveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-	defer cancel()
 	if len(m.Record.Phases) < 2 {
-		return m.Record, err // preflight failed before anything changed: nothing to record
+		// Preflight failed before anything changed: nothing to record.
+		m.leases.release(context.WithoutCancel(ctx))
+		return m.Record, err
 	}
-	if saveErr := deps.Records.Save(saveCtx, m.Record); saveErr != nil {
-		if err == nil {
-			return m.Record, fmt.Errorf("migration succeeded but %w", saveErr)
+	return m.Record, errors.Join(err, m.finish(ctx))
+}
+
+// finish measures what a committed migration achieved, saves the record and
+// gives up the leases. A migration that did not end for good keeps its
+// journal and its leases (no longer renewed), which point at recovery.
+func (m *Migration) finish(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	if m.committed() && m.Record.Downtime == nil {
+		m.Record.Downtime, m.Record.Shadow = m.measureGaps(ctx)
+	}
+	if !m.Record.Outcome.Final() {
+		m.leases.abandon(ctx)
+		if err := m.save(ctx); err != nil {
+			return fmt.Errorf("%w; the journal could not be kept either: what was changed is in the errors above", err)
 		}
+		return nil
 	}
-	return m.Record, err
+	m.Record.Journal = nil // nothing left to finish or undo
+	if err := m.Records.Save(ctx, m.Record); err != nil {
+		if m.Record.Outcome == report.Succeeded {
+			return fmt.Errorf("migration succeeded but %w", err)
+		}
+		return err
+	}
+	m.leases.release(ctx)
+	return nil
+}
+
+func (m *Migration) closeBroker() {
+	if m.broker != nil {
+		_ = m.broker.Close()
+	}
 }

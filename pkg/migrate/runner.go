@@ -15,7 +15,8 @@ type Phase interface {
 	// Run does the phase's work.
 	Run(ctx context.Context, m *Migration) error
 	// Rollback undoes what Run did, as far as it got; it must be safe to call
-	// after a Run that failed half-way.
+	// after a Run that failed half-way, or was cut short by the death of the
+	// process that ran it (recovery calls it from the journal).
 	Rollback(ctx context.Context, m *Migration) error
 }
 
@@ -30,16 +31,24 @@ var errInjected = errors.New("failure injected with --inject-failure")
 // completed, but something in cleanup did not.
 var ErrCommitted = errors.New("the target took over, but cleanup did not finish")
 
-// run executes phases in order, times them, and rolls back on failure.
-func (m *Migration) run(ctx context.Context, phases []Phase) error {
-	start := time.Now()
-	m.Record.StartedAt = start
+// RecoverCommand is the command that finishes or undoes migration id.
+func RecoverCommand(namespace, id string) string {
+	return "kubectl migrate recover " + id + " -n " + namespace
+}
+
+// run executes phases in order from the phase at index from (0, or where a
+// recovered migration stopped), times them, and rolls back on failure.
+func (m *Migration) run(ctx context.Context, phases []Phase, from int) error {
+	if m.Record.StartedAt.IsZero() {
+		m.Record.StartedAt = time.Now()
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.Timeout)
 	defer cancel()
 
-	for i, p := range phases {
-		if err := m.runPhase(ctx, start, p); err != nil {
-			if m.committed {
+	for i := from; i < len(phases); i++ {
+		p := phases[i]
+		if err := m.runPhase(ctx, i, p); err != nil {
+			if m.committed() {
 				m.Record.Outcome = report.Committed
 				return fmt.Errorf("%w: %v", ErrCommitted, err)
 			}
@@ -49,26 +58,49 @@ func (m *Migration) run(ctx context.Context, phases []Phase) error {
 			return err
 		}
 		if p.Name() == report.Switchover {
-			m.Record.TotalMillis = time.Since(start).Milliseconds()
+			m.Record.TotalMillis = time.Since(m.Record.StartedAt).Milliseconds()
 		}
 	}
 	m.Record.Outcome = report.Succeeded
 	return nil
 }
 
-func (m *Migration) runPhase(ctx context.Context, start time.Time, p Phase) error {
+// committed reports whether the migration (any of its stages) has passed its
+// commit point.
+func (m *Migration) committed() bool {
+	return m.Committed || m.final != nil && m.final.Committed
+}
+
+// runPhase runs the phase at index i of the record's phase list: the journal
+// names it before it starts, so a process that dies in it leaves a journal
+// that says where.
+func (m *Migration) runPhase(ctx context.Context, i int, p Phase) error {
 	name := p.Name()
-	rec := report.Phase{Name: name}
+	rec := report.Phase{Name: name, Running: true}
 	if s, ok := p.(interface{ Stage() string }); ok {
 		rec.Stage = s.Stage()
+	}
+	if i < len(m.Record.Phases) { // a recovered migration runs it again
+		rec.StartMillis = m.Record.Phases[i].StartMillis
+		m.Record.Phases[i] = rec
+	} else {
+		m.Record.Phases = append(m.Record.Phases, rec)
+	}
+	entry := &m.Record.Phases[i]
+	t0 := time.Now()
+	entry.StartMillis = t0.Sub(m.Record.StartedAt).Milliseconds()
+	var err error
+	if name != report.Preflight { // preflight changes nothing
+		err = m.save(ctx)
 	}
 	if m.Hooks.PhaseStarted != nil {
 		m.Hooks.PhaseStarted(rec)
 	}
-	phaseCtx, cancel := context.WithTimeout(ctx, m.phaseTimeout(name))
-	t0 := time.Now()
-	err := p.Run(phaseCtx, m)
-	cancel()
+	if err == nil {
+		phaseCtx, cancel := context.WithTimeout(ctx, m.phaseTimeout(name))
+		err = p.Run(phaseCtx, m)
+		cancel()
+	}
 	if err == nil && m.InjectFailure != "" && (m.InjectFailure == string(name) || m.InjectFailure == string(name)+"/"+rec.Stage) {
 		err = errInjected
 	}
@@ -76,18 +108,22 @@ func (m *Migration) runPhase(ctx context.Context, start time.Time, p Phase) erro
 		err = context.Cause(ctx) // interrupted just as the phase ended
 	}
 	took := time.Since(t0)
-	rec.StartMillis, rec.DurationMillis = t0.Sub(start).Milliseconds(), took.Milliseconds()
+	entry.DurationMillis, entry.Running = took.Milliseconds(), false
 	if err != nil {
 		where := string(name)
 		if rec.Stage != "" {
 			where += " (" + rec.Stage + " stage)"
 		}
 		err = fmt.Errorf("%s: %w", where, err)
-		rec.Error = err.Error()
+		entry.Error = err.Error()
 	}
-	m.Record.Phases = append(m.Record.Phases, rec)
+	if name != report.Preflight {
+		// Best effort: a journal that still says "running" makes recovery
+		// run or undo this phase again, which every phase allows.
+		_ = m.save(context.WithoutCancel(ctx))
+	}
 	if m.Hooks.PhaseFinished != nil {
-		m.Hooks.PhaseFinished(rec, took, err)
+		m.Hooks.PhaseFinished(*entry, took, err)
 	}
 	return err
 }
@@ -100,7 +136,10 @@ func (m *Migration) phaseTimeout(name report.PhaseName) time.Duration {
 }
 
 // rollback undoes phases in reverse order with a context of its own, so an
-// interrupt that ended the migration does not also stop its rollback.
+// interrupt that ended the migration does not also stop its rollback. It
+// stops at the first undo step that fails: the steps before it (deleting the
+// checkpoint images and the replay queue among them) could destroy the last
+// copy of the state, so they are left, with the journal, for recovery.
 func (m *Migration) rollback(ctx context.Context, done []Phase, cause error) error {
 	m.Record.Error = cause.Error()
 	if m.KeepOnFailure {
@@ -112,21 +151,23 @@ func (m *Migration) rollback(ctx context.Context, done []Phase, cause error) err
 	}
 	rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	var errs []error
 	for i := len(done) - 1; i >= 0; i-- {
+		if i < len(m.Record.Phases) && m.Record.Phases[i].RolledBack {
+			continue // undone before the process that ran it died
+		}
 		if err := done[i].Rollback(rbCtx, m); err != nil {
-			errs = append(errs, fmt.Errorf("roll back %s: %w", done[i].Name(), err))
+			m.Record.Outcome = report.Failed
+			err = fmt.Errorf("rollback stopped at %s: %w; what it had not undone yet is kept, with the journal: %s", done[i].Name(), err, RecoverCommand(m.Namespace, m.ID))
+			m.Record.Error += "; " + err.Error()
+			return err
 		}
 		if i < len(m.Record.Phases) { // one record per phase run, in order
 			m.Record.Phases[i].RolledBack = true
 		}
+		if done[i].Name() != report.Preflight { // which changed nothing
+			_ = m.save(rbCtx)
+		}
 	}
 	m.Record.Outcome = report.RolledBack
-	if len(errs) == 0 {
-		return nil
-	}
-	m.Record.Outcome = report.Failed
-	err := fmt.Errorf("rollback incomplete: %w", errors.Join(errs...))
-	m.Record.Error += "; " + err.Error()
-	return err
+	return nil
 }

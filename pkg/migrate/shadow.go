@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -48,14 +50,15 @@ func (s inStage) Run(ctx context.Context, m *Migration) error {
 	if !s.onFinal {
 		return s.Phase.Run(ctx, m)
 	}
-	err := s.Phase.Run(ctx, m.final)
-	m.committed = m.final.committed // the final switchover commits the migration
-	return err
+	return s.Phase.Run(ctx, m.final)
 }
 
 func (s inStage) Rollback(ctx context.Context, m *Migration) error {
 	if !s.onFinal {
 		return s.Phase.Rollback(ctx, m)
+	}
+	if m.final == nil {
+		return nil // the process died before the handover created the final stage
 	}
 	return s.Phase.Rollback(ctx, m.final)
 }
@@ -68,59 +71,69 @@ type handover struct{}
 func (handover) Name() report.PhaseName { return report.Switchover }
 
 func (handover) Run(ctx context.Context, m *Migration) error {
-	err := switchover{}.Run(ctx, m)
-	if m.committed {
-		// Past the handover the source's state lives on in the shadow only:
-		// going back means moving the shadow back.
-		m.committed, m.handedOver = false, true
-	}
-	if err != nil {
+	if err := (switchover{handover: true}).Run(ctx, m); err != nil {
 		return err
 	}
 	if err := m.removeReplayQueueAndImages(ctx); err != nil {
 		return err
 	}
-	m.final = m.nextStage("final", m.Target, m.Pod, m.TargetNode, MS2M)
+	m.startFinalStage(nil)
 	return nil
+}
+
+// startFinalStage creates the stage that moves the shadow into the
+// StatefulSet's name on the same node, fresh or (recovery) from its state.
+func (m *Migration) startFinalStage(state *State) {
+	m.final = m.nextStage("final", m.Target, m.Pod, m.TargetNode, MS2M, state)
+	m.Final = m.final.State
 }
 
 // Rollback before the handover resumes the source; after it, it moves the
 // shadow's state back into the StatefulSet's pod on the source node.
 func (handover) Rollback(ctx context.Context, m *Migration) error {
-	if !m.handedOver {
+	if !m.HandedOver {
 		return resumeSource(ctx, m)
 	}
-	return m.returnFromShadow(ctx)
-}
-
-// returnFromShadow moves the shadow, which serves the primary queue again
-// once the final stage rolled back, into the StatefulSet's name on the source
-// node: stop it, checkpoint it, free the name, restore, re-create the
-// StatefulSet and resume. If the handover broke off before the shadow reached
-// the source's last message, the restored copy first replays up to it from
-// the shadow's replay queue, which is kept until then.
-func (m *Migration) returnFromShadow(ctx context.Context) error {
+	sts := m.State
+	if m.final != nil {
+		sts = m.final.State // the final stage orphaned the StatefulSet, if anyone did
+	}
 	m.progress(report.Switchover, "moving the shadow back into "+m.Pod+" on "+m.SourceNode)
-	back := m.nextStage("return", m.Target, m.Pod, m.SourceNode, StopAndCopy)
-	// Its phases are the rollback's, not the migration's: progress only.
-	back.Record, back.Hooks = &report.Record{}, Hooks{Progress: m.Hooks.Progress}
-	if f := m.final; f != nil {
-		back.savedSTS, back.stsDeleted = f.savedSTS, f.stsDeleted
+	if err := m.moveBack(ctx, m.Target, sts); err != nil {
+		return err
 	}
-	phases := []Phase{stopSource{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{},
-		resumeReturned{replayQueue: m.ReplayQueue, until: m.SourceFinal.LastSeq}, cleanup{}}
-	if err := back.run(ctx, phases); err != nil {
-		return fmt.Errorf("%w; the state lives on in pod %s, StatefulSet %s may need re-creating once it is moved", err, m.TargetName, m.StatefulSet)
-	}
-	m.Target, m.handedOver, m.sourceHalted = nil, false, false
+	m.Target, m.TargetRequested, m.HandedOver, m.SourceHalted = nil, false, false, false
 	if m.ReplayQueue != "" {
 		return m.removeReplayQueueAndImages(ctx)
 	}
 	return nil
 }
 
-// resumeReturned puts the pod moved back from the shadow on its primary
-// queue, replaying first if the shadow never got past the source.
+// moveBack moves the state of pod from (the shadow, or a StatefulSet pod's
+// restored copy that replayed) into the StatefulSet's pod on the source
+// node: stop it, checkpoint it, free the name, restore, re-create the
+// StatefulSet from the spec saved in sts, and resume. If from never reached
+// the source's last message, the returned copy first replays up to it from
+// the replay queue, which is kept until then.
+//
+// The move back is stop-and-copy: fewer steps that can fail during a
+// rollback, at the price of one restore-long pause.
+func (m *Migration) moveBack(ctx context.Context, from *corev1.Pod, sts *State) error {
+	back := m.nextStage("return", from, m.Pod, m.SourceNode, StopAndCopy, nil)
+	// Its phases are the rollback's, not the migration's: progress only.
+	back.Record, back.Hooks, back.journal = &report.Record{}, Hooks{Progress: m.Hooks.Progress}, nil
+	back.SavedSTS, back.STSDeleted = sts.SavedSTS, sts.STSDeleted
+	phases := []Phase{stopSource{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{},
+		resumeReturned{replayQueue: m.ReplayQueue, until: m.SourceFinal.LastSeq}, cleanup{}}
+	if err := back.run(ctx, phases, 0); err != nil {
+		return fmt.Errorf("%w; the state lives on in pod %s, StatefulSet %s may need re-creating once it is moved", err, from.Name, m.StatefulSet)
+	}
+	sts.STSDeleted = back.STSDeleted
+	return nil
+}
+
+// resumeReturned puts the pod moved back on its primary queue, replaying
+// first if the pod it came from never got past the source.
 type resumeReturned struct {
 	replayQueue string
 	until       uint64
@@ -129,7 +142,7 @@ type resumeReturned struct {
 func (resumeReturned) Name() report.PhaseName { return report.Switchover }
 
 func (r resumeReturned) Run(ctx context.Context, m *Migration) error {
-	m.committed = true
+	m.Committed = true
 	return m.resumeRestored(ctx, m.targetApp(), r.replayQueue, r.until)
 }
 

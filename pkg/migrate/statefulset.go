@@ -53,26 +53,32 @@ func (detach) Run(ctx context.Context, m *Migration) error {
 		if err != nil {
 			return fmt.Errorf("stop the source: %w", err)
 		}
-		m.SourceFinal, m.sourceHalted = st, true
+		m.SourceFinal, m.SourceHalted = st, true
 	}
 	sts, err := m.Client.AppsV1().StatefulSets(m.Namespace).Get(ctx, m.StatefulSet, metav1.GetOptions{})
 	switch {
-	case apierrors.IsNotFound(err) && m.savedSTS != nil:
-		m.stsDeleted = true // an earlier stage orphaned its pods already
+	case apierrors.IsNotFound(err) && m.SavedSTS != nil:
+		m.STSDeleted = true // an earlier stage orphaned its pods already
 	case err != nil:
 		return fmt.Errorf("get statefulset %s: %w", m.StatefulSet, err)
 	default:
-		m.savedSTS = sts.DeepCopy()
+		m.SavedSTS = sts.DeepCopy()
+		m.STSDeleted = true // the journal must hold the spec before the StatefulSet goes
+		if err := m.save(ctx); err != nil {
+			m.STSDeleted = false
+			return err
+		}
 		if err := deleteOrphaning(ctx, m, sts); err != nil {
 			return err
 		}
 	}
 	m.progress(report.Detach, "statefulset "+m.StatefulSet+" deleted with its pods orphaned; deleting "+m.TargetName)
-	if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.TargetName, nil); err != nil {
+	m.SourceDeleted = inPlace
+	if err := m.save(ctx); err != nil {
+		m.SourceDeleted = false
 		return err
 	}
-	m.sourceDeleted = inPlace
-	return nil
+	return kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.TargetName, nil)
 }
 
 // Rollback brings the source back as it was: if its pod was deleted, the
@@ -85,7 +91,7 @@ func (detach) Rollback(ctx context.Context, m *Migration) error {
 		return nil
 	}
 	var errs []error
-	if m.sourceDeleted {
+	if m.SourceDeleted {
 		if err := m.restoreSourceInPlace(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("restore the source on %s: %w", m.SourceNode, err))
 		}
@@ -99,13 +105,22 @@ func (detach) Rollback(ctx context.Context, m *Migration) error {
 }
 
 func (m *Migration) restoreSourceInPlace(ctx context.Context) error {
+	pod, err := m.Client.CoreV1().Pods(m.Namespace).Get(ctx, m.Pod, metav1.GetOptions{})
+	if err == nil && pod.UID == m.Source.UID && pod.DeletionTimestamp == nil {
+		// The journal said "deleting" but the process died before the delete.
+		m.SourceDeleted = false
+		return resumeSource(ctx, m)
+	}
+	if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.Pod, nil); err != nil { // a source still terminating
+		return err
+	}
 	if _, err := m.restoreAs(ctx, m.Pod, m.SourceNode); err != nil {
 		return err
 	}
 	if err := m.resumeRestored(ctx, m.sourceApp(), m.ReplayQueue, m.SourceFinal.LastSeq); err != nil {
 		return err
 	}
-	m.sourceDeleted, m.sourceHalted = false, false
+	m.SourceDeleted, m.SourceHalted = false, false
 	return nil
 }
 
@@ -135,7 +150,7 @@ func deleteOrphaning(ctx context.Context, m *Migration, sts *appsv1.StatefulSet)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete statefulset %s (orphaning its pods): %w", sts.Name, err)
 	}
-	m.stsDeleted = true
+	m.STSDeleted = true
 	// The orphan finalizer runs first; wait until the object is really gone.
 	return wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
 		_, err := m.Client.AppsV1().StatefulSets(m.Namespace).Get(ctx, sts.Name, metav1.GetOptions{})
@@ -145,18 +160,20 @@ func deleteOrphaning(ctx context.Context, m *Migration, sts *appsv1.StatefulSet)
 
 // recreateStatefulSet creates the StatefulSet again from its saved spec.
 func recreateStatefulSet(ctx context.Context, m *Migration) error {
-	if !m.stsDeleted || m.savedSTS == nil {
+	if !m.STSDeleted || m.SavedSTS == nil {
 		return nil
 	}
-	saved := m.savedSTS
+	saved := m.SavedSTS
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: saved.Name, Namespace: saved.Namespace, Labels: saved.Labels, Annotations: saved.Annotations},
 		Spec:       *saved.Spec.DeepCopy(),
 	}
-	if _, err := m.Client.AppsV1().StatefulSets(m.Namespace).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+	// Already there: the delete never happened, or an earlier try of this
+	// step (a recovery run again) created it.
+	if _, err := m.Client.AppsV1().StatefulSets(m.Namespace).Create(ctx, sts, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create statefulset %s again: %w", saved.Name, err)
 	}
-	m.stsDeleted = false
+	m.STSDeleted = false
 	return nil
 }
 

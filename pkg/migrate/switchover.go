@@ -23,27 +23,36 @@ import (
 // resumes the primary queue.
 //
 // Once the target is told to take the primary queue the migration is
-// committed: rolling back then could lose what the target consumed.
-type switchover struct{}
+// committed: rolling back then could lose what the target consumed. A
+// shadow's handover marks the handover instead, which can still go back.
+type switchover struct{ handover bool }
 
 func (switchover) Name() report.PhaseName { return report.Switchover }
 
-func (switchover) Run(ctx context.Context, m *Migration) error {
+func (s switchover) Run(ctx context.Context, m *Migration) error {
 	handover := ms2m.Control{Type: ms2m.Resume}
 	if m.Strategy == MS2M {
-		if !m.sourceHalted { // a StatefulSet pod's source stopped already
+		if !m.SourceHalted { // a StatefulSet pod's source stopped already
 			st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop})
 			if err != nil {
 				return fmt.Errorf("stop the source: %w", err)
 			}
-			m.SourceFinal, m.sourceHalted = st, true
+			m.SourceFinal, m.SourceHalted = st, true
 		}
 		handover = ms2m.Control{Type: ms2m.EndReplay, Payload: ms2m.ControlPayload{UntilSeq: m.SourceFinal.LastSeq}}
 	}
 	if depth, err := m.broker.QueueDepth(m.Broker.Queue); err == nil {
 		m.Record.Broker.PrimaryDepthAtSwitch = depth
 	}
-	m.committed = true
+	if s.handover {
+		m.HandedOver = true
+	} else {
+		m.Committed = true
+	}
+	if err := m.save(ctx); err != nil {
+		m.Committed, m.HandedOver = false, false
+		return err
+	}
 	// The handover is idempotent, so a lost answer is simply asked again.
 	err := retry.OnError(retry.DefaultBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
 		_, err := m.App.Control(ctx, m.targetApp(), handover)
@@ -59,7 +68,7 @@ func (switchover) Run(ctx context.Context, m *Migration) error {
 	if c := m.Record.Cutoff; c != nil {
 		// After a cutoff the target finishes its replay here, behind the
 		// stopped source; measured on this machine's clock, to within a poll.
-		c.ReplayMillis = time.Since(m.replayStarted).Milliseconds()
+		c.ReplayMillis = time.Since(m.ReplayStarted).Milliseconds()
 	}
 	return nil
 }

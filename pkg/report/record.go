@@ -5,6 +5,7 @@
 package report
 
 import (
+	"encoding/json"
 	"time"
 )
 
@@ -20,7 +21,14 @@ const (
 	Failed Outcome = "failed"
 	// Committed means the target took over but cleanup did not finish.
 	Committed Outcome = "committed"
+	// Running means the migration has not ended: it runs, or the process
+	// running it died and its journal waits for kubectl migrate recover.
+	Running Outcome = "running"
 )
+
+// Final reports whether the outcome ends the migration for good, with
+// nothing left to finish or undo.
+func (o Outcome) Final() bool { return o == Succeeded || o == RolledBack }
 
 // PhaseName names a phase.
 type PhaseName string
@@ -54,6 +62,9 @@ type Phase struct {
 	DurationMillis int64  `json:"durationMillis"`
 	Error          string `json:"error,omitempty"`
 	RolledBack     bool   `json:"rolledBack,omitempty"`
+	// Running is set while the phase runs: a record saved by a process that
+	// died keeps it on the phase it died in.
+	Running bool `json:"running,omitempty"`
 }
 
 // Label names the phase with its stage, if any.
@@ -92,6 +103,9 @@ type Record struct {
 	ArchiveBytes int64 `json:"archiveBytes,omitempty"`
 	// Labels tag a run for comparisons across runs (e.g. rate=10).
 	Labels map[string]string `json:"labels,omitempty"`
+	// Journal is the engine's state, kept while the migration may need
+	// finishing or undoing (pkg/migrate reads and writes it).
+	Journal json.RawMessage `json:"-"`
 }
 
 // Downtime is the span in which no instance applied messages although one

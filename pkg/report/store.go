@@ -20,6 +20,7 @@ const (
 	StrategyLabel  = "migrate.ms2m.io/strategy"
 	PodLabel       = "migrate.ms2m.io/pod"
 	recordKey      = "record.json"
+	journalKey     = "journal.json"
 	namePrefix     = "kubectl-migrate-"
 )
 
@@ -46,6 +47,9 @@ func (s Store) Save(ctx context.Context, r *Record) error {
 			},
 		},
 		Data: map[string]string{recordKey: string(data)},
+	}
+	if len(r.Journal) > 0 {
+		cm.Data[journalKey] = string(r.Journal)
 	}
 	cms := s.Client.CoreV1().ConfigMaps(r.Namespace)
 	_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
@@ -104,6 +108,9 @@ func decode(cm *corev1.ConfigMap) (*Record, error) {
 	var r Record
 	if err := json.Unmarshal([]byte(cm.Data[recordKey]), &r); err != nil {
 		return nil, err
+	}
+	if j := cm.Data[journalKey]; j != "" {
+		r.Journal = json.RawMessage(j)
 	}
 	return &r, nil
 }

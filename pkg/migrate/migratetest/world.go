@@ -50,7 +50,6 @@ type World struct {
 	Apps      map[string]*ms2m.State
 	Archives  map[string]bool
 	Images    map[string]bool
-	Saved     []*report.Record
 	snapshot  ms2m.State // the application's memory at the checkpoint
 	published uint64     // the last sequence published, which replay reaches
 	// reconnecting restored apps switch to hold after their first answer.
@@ -180,7 +179,7 @@ func (w *World) Deps() migrate.Deps {
 	return migrate.Deps{
 		Client: w.Client, Checkpointer: (*fakeCheckpointer)(w), Packer: (*fakePacker)(w),
 		DialBroker: func(string) (migrate.Broker, error) { return (*fakeBroker)(w), nil },
-		App:        (*fakeApp)(w), Registry: (*fakeRegistry)(w), Records: (*fakeStore)(w),
+		App:        (*fakeApp)(w), Registry: (*fakeRegistry)(w), Records: report.Store{Client: w.Client},
 	}
 }
 
@@ -368,12 +367,27 @@ func (f *fakeRegistry) Delete(_ context.Context, ref string) error {
 	return nil
 }
 
-type fakeStore World
+// Records returns the records saved in the fake cluster (as ConfigMaps, by
+// the real store), newest first.
+func (w *World) Records() []*report.Record {
+	w.T.Helper()
+	records, err := report.Store{Client: w.Client}.List(context.Background(), "default")
+	if err != nil {
+		w.T.Fatal(err)
+	}
+	return records
+}
 
-func (f *fakeStore) Save(_ context.Context, r *report.Record) error {
-	w := (*World)(f)
-	w.Mu.Lock()
-	defer w.Mu.Unlock()
-	w.Saved = append(w.Saved, r)
-	return nil
+// Leases returns the names of the leases left in the fake cluster.
+func (w *World) Leases() []string {
+	w.T.Helper()
+	list, err := w.Client.CoordinationV1().Leases("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		w.T.Fatal(err)
+	}
+	var names []string
+	for _, l := range list.Items {
+		names = append(names, l.Name)
+	}
+	return names
 }

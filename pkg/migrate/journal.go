@@ -1,0 +1,78 @@
+package migrate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// Journal is what a migration's record keeps beside its timings for as long
+// as the migration may need finishing or undoing: its configuration (the
+// broker URL without its password) and its State.
+type Journal struct {
+	Config Config `json:"config"`
+	State  *State `json:"state"`
+}
+
+// journal saves a migration's Journal with its record.
+type journal struct {
+	config Config
+	state  *State
+	record *report.Record
+	store  RecordStore
+}
+
+// saveBackoff rides out a short API server outage; a journal that cannot be
+// written stops the step it was to precede.
+var saveBackoff = wait.Backoff{Steps: 6, Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1}
+
+func (j *journal) save(ctx context.Context) error {
+	data, err := json.Marshal(Journal{Config: redactConfig(j.config), State: j.state})
+	if err != nil {
+		return err
+	}
+	j.record.Journal = data
+	err = retry.OnError(saveBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
+		return j.store.Save(ctx, j.record)
+	})
+	if err != nil {
+		return fmt.Errorf("write the migration's journal: %w", err)
+	}
+	return nil
+}
+
+// redactConfig keeps the broker's password out of the journal; recovery
+// reads it from the pod's annotation or --broker-url again.
+func redactConfig(c Config) Config {
+	if u, err := url.Parse(c.Broker.URL); err == nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "")
+		}
+		c.Broker.URL = u.String()
+	} else {
+		c.Broker.URL = ""
+	}
+	return c
+}
+
+// ReadJournal decodes a record's journal; ok is false when the record keeps
+// none (the migration ended, or it predates journals).
+func ReadJournal(r *report.Record) (j Journal, ok bool, err error) {
+	if len(r.Journal) == 0 {
+		return Journal{}, false, nil
+	}
+	if err := json.Unmarshal(r.Journal, &j); err != nil {
+		return Journal{}, false, fmt.Errorf("migration %s: unreadable journal: %w", r.ID, err)
+	}
+	if j.State == nil {
+		return Journal{}, false, fmt.Errorf("migration %s: the journal holds no state", r.ID)
+	}
+	return j, true, nil
+}
