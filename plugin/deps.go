@@ -6,6 +6,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	k8sauthn "github.com/google/go-containerregistry/pkg/authn/kubernetes"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
@@ -16,16 +17,15 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
-// realDeps wires the engine to the cluster, the broker and the registry.
-func realDeps(ctx context.Context, o *PodOptions, source *corev1.Pod) (migrate.Deps, error) {
-	c := o.config
-	rest := o.client.CoreV1().RESTClient()
-	pullSecrets := source.Spec.ImagePullSecrets
+// realDeps wires the engine to the cluster, the broker and the registry;
+// pullSecrets are the migrated pod's.
+func realDeps(ctx context.Context, client kubernetes.Interface, c migrate.Config, pullSecrets []corev1.LocalObjectReference) (migrate.Deps, error) {
+	rest := client.CoreV1().RESTClient()
 	return migrate.Deps{
-		Client:       o.client,
+		Client:       client,
 		Checkpointer: kubelet.Client{REST: rest},
 		Packer: agent.Launcher{
-			Client:         o.client,
+			Client:         client,
 			Image:          c.AgentImage,
 			Namespace:      c.Namespace,
 			RegistrySecret: c.RegistrySecret,
@@ -34,17 +34,17 @@ func realDeps(ctx context.Context, o *PodOptions, source *corev1.Pod) (migrate.D
 		},
 		DialBroker: func(url string) (migrate.Broker, error) { return broker.Dial(url) },
 		App:        appctl.Client{REST: rest},
-		Registry:   image.Registry{Keychain: keychain(ctx, o, pullSecrets), Insecure: c.InsecureRegistry},
-		Records:    report.Store{Client: o.client},
+		Registry:   image.Registry{Keychain: keychain(ctx, client, c, pullSecrets), Insecure: c.InsecureRegistry},
+		Records:    report.Store{Client: client},
 	}, nil
 }
 
 // keychain finds registry credentials the way the nodes do (the registry
 // secret and the pod's pull secrets) and then in the user's docker config.
-func keychain(ctx context.Context, o *PodOptions, pullSecrets []corev1.LocalObjectReference) authn.Keychain {
+func keychain(ctx context.Context, client kubernetes.Interface, c migrate.Config, pullSecrets []corev1.LocalObjectReference) authn.Keychain {
 	var names []string
-	if o.config.RegistrySecret != "" {
-		names = append(names, o.config.RegistrySecret)
+	if c.RegistrySecret != "" {
+		names = append(names, c.RegistrySecret)
 	}
 	for _, s := range pullSecrets {
 		names = append(names, s.Name)
@@ -52,7 +52,7 @@ func keychain(ctx context.Context, o *PodOptions, pullSecrets []corev1.LocalObje
 	if len(names) == 0 {
 		return authn.DefaultKeychain
 	}
-	kc, err := k8sauthn.New(ctx, o.client, k8sauthn.Options{Namespace: o.config.Namespace, ImagePullSecrets: names})
+	kc, err := k8sauthn.New(ctx, client, k8sauthn.Options{Namespace: c.Namespace, ImagePullSecrets: names})
 	if err != nil {
 		// Reading secrets may be forbidden; the user's own config may still do.
 		return authn.DefaultKeychain

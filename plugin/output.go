@@ -57,8 +57,13 @@ func (o *RootOptions) renderOptions(cw *colorprofile.Writer) report.RenderOption
 }
 
 func (o *PodOptions) printRecord(r *report.Record) error {
-	if o.Output != "" {
-		return printData(o.Out, o.Output, r)
+	return o.RootOptions.printRecord(r, o.Output)
+}
+
+// printRecord prints r as data in format, or as the breakdown.
+func (o *RootOptions) printRecord(r *report.Record, format string) error {
+	if format != "" {
+		return printData(o.Out, format, r)
 	}
 	cw := o.colourWriter(o.Out)
 	return report.RenderRecord(cw, r, o.renderOptions(cw))

@@ -35,7 +35,9 @@ func execute(t *testing.T, w *migratetest.World, args ...string) run {
 		r.clientCalled++
 		return w.Client, nil
 	}
-	o.NewDeps = func(context.Context, *PodOptions, *corev1.Pod) (migrate.Deps, error) { return w.Deps(), nil }
+	o.NewDeps = func(context.Context, kubernetes.Interface, migrate.Config, []corev1.LocalObjectReference) (migrate.Deps, error) {
+		return w.Deps(), nil
+	}
 	cmd := NewRootCmdFor(o)
 	cmd.SetArgs(append([]string{"-n", "default"}, args...))
 	cmd.SetOut(out)

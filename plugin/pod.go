@@ -116,6 +116,7 @@ type PodOptions struct {
 	Labels            []string
 	Output            string
 	InjectFailure     string
+	InjectCrash       string
 
 	config migrate.Config
 	client kubernetes.Interface
@@ -165,6 +166,8 @@ func (o *PodOptions) addFlags(cmd *cobra.Command, barePod bool) {
 	f.StringVarP(&o.Output, "output", "o", "", "output format of the result: json or yaml (default: the report)")
 	f.StringVar(&o.InjectFailure, "inject-failure", "", "fail this phase (e.g. replay, or replay/final) after it ran, to test rollback")
 	_ = f.MarkHidden("inject-failure")
+	f.StringVar(&o.InjectCrash, "inject-crash", "", "kill this process (SIGKILL) as this phase starts (e.g. restore, or restore/final), to test recovery")
+	_ = f.MarkHidden("inject-crash")
 	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(o.RootOptions))
 	_ = cmd.RegisterFlagCompletionFunc("strategy", cobra.FixedCompletions([]string{"ms2m", "stop-and-copy"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
@@ -229,12 +232,14 @@ func (o *PodOptions) Run(ctx context.Context) error {
 	if err := o.config.Validate(); err != nil {
 		return err
 	}
-	deps, err := o.NewDeps(ctx, o, source)
+	deps, err := o.NewDeps(ctx, o.client, o.config, source.Spec.ImagePullSecrets)
 	if err != nil {
 		return err
 	}
 	st := newStatus(o.RootOptions)
-	record, err := migrate.Run(ctx, o.config, deps, st.hooks())
+	hint := "the journal is kept; finish or undo the migration with " + migrate.RecoverCommand(o.config.Namespace, o.config.ID)
+	o.recoverHint.Store(&hint)
+	record, err := migrate.Run(ctx, o.config, deps, st.hooks(o.InjectCrash))
 	if record == nil {
 		return err
 	}

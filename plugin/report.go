@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -84,6 +85,11 @@ func (o *ReportOptions) Run(ctx context.Context) error {
 		records, err := store.List(ctx, o.namespace)
 		if err != nil {
 			return err
+		}
+		for _, r := range records {
+			if r.Outcome == report.Running && !migrate.StillRunning(ctx, client, r.Namespace, r.Pod, r.ID) {
+				r.Outcome = report.Interrupted
+			}
 		}
 		if o.Output != "" {
 			return printData(o.Out, o.Output, records)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 
 	"github.com/charmbracelet/colorprofile"
 	"github.com/spf13/cobra"
@@ -31,8 +32,12 @@ type RootOptions struct {
 	Environ []string
 	// NewClient builds the Kubernetes client; tests replace it.
 	NewClient func() (kubernetes.Interface, error)
-	// NewDeps builds a migration's outside systems; tests replace it.
-	NewDeps func(ctx context.Context, o *PodOptions, source *corev1.Pod) (migrate.Deps, error)
+	// NewDeps builds a migration's outside systems (pullSecrets are the
+	// migrated pod's); tests replace it.
+	NewDeps func(ctx context.Context, client kubernetes.Interface, cfg migrate.Config, pullSecrets []corev1.LocalObjectReference) (migrate.Deps, error)
+	// recoverHint is the command that recovers the running migration, for
+	// an interrupt that stops the process before its rollback ends.
+	recoverHint atomic.Pointer[string]
 }
 
 // NewRootOptions returns options that talk to the cluster of the kubeconfig.
@@ -77,7 +82,7 @@ a short switchover.`,
 	cmd.PersistentFlags().StringVar(&o.Color, "color", "auto", "colour output: auto, always or never (NO_COLOR is honoured)")
 	cmd.PersistentFlags().IntVarP(&o.Verbosity, "verbose", "v", 0, "verbosity: 1 shows progress inside phases")
 	cmd.PersistentFlags().BoolVarP(&o.Quiet, "quiet", "q", false, "print no progress on stderr")
-	cmd.AddCommand(NewCmdPod(o), NewCmdSts(o), NewCmdReport(o), NewCmdVersion(o))
+	cmd.AddCommand(NewCmdPod(o), NewCmdSts(o), NewCmdRecover(o), NewCmdReport(o), NewCmdVersion(o))
 	return cmd
 }
 
@@ -120,4 +125,13 @@ func runE(o command) func(*cobra.Command, []string) error {
 		}
 		return o.Run(cmd.Context())
 	}
+}
+
+// RecoverHint is what to tell a user whose second interrupt stops the
+// process: the command that finishes or undoes the migration it ran.
+func (o *RootOptions) RecoverHint() string {
+	if h := o.recoverHint.Load(); h != nil {
+		return *h
+	}
+	return ""
 }

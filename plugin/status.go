@@ -48,9 +48,26 @@ func newStatus(o *RootOptions) *status {
 	return s
 }
 
-func (s *status) hooks() migrate.Hooks {
+// hooks are the engine's hooks that show s. With crashAt (PHASE or
+// PHASE/STAGE, the hidden --inject-crash) the process kills itself as that
+// phase starts, after the journal names it: the tests' way to prove
+// recovery from a CLI that died at that step.
+func (s *status) hooks(crashAt string) migrate.Hooks {
+	started := s.phaseStarted
+	if crashAt != "" {
+		started = func(p report.Phase) {
+			if crashAt == string(p.Name) || crashAt == string(p.Name)+"/"+p.Stage {
+				s.printLine(failMark + " " + p.Label() + ": killed by --inject-crash")
+				if self, err := os.FindProcess(os.Getpid()); err == nil {
+					_ = self.Kill() // SIGKILL: no deferred function runs
+				}
+				select {} // the signal is on its way
+			}
+			s.phaseStarted(p)
+		}
+	}
 	return migrate.Hooks{
-		PhaseStarted:  s.phaseStarted,
+		PhaseStarted:  started,
 		PhaseFinished: s.phaseFinished,
 		Progress: func(_ report.PhaseName, msg string) {
 			if s.verbose > 0 {

@@ -1,4 +1,4 @@
-// Command kubectl-migrate is the kubectl plugin: kubectl migrate pod|report|version.
+// Command kubectl-migrate is the kubectl plugin: kubectl migrate pod|sts|recover|report|version.
 package main
 
 import (
@@ -14,11 +14,24 @@ import (
 )
 
 func main() {
-	// The first interrupt cancels the migration, which then rolls back; a
-	// second one kills the process.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() { <-ctx.Done(); stop() }()
-	cmd := plugin.NewRootCmd(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
+	root := plugin.NewRootOptions(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
+	// The first interrupt, termination or hang-up (a closed terminal)
+	// cancels the migration, which then rolls back; a second one stops at
+	// once, leaving the journal for kubectl migrate recover.
+	ctx, cancel := context.WithCancel(context.Background())
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		sig := <-signals
+		fmt.Fprintf(os.Stderr, "\n%s: rolling back; interrupt again to stop at once\n", sig)
+		cancel()
+		<-signals
+		if hint := root.RecoverHint(); hint != "" {
+			fmt.Fprintln(os.Stderr, "stopped before the rollback ended:", hint)
+		}
+		os.Exit(130)
+	}()
+	cmd := plugin.NewRootCmdFor(root)
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -133,17 +131,6 @@ func leaseFresh(l *coordinationv1.Lease, now time.Time) bool {
 	return now.Before(l.Spec.RenewTime.Add(d))
 }
 
-// holderGone reports whether the lease's holder ran on this machine as a
-// process that no longer exists: its leases need not be waited out.
-func holderGone(holder string) bool {
-	host, _ := os.Hostname()
-	var pid int
-	if n, _ := fmt.Sscanf(strings.TrimPrefix(holder, host+" "), "pid %d", &pid); n != 1 || !strings.HasPrefix(holder, host+" ") || pid <= 0 {
-		return false
-	}
-	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
-}
-
 func renewedAgo(l *coordinationv1.Lease) time.Duration {
 	if l.Spec.RenewTime == nil {
 		return 0
@@ -207,4 +194,32 @@ func (l *leases) abandon(ctx context.Context) {
 	l.stopRenewing()
 	l.update(ctx, time.Second)
 	l.held = nil
+}
+
+// ReleaseStaleLeases deletes the leases of migration id that nobody renews
+// any more, for a migration that stopped before it changed anything (and so
+// left no journal). It returns how many it deleted.
+func ReleaseStaleLeases(ctx context.Context, client kubernetes.Interface, namespace, id string) (int, error) {
+	list, err := client.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: MigrationLabel + "=" + id})
+	if err != nil {
+		return 0, fmt.Errorf("list the leases of migration %s: %w", id, err)
+	}
+	n := 0
+	for _, l := range list.Items {
+		if leaseFresh(&l, time.Now()) && !holderGone(l.Annotations[HostAnnotation]) {
+			return n, fmt.Errorf("migration %s is still running on %s (renewed %s ago); recover it only once that process has ended", id, l.Annotations[HostAnnotation], renewedAgo(&l))
+		}
+		if err := client.CoordinationV1().Leases(namespace).Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &l.UID}}); err != nil && !apierrors.IsNotFound(err) {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// StillRunning reports whether the process running migration id on pod
+// still renews its lease.
+func StillRunning(ctx context.Context, client kubernetes.Interface, namespace, pod, id string) bool {
+	l, err := client.CoordinationV1().Leases(namespace).Get(ctx, LeaseName("pod", pod), metav1.GetOptions{})
+	return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == id && leaseFresh(l, time.Now()) && !holderGone(l.Annotations[HostAnnotation])
 }

@@ -305,14 +305,14 @@ func checkBroker(_ context.Context, m *Migration) error {
 // restore builds on, so that restore does not wait for them.
 func checkAgents(ctx context.Context, m *Migration) error {
 	bases := m.baseImages()
+	sourceAgent, targetAgent := m.nextAgentPod(), m.nextAgentPod()
 	var g errgroup.Group
 	g.Go(func() error {
-		if err := m.Packer.Prepull(ctx, m.nextAgentPod(), m.SourceNode, []string{m.AgentImage}); err != nil {
+		if err := m.Packer.Prepull(ctx, sourceAgent, m.SourceNode, []string{m.AgentImage}); err != nil {
 			return fmt.Errorf("node %s cannot run the agent image %s: %w; pass --agent-image with an image the nodes can pull and run", m.SourceNode, m.AgentImage, err)
 		}
 		return nil
 	})
-	targetAgent := m.nextAgentPod()
 	g.Go(func() error {
 		if err := m.Packer.Prepull(ctx, targetAgent, m.TargetNode, bases); err != nil {
 			return fmt.Errorf("node %s cannot run the agent image %s or pull the images %v its restore needs: %w; pass --agent-image with an image the nodes can pull and run", m.TargetNode, m.AgentImage, bases, err)

@@ -32,9 +32,7 @@ var errInjected = errors.New("failure injected with --inject-failure")
 var ErrCommitted = errors.New("the target took over, but cleanup did not finish")
 
 // RecoverCommand is the command that finishes or undoes migration id.
-func RecoverCommand(namespace, id string) string {
-	return "kubectl migrate recover " + id + " -n " + namespace
-}
+var RecoverCommand = report.RecoverCommand
 
 // run executes phases in order from the phase at index from (0, or where a
 // recovered migration stopped), times them, and rolls back on failure.

@@ -24,7 +24,15 @@ const (
 	// Running means the migration has not ended: it runs, or the process
 	// running it died and its journal waits for kubectl migrate recover.
 	Running Outcome = "running"
+	// Interrupted is how kubectl migrate report shows a migration that did
+	// not end and that no process runs any more; it is never saved.
+	Interrupted Outcome = "interrupted"
 )
+
+// RecoverCommand is the command that finishes or undoes migration id.
+func RecoverCommand(namespace, id string) string {
+	return "kubectl migrate recover " + id + " -n " + namespace
+}
 
 // Final reports whether the outcome ends the migration for good, with
 // nothing left to finish or undo.

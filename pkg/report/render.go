@@ -52,8 +52,17 @@ func RenderList(w io.Writer, records []*Record, o RenderOptions) error {
 		t.Row(r.ID, strategyText(r, "/"), r.Namespace+"/"+r.Pod, r.SourceNode+" → "+r.TargetNode,
 			outcomeStyle(r.Outcome).Render(string(r.Outcome)), downtimeText(r), totalText(r), formatAge(o.Now, r.StartedAt))
 	}
-	_, err := fmt.Fprintln(w, t.String())
-	return err
+	if _, err := fmt.Fprintln(w, t.String()); err != nil {
+		return err
+	}
+	for _, r := range records {
+		if len(r.Journal) > 0 && r.Outcome != Running {
+			if _, err := fmt.Fprintf(w, "%s did not end (%s); finish or undo it: %s\n", r.ID, r.Outcome, RecoverCommand(r.Namespace, r.ID)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // strategyText is the strategy with a StatefulSet pod's mode.

@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -23,6 +24,9 @@ const (
 	journalKey     = "journal.json"
 	namePrefix     = "kubectl-migrate-"
 )
+
+// ErrNotFound is returned by Get for an ID no record has.
+var ErrNotFound = errors.New("no such migration")
 
 // Store keeps records as ConfigMaps.
 type Store struct {
@@ -97,7 +101,7 @@ func (s Store) Get(ctx context.Context, namespace, id string) (*Record, error) {
 	}
 	switch len(found) {
 	case 0:
-		return nil, fmt.Errorf("no migration %q in %s; list them with kubectl migrate report", id, nsDescription(namespace))
+		return nil, fmt.Errorf("%w: %q in %s; list them with kubectl migrate report", ErrNotFound, id, nsDescription(namespace))
 	case 1:
 		return found[0], nil
 	}

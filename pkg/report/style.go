@@ -47,7 +47,7 @@ func outcomeStyle(o Outcome) lipgloss.Style {
 	switch o {
 	case Succeeded:
 		return okStyle
-	case Committed:
+	case Committed, Running:
 		return warnStyle
 	}
 	return badStyle

@@ -391,3 +391,20 @@ func (w *World) Leases() []string {
 	}
 	return names
 }
+
+// ExpireLeases makes every lease look long un-renewed, as the leases of a
+// process that died a while ago.
+func (w *World) ExpireLeases() {
+	w.T.Helper()
+	ctx := context.Background()
+	list, err := w.Client.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		w.T.Fatal(err)
+	}
+	for _, l := range list.Items {
+		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-time.Hour)}
+		if _, err := w.Client.CoordinationV1().Leases("default").Update(ctx, &l, metav1.UpdateOptions{}); err != nil {
+			w.T.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,213 @@
+package migrate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// crashHooks end the migration's goroutine, as a SIGKILL would end the
+// process, at its nth step after preflight: a step is a phase starting (the
+// journal names it by then) or a phase reporting progress (after a change
+// inside it, such as a pod created or a StatefulSet deleted). With n = 0
+// they only count the steps.
+func crashHooks(n int, steps *int) migrate.Hooks {
+	counting := false
+	step := func() {
+		if !counting {
+			return
+		}
+		if *steps++; *steps == n {
+			runtime.Goexit()
+		}
+	}
+	return migrate.Hooks{
+		PhaseStarted: func(p report.Phase) {
+			counting = counting || p.Name != report.Preflight
+			step()
+		},
+		Progress: func(report.PhaseName, string) { step() },
+	}
+}
+
+// crashSteps counts the steps a migration of cfg takes in a fresh world.
+func crashSteps(t *testing.T, world func(*testing.T) *migratetest.World, cfg migrate.Config) int {
+	steps := 0
+	if _, err := migrate.Run(context.Background(), cfg, world(t).Deps(), crashHooks(0, &steps)); err != nil {
+		t.Fatal(err)
+	}
+	return steps
+}
+
+// crashAt runs the migration and kills it at step n; it returns the record
+// the cluster keeps.
+func crashAt(t *testing.T, w *migratetest.World, cfg migrate.Config, n int) *report.Record {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		steps := 0
+		_, _ = migrate.Run(context.Background(), cfg, w.Deps(), crashHooks(n, &steps))
+	}()
+	<-done
+	w.ExpireLeases() // the process is long dead
+	records := w.Records()
+	if len(records) != 1 {
+		t.Fatalf("want the record of the crashed migration, have %d", len(records))
+	}
+	if rec := records[0]; rec.Outcome != report.Running || len(rec.Journal) == 0 {
+		t.Fatalf("the crashed migration's record is %s with a %d-byte journal", rec.Outcome, len(rec.Journal))
+	}
+	return records[0]
+}
+
+func newWorld(t *testing.T) *migratetest.World { return migratetest.NewWorld(t) }
+
+// recoverTwice recovers rec, then recovers again, which must find nothing.
+func recoverTwice(t *testing.T, w *migratetest.World, rec *report.Record) *report.Record {
+	t.Helper()
+	got, err := migrate.Recover(context.Background(), rec, "amqp://x", w.Deps(), migrate.Hooks{})
+	if err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	if !got.Outcome.Final() || len(w.Records()[0].Journal) != 0 {
+		t.Fatalf("recovered to %s, journal kept: %v", got.Outcome, len(w.Records()[0].Journal) != 0)
+	}
+	if leases := w.Leases(); len(leases) != 0 {
+		t.Fatalf("leases left: %v", leases)
+	}
+	if _, err := migrate.Recover(context.Background(), w.Records()[0], "amqp://x", w.Deps(), migrate.Hooks{}); !errors.Is(err, migrate.ErrNothingToRecover) {
+		t.Fatalf("a second recovery: %v", err)
+	}
+	return got
+}
+
+// TestRecoverFromACrashAtEveryStep kills the migration at each step after
+// preflight and recovers it: before the commit point the source serves
+// again with nothing left behind; after it the target serves.
+func TestRecoverFromACrashAtEveryStep(t *testing.T) {
+	for _, strategy := range migrate.Strategies {
+		steps := crashSteps(t, newWorld, testConfig(strategy))
+		for n := 1; n <= steps; n++ {
+			t.Run(fmt.Sprintf("%s/%d", strategy, n), func(t *testing.T) {
+				w := migratetest.NewWorld(t)
+				crashed := crashAt(t, w, testConfig(strategy), n)
+				last := crashed.Phases[len(crashed.Phases)-1]
+				rec := recoverTwice(t, w, crashed)
+				ctx := context.Background()
+				_, srcErr := w.Client.CoreV1().Pods("default").Get(ctx, "consumer", metav1.GetOptions{})
+				_, tgtErr := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-abcde", metav1.GetOptions{})
+				w.Mu.Lock()
+				defer w.Mu.Unlock()
+				if rec.Outcome == report.Succeeded {
+					if !apierrors.IsNotFound(srcErr) || tgtErr != nil || w.Apps["consumer-abcde"].Mode != ms2m.ModePrimary {
+						t.Fatalf("crashed in %s, completed, but source %v, target %v", last.Name, srcErr, tgtErr)
+					}
+				} else {
+					if srcErr != nil || !apierrors.IsNotFound(tgtErr) {
+						t.Fatalf("crashed in %s, rolled back, but source %v, target %v", last.Name, srcErr, tgtErr)
+					}
+					if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
+						t.Fatalf("source not serving after recovery: %+v", src)
+					}
+				}
+				// Only a crash past the commit point completes.
+				if committed := last.Name == report.Cleanup || last.Name == report.Switchover && rec.Outcome == report.Succeeded; committed != (rec.Outcome == report.Succeeded) {
+					t.Fatalf("crashed in %s, recovered to %s", last.Name, rec.Outcome)
+				}
+				if w.Queues["work.ms2m-replay"] || len(w.Archives) > 0 || (rec.Outcome == report.RolledBack && len(w.Images) > 0) {
+					t.Fatalf("left behind: queues %v archives %v images %v", w.Queues, w.Archives, w.Images)
+				}
+			})
+		}
+	}
+}
+
+// TestRecoverStatefulSetFromACrashAtEveryStep does the same for a
+// StatefulSet pod in every mode: the StatefulSet is never left deleted.
+func TestRecoverStatefulSetFromACrashAtEveryStep(t *testing.T) {
+	for _, tc := range []struct {
+		strategy migrate.Strategy
+		mode     migrate.Mode
+	}{{migrate.MS2M, migrate.Sequential}, {migrate.StopAndCopy, migrate.Sequential}, {migrate.MS2M, migrate.Shadow}} {
+		steps := crashSteps(t, migratetest.NewStatefulSetWorld, stsConfig(tc.strategy, tc.mode))
+		for n := 1; n <= steps; n++ {
+			t.Run(fmt.Sprintf("%s/%s/%d", tc.strategy, tc.mode, n), func(t *testing.T) {
+				w := migratetest.NewStatefulSetWorld(t)
+				other := consumer1(t, w)
+				rec := recoverTwice(t, w, crashAt(t, w, stsConfig(tc.strategy, tc.mode), n))
+				node := "node-a"
+				if rec.Outcome == report.Succeeded {
+					node = "node-b"
+				}
+				checkStatefulSet(t, w, node, other)
+			})
+		}
+	}
+}
+
+func TestSecondMigrationRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		world func(*testing.T) *migratetest.World
+		first migrate.Config
+		again func() migrate.Config
+		want  string
+	}{
+		{"same pod", func(t *testing.T) *migratetest.World { return migratetest.NewWorld(t) }, testConfig(migrate.MS2M), func() migrate.Config {
+			c := testConfig(migrate.StopAndCopy)
+			c.ID, c.TargetName = "fghij", "consumer-fghij"
+			return c
+		}, "pod consumer is being migrated by migration abcde"},
+		{"other ordinal", migratetest.NewStatefulSetWorld, stsConfig(migrate.MS2M, migrate.Sequential), func() migrate.Config {
+			c := stsConfig(migrate.MS2M, migrate.Sequential)
+			c.ID, c.Pod, c.TargetName = "fghij", "consumer-1", "consumer-1"
+			return c
+		}, "StatefulSet consumer is being migrated by migration abcde"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := tc.world(t)
+			var second error
+			calls := 0
+			hooks := migrate.Hooks{PhaseStarted: func(p report.Phase) {
+				if p.Name == report.Checkpoint {
+					calls = len(w.Calls)
+					_, second = migrate.Run(context.Background(), tc.again(), w.Deps(), migrate.Hooks{})
+					if len(w.Calls) != calls {
+						t.Errorf("the refused migration did %v", w.Calls[calls:])
+					}
+				}
+			}}
+			if _, err := migrate.Run(context.Background(), tc.first, w.Deps(), hooks); err != nil {
+				t.Fatal(err)
+			}
+			if second == nil || !strings.Contains(second.Error(), tc.want) {
+				t.Fatalf("second migration: %v, want %q", second, tc.want)
+			}
+		})
+	}
+}
+
+// TestCrashedMigrationPointsAtRecovery: the leases of a dead migration are
+// not taken over by the next one, which names the recovery command.
+func TestCrashedMigrationPointsAtRecovery(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	crashAt(t, w, testConfig(migrate.MS2M), 3)
+	again := testConfig(migrate.MS2M)
+	again.ID, again.TargetName = "fghij", "consumer-fghij"
+	_, err := migrate.Run(context.Background(), again, w.Deps(), migrate.Hooks{})
+	if err == nil || !strings.Contains(err.Error(), "kubectl migrate recover abcde -n default") {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -1,0 +1,131 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+const recoverExample = `  # Finish or undo migration x7k2p, whose kubectl migrate process died
+  kubectl migrate recover x7k2p
+
+  # The broker's password is not kept in the journal: if it was given by
+  # --broker-url rather than the pod's ms2m.io/broker-url annotation, give it again
+  kubectl migrate recover x7k2p --broker-url amqp://user:pass@rabbitmq.example:5672/
+
+  # List migrations, interrupted ones with the command that recovers each
+  kubectl migrate report`
+
+// RecoverOptions are the options of kubectl migrate recover.
+type RecoverOptions struct {
+	*RootOptions
+	BrokerURL string
+	Output    string
+
+	namespace string
+	id        string
+}
+
+// NewCmdRecover returns kubectl migrate recover.
+func NewCmdRecover(root *RootOptions) *cobra.Command {
+	o := &RecoverOptions{RootOptions: root}
+	cmd := &cobra.Command{
+		Use:   "recover ID",
+		Short: "Finish or undo a migration whose process died",
+		Long: `Bring an interrupted migration to a safe end from its journal, without the
+process that started it: one past its commit point (the target took over the
+primary queue) is completed, any other is rolled back, so that the source
+serves again with nothing lost.
+
+A migration keeps its journal in its record (a ConfigMap) from its first
+change to the cluster until it ends. kubectl migrate report lists a migration
+that did not end, with the command that recovers it; so does a second
+interrupt, and a migration whose rollback could not finish. Recovery can
+itself be interrupted and run again, from any machine with access to the
+cluster and the broker. It waits for nobody: it refuses while the process
+running the migration still renews its lease (at most 20 seconds after that
+process died, or at once on the machine it ran on).`,
+		Example: recoverExample,
+		Args:    exactlyOne("the migration's ID: kubectl migrate recover ID (see kubectl migrate report)"),
+		RunE:    runE(o),
+	}
+	cmd.Flags().StringVar(&o.BrokerURL, "broker-url", "", "AMQP URL this machine reaches the broker at (default: the migrated pod's ms2m.io/broker-url annotation)")
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format of the result: json or yaml (default: the report)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// Complete resolves the namespace.
+func (o *RecoverOptions) Complete(args []string) error {
+	o.id = args[0]
+	var err error
+	o.namespace, _, err = o.ConfigFlags.ToRawKubeConfigLoader().Namespace()
+	return err
+}
+
+// Validate checks the flags.
+func (o *RecoverOptions) Validate() error { return validateOutput(o.Output) }
+
+// Run recovers the migration.
+func (o *RecoverOptions) Run(ctx context.Context) error {
+	client, err := o.NewClient()
+	if err != nil {
+		return err
+	}
+	rec, err := report.Store{Client: client}.Get(ctx, o.namespace, o.id)
+	if errors.Is(err, report.ErrNotFound) {
+		// Stopped in preflight, before its first change: at most its
+		// leases are left.
+		n, lerr := migrate.ReleaseStaleLeases(ctx, client, o.namespace, o.id)
+		if lerr != nil {
+			return lerr
+		}
+		if n > 0 {
+			fmt.Fprintf(o.ErrOut, "migration %s stopped before it changed anything; released its %d lease(s)\n", o.id, n)
+			return nil
+		}
+	}
+	if err != nil {
+		return err
+	}
+	j, ok, err := migrate.ReadJournal(rec)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if rec.Outcome.Final() {
+			fmt.Fprintf(o.ErrOut, "migration %s %s: nothing to recover\n", rec.ID, rec.Outcome)
+			return nil
+		}
+		return fmt.Errorf("migration %s (%s) keeps no journal to recover from", rec.ID, rec.Outcome)
+	}
+	url := o.BrokerURL
+	if url == "" && j.State.Source != nil {
+		url = j.State.Source.Annotations[migrate.BrokerURLAnnotation]
+	}
+	if url == "" {
+		return fmt.Errorf("the journal keeps no broker password and pod %s has no %s annotation; pass --broker-url", rec.Pod, migrate.BrokerURLAnnotation)
+	}
+	var pullSecrets []corev1.LocalObjectReference
+	if j.State.Source != nil {
+		pullSecrets = j.State.Source.Spec.ImagePullSecrets
+	}
+	deps, err := o.NewDeps(ctx, client, j.Config, pullSecrets)
+	if err != nil {
+		return err
+	}
+	hint := "the journal is kept; run " + migrate.RecoverCommand(rec.Namespace, rec.ID) + " again"
+	o.recoverHint.Store(&hint)
+	st := newStatus(o.RootOptions)
+	rec, err = migrate.Recover(ctx, rec, url, deps, st.hooks(""))
+	if printErr := o.printRecord(rec, o.Output); printErr != nil && err == nil {
+		err = printErr
+	}
+	return err
+}
