@@ -221,6 +221,9 @@ func (o *PodOptions) Run(ctx context.Context) error {
 	ns := o.config.Namespace
 	source, err := o.client.CoreV1().Pods(ns).Get(ctx, o.config.Pod, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		if id, held := migrate.Holder(ctx, o.client, ns, o.config.Pod); held {
+			return fmt.Errorf("pod %s is not there while migration %s, which did not end, holds it; finish or undo that migration: %s", o.config.Pod, id, migrate.RecoverCommand(ns, id))
+		}
 		return fmt.Errorf("pod %s not found in namespace %s; check the name and -n", o.config.Pod, ns)
 	}
 	if err != nil {

@@ -71,6 +71,17 @@ func (c *Client) BindReplayQueue(exchange, queue string) error {
 	})
 }
 
+// DeclareQueue declares a durable queue bound to nothing (it marks, by
+// existing, that a migration runs).
+func (c *Client) DeclareQueue(queue string) error {
+	return c.withChannel(func(ch *amqp.Channel) error {
+		if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("declare queue %s: %w", queue, err)
+		}
+		return nil
+	})
+}
+
 // PublishMarker publishes the MS2M marker for migration id to exchange (see
 // ms2m.Message).
 func (c *Client) PublishMarker(ctx context.Context, exchange, id string) error {

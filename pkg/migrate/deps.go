@@ -29,6 +29,7 @@ type Packer interface {
 type Broker interface {
 	CheckExchange(exchange string) error
 	BindReplayQueue(exchange, queue string) error
+	DeclareQueue(queue string) error
 	PublishMarker(ctx context.Context, exchange, id string) error
 	QueueDepth(queue string) (int, error)
 	DeleteQueue(queue string) error

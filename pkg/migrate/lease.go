@@ -223,3 +223,13 @@ func StillRunning(ctx context.Context, client kubernetes.Interface, namespace, p
 	l, err := client.CoordinationV1().Leases(namespace).Get(ctx, LeaseName("pod", pod), metav1.GetOptions{})
 	return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == id && leaseFresh(l, time.Now()) && !holderGone(l.Annotations[HostAnnotation])
 }
+
+// Holder returns the migration that holds the lease on pod, if any.
+func Holder(ctx context.Context, client kubernetes.Interface, namespace, pod string) (string, bool) {
+	l, err := client.CoordinationV1().Leases(namespace).Get(ctx, LeaseName("pod", pod), metav1.GetOptions{})
+	if err != nil {
+		return "", false
+	}
+	id := ptr.Deref(l.Spec.HolderIdentity, "")
+	return id, id != ""
+}

@@ -143,7 +143,8 @@ func TestStopAndCopySucceeds(t *testing.T) {
 	if slices.ContainsFunc(w.Calls, func(c string) bool { return strings.HasPrefix(c, "bind") }) {
 		t.Fatal("stop-and-copy must not bind a replay queue")
 	}
-	first := slices.IndexFunc(w.Calls, func(c string) bool { return !strings.HasPrefix(c, "prepull ") }) // preflight's agents
+	// After preflight's agents and the mark that a migration runs.
+	first := slices.IndexFunc(w.Calls, func(c string) bool { return !strings.HasPrefix(c, "prepull ") && !strings.HasPrefix(c, "declare ") })
 	if !strings.HasPrefix(w.Calls[first], "control consumer STOP") {
 		t.Fatalf("stop-and-copy must stop the source first, did %q", w.Calls[first])
 	}
@@ -183,7 +184,7 @@ func TestRollbackAtEveryPhase(t *testing.T) {
 			if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
 				t.Fatalf("source not serving after rollback: %+v", src)
 			}
-			if w.Queues["work.ms2m-replay"] || len(w.Archives) > 0 || len(w.Images) > 0 {
+			if w.Queues["work.ms2m-replay"] || w.Queues["work.ms2m-migration"] || len(w.Archives) > 0 || len(w.Images) > 0 {
 				t.Fatalf("left behind: queues %v archives %v images %v", w.Queues, w.Archives, w.Images)
 			}
 			if tc.phase == report.Preflight {

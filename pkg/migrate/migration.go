@@ -27,7 +27,10 @@ type State struct {
 	Migrated    []string    `json:"migrated,omitempty"` // the containers migrated
 	SourceState ms2m.State  `json:"sourceState"`
 
-	ReplayQueue   string    `json:"replayQueue,omitempty"`
+	// MigrationQueue exists while the migration runs (ms2m.MigrationQueueName):
+	// a copy restored from a checkpoint holds only as long as it does.
+	MigrationQueue string    `json:"migrationQueue,omitempty"`
+	ReplayQueue    string    `json:"replayQueue,omitempty"`
 	ReplayBound   time.Time `json:"replayBound,omitzero"`
 	ReplayStarted time.Time `json:"replayStarted,omitzero"`
 	// Archives maps each container to its checkpoint archive on the source
@@ -144,4 +147,14 @@ func (m *Migration) save(ctx context.Context) error {
 		return nil
 	}
 	return m.journal.save(ctx)
+}
+
+// markRunning declares the queue whose existence tells restored copies that
+// their migration runs; the first phase that changes anything calls it.
+func (m *Migration) markRunning(ctx context.Context) error {
+	m.MigrationQueue = ms2m.MigrationQueueName(m.Broker.Queue)
+	if err := m.save(ctx); err != nil {
+		return err
+	}
+	return m.broker.DeclareQueue(m.MigrationQueue)
 }

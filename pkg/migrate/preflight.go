@@ -286,6 +286,11 @@ func checkBroker(_ context.Context, m *Migration) error {
 	if _, err := b.QueueDepth(m.Broker.Queue); err != nil {
 		return fmt.Errorf("primary %w", err)
 	}
+	if _, err := b.QueueDepth(ms2m.MigrationQueueName(m.Broker.Queue)); err == nil {
+		return fmt.Errorf("queue %s exists: another migration of this workload runs, or one did not end; see kubectl migrate report", ms2m.MigrationQueueName(m.Broker.Queue))
+	} else if !broker.IsNotFound(err) {
+		return err
+	}
 	if m.Strategy == MS2M {
 		replay := ms2m.ReplayQueueName(m.Broker.Queue)
 		_, err := b.QueueDepth(replay)

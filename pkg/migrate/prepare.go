@@ -24,6 +24,9 @@ type prepare struct{}
 func (prepare) Name() report.PhaseName { return report.Prepare }
 
 func (prepare) Run(ctx context.Context, m *Migration) error {
+	if err := m.markRunning(ctx); err != nil {
+		return err
+	}
 	m.ReplayQueue = ms2m.ReplayQueueName(m.Broker.Queue)
 	if err := m.broker.BindReplayQueue(m.Broker.Exchange, m.ReplayQueue); err != nil {
 		return err
@@ -66,6 +69,9 @@ type stopSource struct{}
 func (stopSource) Name() report.PhaseName { return report.Stop }
 
 func (stopSource) Run(ctx context.Context, m *Migration) error {
+	if err := m.markRunning(ctx); err != nil {
+		return err
+	}
 	st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop})
 	if err != nil {
 		return err

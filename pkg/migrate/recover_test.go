@@ -126,7 +126,7 @@ func TestRecoverFromACrashAtEveryStep(t *testing.T) {
 				if committed := last.Name == report.Cleanup || last.Name == report.Switchover && rec.Outcome == report.Succeeded; committed != (rec.Outcome == report.Succeeded) {
 					t.Fatalf("crashed in %s, recovered to %s", last.Name, rec.Outcome)
 				}
-				if w.Queues["work.ms2m-replay"] || len(w.Archives) > 0 || (rec.Outcome == report.RolledBack && len(w.Images) > 0) {
+				if w.Queues["work.ms2m-replay"] || w.Queues["work.ms2m-migration"] || len(w.Archives) > 0 || (rec.Outcome == report.RolledBack && len(w.Images) > 0) {
 					t.Fatalf("left behind: queues %v archives %v images %v", w.Queues, w.Archives, w.Images)
 				}
 			})

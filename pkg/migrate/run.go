@@ -86,6 +86,14 @@ func (m *Migration) finish(ctx context.Context) error {
 		}
 		return nil
 	}
+	if m.MigrationQueue != "" {
+		if err := m.broker.DeleteQueue(m.MigrationQueue); err != nil {
+			// Restored copies would hold on a restart; keep the journal so
+			// that recovery deletes it.
+			m.leases.abandon(ctx)
+			return errors.Join(fmt.Errorf("delete queue %s: %w", m.MigrationQueue, err), m.save(ctx))
+		}
+	}
 	m.Record.Journal = nil // nothing left to finish or undo
 	if err := m.Records.Save(ctx, m.Record); err != nil {
 		if m.Record.Outcome == report.Succeeded {

@@ -61,8 +61,8 @@ func (m *Migration) packRequest(container string) agent.PackRequest {
 // TargetPod builds the restored pod: the source's identity labels and
 // annotations, pinned to node, each migrated container running its
 // checkpoint image. A restored container gets only what restore needs (name,
-// image, ports, resources, security context): command, environment and
-// memory come from the checkpoint itself. Scheduling constraints are dropped
+// image, ports, resources, security context, mounts) and the kubelet's
+// probes: command, environment and memory come from the checkpoint itself. Scheduling constraints are dropped
 // because the pod is pinned, and the kubelet would refuse it if the source's
 // node selector or affinity named the source node.
 func TargetPod(source *corev1.Pod, name, node, migrationID string, images map[string]string, registrySecret string) *corev1.Pod {
@@ -136,6 +136,10 @@ func TargetPod(source *corev1.Pod, name, node, migrationID string, images map[st
 				Resources:       c.Resources,
 				SecurityContext: c.SecurityContext,
 				VolumeMounts:    keptMounts(c.VolumeMounts),
+				// Probes are the kubelet's, not part of the checkpoint.
+				LivenessProbe:  c.LivenessProbe,
+				ReadinessProbe: c.ReadinessProbe,
+				StartupProbe:   c.StartupProbe,
 			})
 			continue
 		}

@@ -36,7 +36,7 @@ type Consumer struct {
 
 	mu      sync.Mutex
 	st      State
-	held    bool // holding because a restore was pending at reconnect
+	held    bool // a restored copy holding while its migration runs
 	history []Applied
 	// waiters are closed once the consume loop has acted on the latest mode.
 	waiters []chan struct{}
@@ -108,13 +108,44 @@ func (c *Consumer) reconnected() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.st.Reconnects++
-	if c.st.PendingRestore && !c.held {
-		// This is (most likely) the copy restored from the checkpoint: it must
-		// not compete with the source for the primary queue.
+	if (c.st.PendingRestore || c.st.Mode == ModeHold) && !c.held {
+		// This is (most likely) the copy restored from a checkpoint, of a
+		// running source or (stop-and-copy) of a stopped one: it must not
+		// compete with the source for the primary queue.
 		c.held = true
 		c.st.Mode = ModeHold
-		c.cfg.Logf("restore pending: holding until told to replay")
+		c.cfg.Logf("restored from a checkpoint: holding until told to replay")
 	}
+}
+
+// holdCheck paces a held copy's look for its migration.
+const holdCheck = time.Second
+
+// migrationGone reports whether no migration of this consumer runs: a held
+// copy then was restored by a container restart, not by a migration.
+func (c *Consumer) migrationGone(conn *amqp.Connection) bool {
+	ch, err := conn.Channel()
+	if err != nil {
+		return false
+	}
+	defer ch.Close()
+	_, err = ch.QueueDeclarePassive(MigrationQueueName(c.cfg.Queue), false, false, false, false, nil)
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.NotFound
+}
+
+// resumeAfterRestart puts a copy that holds with no migration running back
+// on its primary queue, with the state of its checkpoint.
+func (c *Consumer) resumeAfterRestart() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.held || c.st.Mode != ModeHold {
+		return
+	}
+	c.held, c.st.PendingRestore = false, false
+	c.st.RestoredAgain++
+	c.cfg.Logf("restored from the checkpoint again with no migration running (a restart): resuming %s from sequence %d; what was applied after the checkpoint is applied again only if it is still queued", c.cfg.Queue, c.st.LastSeq)
+	c.toPrimaryLocked(time.Now())
 }
 
 // session runs one broker connection.
@@ -138,8 +169,12 @@ func (c *Consumer) session(ctx context.Context) error {
 			case err := <-closed:
 				return fmt.Errorf("connection closed: %v", err)
 			case <-c.wake:
-				continue
+			case <-time.After(holdCheck):
+				if c.isHeld() && c.migrationGone(conn) {
+					c.resumeAfterRestart()
+				}
 			}
+			continue
 		}
 		if err := c.consume(ctx, conn, queue, closed); err != nil {
 			return err
@@ -245,6 +280,12 @@ func (c *Consumer) toPrimaryLocked(now time.Time) {
 	c.st.UntilSeq = 0
 	c.st.SwitchedAt = now
 	c.signalLocked()
+}
+
+func (c *Consumer) isHeld() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.held
 }
 
 func (c *Consumer) desired() (Mode, string) {

@@ -42,6 +42,7 @@ func newFixture(t *testing.T) *fixture {
 		ch, _ := conn.Channel()
 		_, _ = ch.QueueDelete(f.queue, false, false, false)
 		_, _ = ch.QueueDelete(ReplayQueueName(f.queue), false, false, false)
+		_, _ = ch.QueueDelete(MigrationQueueName(f.queue), false, false, false)
 		_ = ch.ExchangeDelete(f.exchange, false, false)
 	})
 	return f
@@ -99,8 +100,24 @@ func publishMarker(t *testing.T, f *fixture, id string) {
 	}
 }
 
+// markMigrating declares the queue that says a migration runs, as the
+// migration manager does first.
+func markMigrating(t *testing.T, f *fixture) {
+	t.Helper()
+	conn, err := amqp.Dial(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	if _, err := ch.QueueDeclare(MigrationQueueName(f.queue), true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func bindReplayQueue(t *testing.T, f *fixture) {
 	t.Helper()
+	markMigrating(t, f)
 	conn, err := amqp.Dial(f.url)
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +185,47 @@ func TestMigrationProtocolConservesMessages(t *testing.T) {
 	if !ok || next.Seq != final.LastSeq+1 {
 		t.Fatalf("first message after the source's last: %+v %v", next, ok)
 	}
+}
+
+// TestRestoredAgainResumesOnlyWithoutAMigration: a copy restored from its
+// checkpoint holds while a migration runs, and takes its primary queue back
+// on its own once none does (its container restarted after the migration).
+func TestRestoredAgainResumesOnlyWithoutAMigration(t *testing.T) {
+	f := newFixture(t)
+	src := f.consumer(0)
+	start(t, src.Run)
+	prod := f.producer(50, 0)
+	start(t, prod.Run)
+	eventually(t, 10*time.Second, "source applying", func() bool { return src.State().LastSeq >= 10 })
+	markMigrating(t, f)
+	control(t, src, Control{Type: Prepare})
+	copyDuringMigration := restoredCopy(src)
+	start(t, copyDuringMigration.Run)
+	// Bounded negative check: three of its looks for the migration queue.
+	time.Sleep(3 * holdCheck)
+	if st := copyDuringMigration.State(); st.Mode != ModeHold || st.RestoredAgain != 0 {
+		t.Fatalf("a copy restored during a migration must hold: %+v", st)
+	}
+	control(t, copyDuringMigration, Control{Type: StartReplay, Payload: ControlPayload{Queue: f.queue}})
+	control(t, copyDuringMigration, Control{Type: Stop})
+
+	conn, err := amqp.Dial(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, _ := conn.Channel()
+	if _, err := ch.QueueDelete(MigrationQueueName(f.queue), false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	restarted := restoredCopy(src) // the runtime restores the checkpoint again
+	start(t, restarted.Run)
+	eventually(t, 10*holdCheck, "the restarted copy serving", func() bool {
+		st := restarted.State()
+		return st.Mode == ModePrimary && st.RestoredAgain == 1 && !st.PendingRestore
+	})
+	before := restarted.State().LastSeq
+	eventually(t, 10*time.Second, "the restarted copy applying", func() bool { return restarted.State().LastSeq > before })
 }
 
 // TestStopReturnsMessagesToQueue checks that a stopped instance consumes

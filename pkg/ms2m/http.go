@@ -44,6 +44,15 @@ func (c *Consumer) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, a)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
+	// Ready while it consumes: a stopped or held copy is alive but serves
+	// nothing, which a readiness probe should show.
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if st := c.State(); st.Mode == ModeHold {
+			http.Error(w, "holding: "+string(st.Mode), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
 	return mux
 }
 

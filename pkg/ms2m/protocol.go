@@ -20,6 +20,14 @@ const ReplayQueueSuffix = ".ms2m-replay"
 // ReplayQueueName returns the replay queue for primary.
 func ReplayQueueName(primary string) string { return primary + ReplayQueueSuffix }
 
+// MigrationQueueName returns the queue that exists, unbound and empty, while
+// a migration of the consumer of primary runs: from before its checkpoint
+// until it ended for good (recovery included). A copy restored from a
+// checkpoint holds while it exists; once it is gone the copy was restored
+// again by a container restart after the migration, and takes its primary
+// queue back on its own.
+func MigrationQueueName(primary string) string { return primary + ".ms2m-migration" }
+
 // Message is the body of every message, JSON-encoded. A message with a
 // Marker is not data: the migration manager publishes it to the exchange
 // after binding the replay queue, and a consumer that takes it from its
@@ -131,6 +139,11 @@ type State struct {
 	Process string `json:"process"`
 	// StartedAt is when the process first started (kept across restore).
 	StartedAt time.Time `json:"startedAt"`
+	// RestoredAgain counts how often this copy came back from its
+	// checkpoint with no migration running (its container restarted): each
+	// time its state went back to the checkpoint's, and it resumed its
+	// primary queue on its own.
+	RestoredAgain uint64 `json:"restoredAgain,omitempty"`
 }
 
 // Applied records when one message was applied, answered at AppliedPath.

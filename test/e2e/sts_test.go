@@ -81,6 +81,7 @@ func (l *lab) deployStatefulSet(t testing.TB, changes ...func(ns string, sts *ap
 			},
 		},
 	}
+	workload.AddProbes(&sts.Spec.Template.Spec.Containers[0])
 	for _, change := range changes {
 		change(ns, sts)
 	}

@@ -84,4 +84,7 @@ func (d dirs) printEnv() {
 	fmt.Printf("export LAB_BROKER_URL=amqp://guest:guest@%s:%s/\n", labIP, amqpPort)
 	fmt.Printf("export LAB_KUBECTL=%s\n", d.bin("kubectl"))
 	fmt.Printf("export LAB_IMAGE_PREFIX=%s/kubectl-migrate\n", registry)
+	// Each node's kubelet state is at $LAB_RUN/NODE/kubelet (checkpoint
+	// archives in checkpoints/), for tests that check nothing is left.
+	fmt.Printf("export LAB_RUN=%s\n", d.run)
 }

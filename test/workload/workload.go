@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -67,6 +68,7 @@ func Deploy(ctx context.Context, client kubernetes.Interface, o Options) (*Workl
 		"ms2m.io/broker-url": o.BrokerURL, "ms2m.io/exchange": w.Exchange, "ms2m.io/queue": w.Queue,
 		"ms2m.io/registry": o.Registry + "/checkpoints",
 	})
+	AddProbes(&consumer.Spec.Containers[0])
 	producer := w.pod(o, "producer", "ms2m-producer", append(common, "--rate="+o.Rate), nil)
 	// The consumer first, so its queue exists before messages flow.
 	for _, p := range []*corev1.Pod{consumer, producer} {
@@ -94,6 +96,19 @@ func (w *Workload) pod(o Options, name, image string, args []string, annotations
 			}},
 		},
 	}
+}
+
+// AddProbes gives a consumer container the contract's liveness (/healthz)
+// and readiness (/readyz: not ready while it holds) probes, which a
+// migration keeps.
+func AddProbes(c *corev1.Container) {
+	probe := func(path string, period int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(8080)}},
+			PeriodSeconds: period, TimeoutSeconds: 2, FailureThreshold: 3,
+		}
+	}
+	c.LivenessProbe, c.ReadinessProbe = probe("/healthz", 5), probe("/readyz", 2)
 }
 
 // Delete removes the namespace and with it everything in it.

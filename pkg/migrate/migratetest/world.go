@@ -250,6 +250,15 @@ func (f *fakeBroker) BindReplayQueue(_, queue string) error {
 	return nil
 }
 
+func (f *fakeBroker) DeclareQueue(queue string) error {
+	w := (*World)(f)
+	w.record("declare %s", queue)
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	w.Queues[queue] = true
+	return nil
+}
+
 func (f *fakeBroker) PublishMarker(_ context.Context, _, id string) error {
 	w := (*World)(f)
 	w.record("marker %s", id)

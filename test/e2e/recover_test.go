@@ -1,0 +1,246 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
+)
+
+// start runs kubectl migrate in the background, as a user's terminal would.
+func (l *lab) start(t *testing.T, w *workload.Workload, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	argv := append([]string{"migrate", "-n", w.Namespace}, args...)
+	argv = append(argv, "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab", "--insecure-registry", "-o", "json", "-v", "1")
+	cmd := exec.Command(l.kubectl, argv...)
+	cmd.Env = append(os.Environ(), "PATH="+l.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, &out
+}
+
+// pluginPID is the kubectl-migrate process of cmd: kubectl itself, which
+// execs the plugin, or its child.
+func pluginPID(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	isPlugin := func(pid int) bool {
+		comm, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
+		return err == nil && strings.HasPrefix(string(comm), "kubectl-migrat")
+	}
+	var pid int
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		if isPlugin(cmd.Process.Pid) {
+			pid = cmd.Process.Pid
+			return true, nil
+		}
+		children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
+		for _, f := range strings.Fields(string(children)) {
+			if c, _ := strconv.Atoi(f); isPlugin(c) {
+				pid = c
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal("no kubectl-migrate process for kubectl")
+	}
+	return pid
+}
+
+// onlyRecord returns the one record in the workload's namespace.
+func (l *lab) onlyRecord(t *testing.T, w *workload.Workload) *report.Record {
+	t.Helper()
+	records, err := report.Store{Client: l.client}.List(context.Background(), w.Namespace)
+	if err != nil || len(records) != 1 {
+		t.Fatalf("want one record, have %d (%v)", len(records), err)
+	}
+	return records[0]
+}
+
+// recover runs kubectl migrate recover and returns its record.
+func (l *lab) recover(t *testing.T, w *workload.Workload, id string) report.Record {
+	t.Helper()
+	out := l.kubectlMigrate(t, "recover", id, "-n", w.Namespace, "-o", "json")
+	var rec report.Record
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &rec); err != nil {
+		t.Fatalf("recover printed no record: %v\n%s", err, out)
+	}
+	t.Logf("recovered %s: %s", id, rec.Outcome)
+	return rec
+}
+
+// nothingLeft checks that no pod, queue, lease or archive of a migration is
+// left in the workload's namespace and on the nodes.
+func (l *lab) nothingLeft(t *testing.T, w *workload.Workload, extraPods ...string) {
+	t.Helper()
+	ctx := context.Background()
+	agents, _ := l.client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kubectl-migrate-agent"})
+	if len(agents.Items) != 0 {
+		t.Fatalf("%d agent pods left", len(agents.Items))
+	}
+	for _, p := range extraPods {
+		if _, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, p, metav1.GetOptions{}); !isNotFound(err) {
+			t.Fatalf("pod %s left: %v", p, err)
+		}
+	}
+	leases, _ := l.client.CoordinationV1().Leases(w.Namespace).List(ctx, metav1.ListOptions{})
+	if len(leases.Items) != 0 {
+		t.Fatalf("%d leases left, e.g. %s", len(leases.Items), leases.Items[0].Name)
+	}
+	l.replayQueueGone(t, w)
+	b, err := broker.Dial(l.brokerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := b.QueueDepth(ms2m.MigrationQueueName(w.Queue)); !broker.IsNotFound(err) {
+		t.Fatalf("migration queue still there (%v)", err)
+	}
+	for _, node := range []string{"node-a", "node-b"} {
+		archives, _ := filepath.Glob(filepath.Join(env(t, "LAB_RUN"), node, "kubelet", "checkpoints", "*_"+w.Namespace+"-*"))
+		if len(archives) != 0 {
+			t.Fatalf("checkpoint archives left on %s: %v", node, archives)
+		}
+	}
+}
+
+// A crash case kills the plugin at one step, then recovers the migration.
+type crashCase struct {
+	name string
+	args []string // after "pod consumer --to node-b" or "sts consumer-0 --to node-b"
+	// killWhen, if set, SIGKILLs the plugin from outside once it holds;
+	// otherwise args carry --inject-crash.
+	killWhen func(ctx context.Context, l *lab, w *workload.Workload) bool
+	want     report.Outcome
+}
+
+func TestRecoverPodAfterCrash(t *testing.T) {
+	for _, tc := range []crashCase{
+		{name: "ms2m/restore", args: []string{"--inject-crash", "restore"}, want: report.RolledBack},
+		{name: "ms2m/cleanup", args: []string{"--inject-crash", "cleanup"}, want: report.Succeeded},
+		{name: "stop-and-copy/image", args: []string{"--strategy", "stop-and-copy", "--inject-crash", "image"}, want: report.RolledBack},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := setup(t)
+			w := l.deploy(t, "10")
+			before := waitApplied(t, w, "consumer", 20)
+			rec := l.crashAndRecover(t, w, tc, "pod", "consumer")
+			consumer := "consumer"
+			if rec.Outcome == report.Succeeded {
+				l.checkMigrated(t, w, rec, before)
+				consumer = rec.TargetPod
+			} else if st := state(t, w, "consumer"); st.Process != before.Process || st.Mode != ms2m.ModePrimary {
+				t.Fatalf("the source does not serve after recovery: %+v", st)
+			}
+			checkConservation(t, w, consumer)
+			l.nothingLeft(t, w)
+		})
+	}
+}
+
+func TestRecoverStatefulSetAfterCrash(t *testing.T) {
+	stsGone := func(ctx context.Context, l *lab, w *workload.Workload) bool {
+		_, err := l.client.AppsV1().StatefulSets(w.Namespace).Get(ctx, "consumer", metav1.GetOptions{})
+		return isNotFound(err)
+	}
+	replaying := func(ctx context.Context, l *lab, w *workload.Workload) bool {
+		pod, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer-0", metav1.GetOptions{})
+		if err != nil || pod.Spec.NodeName != "node-b" {
+			return false
+		}
+		st, err := w.State(ctx, "consumer-0")
+		return err == nil && st.Mode == ms2m.ModeReplay && st.Totals.Count > 0
+	}
+	for _, tc := range []crashCase{
+		{name: "sequential/statefulset-deleted", killWhen: stsGone, want: report.RolledBack},
+		{name: "sequential/restore", args: []string{"--inject-crash", "restore"}, want: report.RolledBack},
+		// The copy has consumed replayed messages: its state must move back.
+		{name: "sequential/replaying", killWhen: replaying, want: report.RolledBack},
+		{name: "stop-and-copy/adopt", args: []string{"--strategy", "stop-and-copy", "--inject-crash", "adopt"}, want: report.RolledBack},
+		{name: "shadow/detach-final", args: []string{"--mode", "shadow", "--inject-crash", "detach/final"}, want: report.RolledBack},
+		{name: "shadow/cleanup-final", args: []string{"--mode", "shadow", "--inject-crash", "cleanup/final"}, want: report.Succeeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := setup(t)
+			b := l.startStatefulSet(t, 20)
+			rec := l.crashAndRecover(t, b.w, tc, "sts", "consumer-0", "--queue", b.w.Queue)
+			node := "node-a"
+			if rec.Outcome == report.Succeeded {
+				node = "node-b"
+			}
+			if _, st := l.checkStatefulSetAfter(t, b, node); st.Mode != ms2m.ModePrimary {
+				t.Fatalf("consumer-0 does not consume its queue after recovery: %+v", st)
+			}
+			checkConservation(t, b.w, "consumer-0")
+			l.nothingLeft(t, b.w, "consumer-0-shadow")
+		})
+	}
+}
+
+// crashAndRecover runs the migration of tc, kills it, checks that the next
+// migration of the pod is pointed at recovery and that report lists it as
+// interrupted, recovers it and returns the recovered record.
+func (l *lab) crashAndRecover(t *testing.T, w *workload.Workload, tc crashCase, cmd string, args ...string) report.Record {
+	t.Helper()
+	ctx := context.Background()
+	run, out := l.start(t, w, append(append([]string{cmd}, args[0], "--to", "node-b"), append(args[1:], tc.args...)...)...)
+	if tc.killWhen != nil {
+		pid := pluginPID(t, run)
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			return tc.killWhen(ctx, l, w), nil
+		}); err != nil {
+			t.Fatalf("the moment to kill never came: %v\n%s", err, out)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := run.Wait()
+	t.Logf("killed migration (%v):\n%s", err, out)
+	if err == nil {
+		t.Fatal("the migration was not killed")
+	}
+	rec := l.onlyRecord(t, w)
+	if rec.Outcome != report.Running {
+		t.Fatalf("the killed migration's record says %s", rec.Outcome)
+	}
+	list := l.kubectlMigrate(t, "report", "-n", w.Namespace)
+	if !strings.Contains(list, "interrupted") || !strings.Contains(list, "kubectl migrate recover "+rec.ID) {
+		t.Fatalf("report does not show the interrupted migration:\n%s", list)
+	}
+	_, stderr, err := l.migrate(t, w, cmd, args[0], "--to", "node-b")
+	if err == nil || !strings.Contains(stderr, "kubectl migrate recover "+rec.ID) {
+		t.Fatalf("a new migration was not pointed at recovery: %v\n%s", err, stderr)
+	}
+	got := l.recover(t, w, rec.ID)
+	if got.Outcome != tc.want {
+		t.Fatalf("recovered to %s, want %s: %s", got.Outcome, tc.want, got.Error)
+	}
+	if again := l.kubectlMigrate(t, "recover", rec.ID, "-n", w.Namespace); !strings.Contains(again, "nothing to recover") {
+		t.Fatalf("a second recovery: %s", again)
+	}
+	return got
+}
