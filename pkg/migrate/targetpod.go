@@ -36,17 +36,39 @@ const (
 // never copied (copying it breaks the restore).
 const saTokenVolumePrefix = "kube-api-access-"
 
-// BaseImages returns each container's base image: its image, or for a
-// restored container the one it was first created from.
+// BaseImages returns each container's base image: the image it runs, by
+// the digest the node resolved (a tag may have moved since, and the runtime
+// restores on top of the very image, by ID), or for a restored container the
+// one it was first created from.
 func BaseImages(pod *corev1.Pod) map[string]string {
 	bases := map[string]string{}
 	_ = json.Unmarshal([]byte(pod.Annotations[BaseImagesAnnotation]), &bases) // absent: not restored
+	running := map[string]string{}
+	for _, cs := range pod.Status.ContainerStatuses {
+		running[cs.Name] = cs.ImageID
+	}
 	for _, c := range pod.Spec.Containers {
 		if bases[c.Name] == "" {
-			bases[c.Name] = c.Image
+			bases[c.Name] = pinnedImage(c.Image, running[c.Name])
 		}
 	}
 	return bases
+}
+
+// pinnedImage is image by the digest in imageID (a container status's
+// "repo@sha256:…" or bare "sha256:…"), or image itself without one.
+func pinnedImage(image, imageID string) string {
+	_, digest, ok := strings.Cut(imageID, "sha256:")
+	if !ok || len(digest) != 64 {
+		return image
+	}
+	repo := image
+	if i := strings.Index(repo, "@"); i >= 0 {
+		repo = repo[:i]
+	} else if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i] // drop the tag
+	}
+	return repo + "@sha256:" + digest
 }
 
 func (m *Migration) packRequest(container string) agent.PackRequest {
@@ -77,11 +99,6 @@ func TargetPod(source *corev1.Pod, name, node, migrationID string, images map[st
 		annotations[OriginalNameAnnotation] = source.Name
 	}
 	bases := BaseImages(source)
-	for _, c := range source.Spec.Containers {
-		if _, migrated := images[c.Name]; migrated && bases[c.Name] == "" {
-			bases[c.Name] = c.Image
-		}
-	}
 	if encoded, err := json.Marshal(bases); err == nil {
 		annotations[BaseImagesAnnotation] = string(encoded)
 	}

@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,5 +70,27 @@ func TestTargetPod(t *testing.T) {
 	// the checkpoint the pod runs now.
 	if bases := BaseImages(again); bases["app"] != "app:1" || bases["sidecar"] != "side:1" {
 		t.Fatalf("base images after two migrations: %v", bases)
+	}
+}
+
+// TestBaseImagesPinTheRunningDigest: restore builds on the very image the
+// source runs, so a tag that moved since must not be pulled.
+func TestBaseImagesPinTheRunningDigest(t *testing.T) {
+	d := strings.Repeat("ab", 32)
+	for _, tc := range []struct{ image, imageID, want string }{
+		{"reg:5000/app:lab", "reg:5000/app@sha256:" + d, "reg:5000/app@sha256:" + d},
+		{"reg:5000/app:lab", "sha256:" + d, "reg:5000/app@sha256:" + d},
+		{"reg:5000/app", "docker.io/library/app@sha256:" + d, "reg:5000/app@sha256:" + d},
+		{"reg:5000/app@sha256:" + d, "", "reg:5000/app@sha256:" + d},
+		{"app:1", "", "app:1"},
+		{"app:1", "sha256:short", "app:1"},
+	} {
+		pod := &corev1.Pod{
+			Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: tc.image}}},
+			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "c", ImageID: tc.imageID}}},
+		}
+		if got := BaseImages(pod)["c"]; got != tc.want {
+			t.Errorf("%s running %q: base %s, want %s", tc.image, tc.imageID, got, tc.want)
+		}
 	}
 }

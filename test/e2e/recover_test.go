@@ -231,7 +231,7 @@ func (l *lab) crashAndRecover(t *testing.T, w *workload.Workload, tc crashCase, 
 	if !strings.Contains(list, "interrupted") || !strings.Contains(list, "kubectl migrate recover "+rec.ID) {
 		t.Fatalf("report does not show the interrupted migration:\n%s", list)
 	}
-	_, stderr, err := l.migrate(t, w, cmd, args[0], "--to", "node-b")
+	_, stderr, err := l.migrate(t, w, append([]string{cmd, args[0], "--to", "node-b"}, args[1:]...)...)
 	if err == nil || !strings.Contains(stderr, "kubectl migrate recover "+rec.ID) {
 		t.Fatalf("a new migration was not pointed at recovery: %v\n%s", err, stderr)
 	}
