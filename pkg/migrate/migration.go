@@ -31,8 +31,8 @@ type State struct {
 	// a copy restored from a checkpoint holds only as long as it does.
 	MigrationQueue string    `json:"migrationQueue,omitempty"`
 	ReplayQueue    string    `json:"replayQueue,omitempty"`
-	ReplayBound   time.Time `json:"replayBound,omitzero"`
-	ReplayStarted time.Time `json:"replayStarted,omitzero"`
+	ReplayBound    time.Time `json:"replayBound,omitzero"`
+	ReplayStarted  time.Time `json:"replayStarted,omitzero"`
 	// Archives maps each container to its checkpoint archive on the source
 	// node, for as long as the archive is there.
 	Archives map[string]string `json:"archives,omitempty"`

@@ -204,4 +204,3 @@ func containerProcess(t *testing.T, uid, comm string) int {
 	t.Fatalf("no process %s in pod %s", comm, uid)
 	return 0
 }
-
