@@ -32,7 +32,7 @@ func realDeps(ctx context.Context, client kubernetes.Interface, c migrate.Config
 			PullSecrets:    pullSecrets,
 			Labels:         map[string]string{"app.kubernetes.io/name": "kubectl-migrate-agent", migrate.MigrationLabel: c.ID},
 		},
-		DialBroker: func(url string) (migrate.Broker, error) { return broker.Dial(url) },
+		DialBroker: func(ctx context.Context, url string) (migrate.Broker, error) { return broker.Dial(ctx, url) },
 		App:        appctl.Client{REST: rest},
 		Registry:   image.Registry{Keychain: keychain(ctx, client, c, pullSecrets), Insecure: c.InsecureRegistry},
 		Records:    report.Store{Client: client},

@@ -1,54 +1,109 @@
 // Package broker manages the RabbitMQ side of a migration: the replay queue
 // that buffers every message from just before the checkpoint until the
-// restored instance has caught up, and the queue depths used to estimate the
-// arrival rate.
+// restored instance has caught up, the queue that marks a running
+// migration, and the queue depths used to estimate the arrival rate.
 package broker
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 )
 
-// Client is a connection to the broker used by the migration manager.
+// dialTimeout bounds one connection attempt.
+const dialTimeout = 15 * time.Second
+
+// Client is a connection to the broker used by the migration manager. It
+// dials again when the connection died (a broker restart), and every call
+// ends when its context does.
 type Client struct {
+	url string
+
 	mu   sync.Mutex
 	conn *amqp.Connection
 }
 
 // Dial connects to the broker at url.
-func Dial(url string) (*Client, error) {
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		return nil, fmt.Errorf("connect to broker %s: %w", redact(url), err)
+func Dial(ctx context.Context, url string) (*Client, error) {
+	c := &Client{url: url}
+	if _, err := c.connection(ctx); err != nil {
+		return nil, err
 	}
-	return &Client{conn: conn}, nil
+	return c, nil
+}
+
+// connection returns a live connection, dialling a new one if the last one
+// died; c.mu must be held or c not yet shared.
+func (c *Client) connection(ctx context.Context) (*amqp.Connection, error) {
+	if c.conn != nil && !c.conn.IsClosed() {
+		return c.conn, nil
+	}
+	conn, err := amqp.DialConfig(c.url, amqp.Config{Dial: func(network, addr string) (net.Conn, error) {
+		return (&net.Dialer{Timeout: dialTimeout}).DialContext(ctx, network, addr)
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("connect to broker %s: %w", redact(c.url), err)
+	}
+	c.conn = conn
+	return conn, nil
 }
 
 // Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
-
-// withChannel runs fn on a fresh channel: a failed passive declare closes the
-// channel it ran on, so channels are not shared between operations.
-func (c *Client) withChannel(fn func(*amqp.Channel) error) error {
+func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ch, err := c.conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open broker channel: %w", err)
+	if c.conn == nil || c.conn.IsClosed() {
+		return nil
 	}
-	defer ch.Close()
-	return fn(ch)
+	return c.conn.Close()
+}
+
+// withChannel runs fn on a fresh channel: a failed passive declare closes the
+// channel it ran on, so channels are not shared between operations. A
+// connection found dead is dialled again once. When ctx ends, the channel is
+// closed, which ends the call waiting on it.
+func (c *Client) withChannel(ctx context.Context, fn func(*amqp.Channel) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		conn, err := c.connection(ctx)
+		if err != nil {
+			return err
+		}
+		ch, err := conn.Channel()
+		if errors.Is(err, amqp.ErrClosed) && attempt == 0 {
+			continue // died since: dial again
+		}
+		if err != nil {
+			return fmt.Errorf("open broker channel: %w", err)
+		}
+		stop := context.AfterFunc(ctx, func() { _ = ch.Close() })
+		err = fn(ch)
+		stop()
+		_ = ch.Close()
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		if errors.Is(err, amqp.ErrClosed) && conn.IsClosed() && attempt == 0 {
+			continue // the connection died under the call
+		}
+		return err
+	}
 }
 
 // CheckExchange fails unless exchange exists.
-func (c *Client) CheckExchange(exchange string) error {
-	return c.withChannel(func(ch *amqp.Channel) error {
+func (c *Client) CheckExchange(ctx context.Context, exchange string) error {
+	return c.withChannel(ctx, func(ch *amqp.Channel) error {
 		err := ch.ExchangeDeclarePassive(exchange, amqp.ExchangeFanout, true, false, false, false, nil)
 		if err != nil {
 			return fmt.Errorf("exchange %q: %w", exchange, err)
@@ -59,8 +114,8 @@ func (c *Client) CheckExchange(exchange string) error {
 
 // BindReplayQueue declares queue (durable, so a broker restart does not lose
 // what it buffers) and binds it to exchange.
-func (c *Client) BindReplayQueue(exchange, queue string) error {
-	return c.withChannel(func(ch *amqp.Channel) error {
+func (c *Client) BindReplayQueue(ctx context.Context, exchange, queue string) error {
+	return c.withChannel(ctx, func(ch *amqp.Channel) error {
 		if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
 			return fmt.Errorf("declare replay queue %s: %w", queue, err)
 		}
@@ -73,8 +128,8 @@ func (c *Client) BindReplayQueue(exchange, queue string) error {
 
 // DeclareQueue declares a durable queue bound to nothing (it marks, by
 // existing, that a migration runs).
-func (c *Client) DeclareQueue(queue string) error {
-	return c.withChannel(func(ch *amqp.Channel) error {
+func (c *Client) DeclareQueue(ctx context.Context, queue string) error {
+	return c.withChannel(ctx, func(ch *amqp.Channel) error {
 		if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
 			return fmt.Errorf("declare queue %s: %w", queue, err)
 		}
@@ -87,13 +142,17 @@ func (c *Client) DeclareQueue(queue string) error {
 func (c *Client) PublishMarker(ctx context.Context, exchange, id string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ms2m.PublishMarker(ctx, c.conn, exchange, id)
+	conn, err := c.connection(ctx)
+	if err != nil {
+		return err
+	}
+	return ms2m.PublishMarker(ctx, conn, exchange, id)
 }
 
 // QueueDepth returns the number of ready messages in queue.
-func (c *Client) QueueDepth(queue string) (int, error) {
+func (c *Client) QueueDepth(ctx context.Context, queue string) (int, error) {
 	var n int
-	err := c.withChannel(func(ch *amqp.Channel) error {
+	err := c.withChannel(ctx, func(ch *amqp.Channel) error {
 		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		if err != nil {
 			return fmt.Errorf("queue %q: %w", queue, err)
@@ -105,8 +164,8 @@ func (c *Client) QueueDepth(queue string) (int, error) {
 }
 
 // DeleteQueue deletes queue; a queue that is already gone is not an error.
-func (c *Client) DeleteQueue(queue string) error {
-	return c.withChannel(func(ch *amqp.Channel) error {
+func (c *Client) DeleteQueue(ctx context.Context, queue string) error {
+	return c.withChannel(ctx, func(ch *amqp.Channel) error {
 		if _, err := ch.QueueDelete(queue, false, false, false); err != nil && !IsNotFound(err) {
 			return fmt.Errorf("delete queue %s: %w", queue, err)
 		}

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 )
 
 func TestReplayQueueLifecycle(t *testing.T) {
+	ctx := context.Background()
 	url := testenv.AMQPURL(t)
 	exchange, primary := testenv.Name("ex"), testenv.Name("q")
 	setup, err := amqp.Dial(url)
@@ -22,24 +24,24 @@ func TestReplayQueueLifecycle(t *testing.T) {
 	if err := ms2m.DeclareTopology(setup, exchange, primary); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Dial(url)
+	c, err := Dial(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	t.Cleanup(func() { _ = c.DeleteQueue(primary) })
+	t.Cleanup(func() { _ = c.DeleteQueue(ctx, primary) })
 
-	if err := c.CheckExchange(exchange); err != nil {
+	if err := c.CheckExchange(ctx, exchange); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.CheckExchange("no-such-exchange"); err == nil {
+	if err := c.CheckExchange(ctx, "no-such-exchange"); err == nil {
 		t.Fatal("missing exchange accepted")
 	}
 	replay := ms2m.ReplayQueueName(primary)
-	if _, err := c.QueueDepth(replay); !IsNotFound(err) {
+	if _, err := c.QueueDepth(ctx, replay); !IsNotFound(err) {
 		t.Fatalf("replay queue before bind: %v", err)
 	}
-	if err := c.BindReplayQueue(exchange, replay); err != nil {
+	if err := c.BindReplayQueue(ctx, exchange, replay); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
@@ -49,24 +51,50 @@ func TestReplayQueueLifecycle(t *testing.T) {
 	}
 	// Fanout: every message reaches both queues.
 	for _, q := range []string{primary, replay} {
-		if n, err := c.QueueDepth(q); err != nil || n != 3 {
+		if n, err := c.QueueDepth(ctx, q); err != nil || n != 3 {
 			t.Fatalf("%s depth %d (%v), want 3", q, n, err)
 		}
 	}
-	if err := c.DeleteQueue(replay); err != nil {
+	if err := c.DeleteQueue(ctx, replay); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.DeleteQueue(replay); err != nil {
+	if err := c.DeleteQueue(ctx, replay); err != nil {
 		t.Fatalf("deleting a gone queue must not fail: %v", err)
 	}
-	if _, err := c.QueueDepth(replay); !IsNotFound(err) {
+	if _, err := c.QueueDepth(ctx, replay); !IsNotFound(err) {
 		t.Fatalf("replay queue after delete: %v", err)
 	}
 }
 
 func TestDialRedactsPassword(t *testing.T) {
-	_, err := Dial("amqp://user:s3cret@127.0.0.1:1/")
+	_, err := Dial(context.Background(), "amqp://user:s3cret@127.0.0.1:1/")
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestRedialsAndHonoursContext: a connection that died (a broker restart)
+// is dialled again by the next call, and a call ends with its context.
+func TestRedialsAndHonoursContext(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.AMQPURL(t)
+	queue := testenv.Name("q")
+	c, err := Dial(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	t.Cleanup(func() { _ = c.DeleteQueue(ctx, queue) })
+	if err := c.DeclareQueue(ctx, queue); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.conn.Close() // as a broker restart would
+	if n, err := c.QueueDepth(ctx, queue); err != nil || n != 0 {
+		t.Fatalf("after the connection died: depth %d, %v", n, err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.QueueDepth(cancelled, queue); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled call: %v", err)
 	}
 }

@@ -27,12 +27,12 @@ type Packer interface {
 
 // Broker manages queues.
 type Broker interface {
-	CheckExchange(exchange string) error
-	BindReplayQueue(exchange, queue string) error
-	DeclareQueue(queue string) error
+	CheckExchange(ctx context.Context, exchange string) error
+	BindReplayQueue(ctx context.Context, exchange, queue string) error
+	DeclareQueue(ctx context.Context, queue string) error
 	PublishMarker(ctx context.Context, exchange, id string) error
-	QueueDepth(queue string) (int, error)
-	DeleteQueue(queue string) error
+	QueueDepth(ctx context.Context, queue string) (int, error)
+	DeleteQueue(ctx context.Context, queue string) error
 	Close() error
 }
 
@@ -59,8 +59,9 @@ type Deps struct {
 	Client       kubernetes.Interface
 	Checkpointer Checkpointer
 	Packer       Packer
-	// DialBroker connects to the broker; called once, in preflight.
-	DialBroker func(url string) (Broker, error)
+	// DialBroker connects to the broker; called once, in preflight (or by
+	// recovery).
+	DialBroker func(ctx context.Context, url string) (Broker, error)
 	App        App
 	Registry   Registry
 	Records    RecordStore

@@ -156,5 +156,5 @@ func (m *Migration) markRunning(ctx context.Context) error {
 	if err := m.save(ctx); err != nil {
 		return err
 	}
-	return m.broker.DeclareQueue(m.MigrationQueue)
+	return m.broker.DeclareQueue(ctx, m.MigrationQueue)
 }

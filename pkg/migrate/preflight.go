@@ -274,26 +274,26 @@ func checkTargetName(ctx context.Context, m *Migration) error {
 	return nil
 }
 
-func checkBroker(_ context.Context, m *Migration) error {
-	b, err := m.DialBroker(m.Broker.URL)
+func checkBroker(ctx context.Context, m *Migration) error {
+	b, err := m.DialBroker(ctx, m.Broker.URL)
 	if err != nil {
 		return fmt.Errorf("%w; pass --broker-url with an address this machine reaches", err)
 	}
 	m.broker = b
-	if err := b.CheckExchange(m.Broker.Exchange); err != nil {
+	if err := b.CheckExchange(ctx, m.Broker.Exchange); err != nil {
 		return err
 	}
-	if _, err := b.QueueDepth(m.Broker.Queue); err != nil {
+	if _, err := b.QueueDepth(ctx, m.Broker.Queue); err != nil {
 		return fmt.Errorf("primary %w", err)
 	}
-	if _, err := b.QueueDepth(ms2m.MigrationQueueName(m.Broker.Queue)); err == nil {
+	if _, err := b.QueueDepth(ctx, ms2m.MigrationQueueName(m.Broker.Queue)); err == nil {
 		return fmt.Errorf("queue %s exists: another migration of this workload runs, or one did not end; see kubectl migrate report", ms2m.MigrationQueueName(m.Broker.Queue))
 	} else if !broker.IsNotFound(err) {
 		return err
 	}
 	if m.Strategy == MS2M {
 		replay := ms2m.ReplayQueueName(m.Broker.Queue)
-		_, err := b.QueueDepth(replay)
+		_, err := b.QueueDepth(ctx, replay)
 		if err == nil {
 			return fmt.Errorf("replay queue %s already exists: another migration of this queue is running, or one crashed; delete the queue once none runs", replay)
 		}

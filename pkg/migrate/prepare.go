@@ -28,7 +28,7 @@ func (prepare) Run(ctx context.Context, m *Migration) error {
 		return err
 	}
 	m.ReplayQueue = ms2m.ReplayQueueName(m.Broker.Queue)
-	if err := m.broker.BindReplayQueue(m.Broker.Exchange, m.ReplayQueue); err != nil {
+	if err := m.broker.BindReplayQueue(ctx, m.Broker.Exchange, m.ReplayQueue); err != nil {
 		return err
 	}
 	m.ReplayBound = time.Now()
@@ -58,7 +58,7 @@ func (prepare) Rollback(ctx context.Context, m *Migration) error {
 		errs = append(errs, fmt.Errorf("clear the source's checkpoint mark: %w", err))
 	}
 	if m.ReplayQueue != "" {
-		errs = append(errs, m.broker.DeleteQueue(m.ReplayQueue))
+		errs = append(errs, m.broker.DeleteQueue(ctx, m.ReplayQueue))
 	}
 	return errors.Join(errs...)
 }

@@ -36,7 +36,7 @@ func Recover(ctx context.Context, rec *report.Record, brokerURL string, deps Dep
 		return rec, err
 	}
 	defer m.closeBroker()
-	if m.broker, err = deps.DialBroker(brokerURL); err != nil {
+	if m.broker, err = deps.DialBroker(ctx, brokerURL); err != nil {
 		m.leases.abandon(context.WithoutCancel(ctx))
 		return rec, fmt.Errorf("%w; pass --broker-url with an address this machine reaches", err)
 	}

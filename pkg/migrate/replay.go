@@ -18,7 +18,7 @@ type replay struct{}
 func (replay) Name() report.PhaseName { return report.Replay }
 
 func (replay) Run(ctx context.Context, m *Migration) error {
-	backlog, err := m.broker.QueueDepth(m.ReplayQueue)
+	backlog, err := m.broker.QueueDepth(ctx, m.ReplayQueue)
 	if err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 		if !policy.enabled() {
 			return false, nil
 		}
-		depth, err := m.broker.QueueDepth(m.ReplayQueue)
+		depth, err := m.broker.QueueDepth(ctx, m.ReplayQueue)
 		if err != nil {
 			return false, err
 		}

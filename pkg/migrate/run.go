@@ -87,7 +87,7 @@ func (m *Migration) finish(ctx context.Context) error {
 		return nil
 	}
 	if m.MigrationQueue != "" {
-		if err := m.broker.DeleteQueue(m.MigrationQueue); err != nil {
+		if err := m.broker.DeleteQueue(ctx, m.MigrationQueue); err != nil {
 			// Restored copies would hold on a restart; keep the journal so
 			// that recovery deletes it.
 			m.leases.abandon(ctx)

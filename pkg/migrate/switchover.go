@@ -41,7 +41,7 @@ func (s switchover) Run(ctx context.Context, m *Migration) error {
 		}
 		handover = ms2m.Control{Type: ms2m.EndReplay, Payload: ms2m.ControlPayload{UntilSeq: m.SourceFinal.LastSeq}}
 	}
-	if depth, err := m.broker.QueueDepth(m.Broker.Queue); err == nil {
+	if depth, err := m.broker.QueueDepth(ctx, m.Broker.Queue); err == nil {
 		m.Record.Broker.PrimaryDepthAtSwitch = depth
 	}
 	if s.handover {
@@ -100,7 +100,7 @@ func (cleanup) Run(ctx context.Context, m *Migration) error {
 func (m *Migration) removeReplayQueueAndImages(ctx context.Context) error {
 	var errs []error
 	if m.ReplayQueue != "" {
-		if err := m.broker.DeleteQueue(m.ReplayQueue); err != nil {
+		if err := m.broker.DeleteQueue(ctx, m.ReplayQueue); err != nil {
 			errs = append(errs, err)
 		}
 		m.ReplayQueue = ""

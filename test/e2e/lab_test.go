@@ -136,12 +136,12 @@ func (l *lab) kubectlMigrate(t testing.TB, args ...string) string {
 
 func (l *lab) replayQueueGone(t testing.TB, w *workload.Workload) {
 	t.Helper()
-	b, err := broker.Dial(l.brokerURL)
+	b, err := broker.Dial(context.Background(), l.brokerURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if _, err := b.QueueDepth(ms2m.ReplayQueueName(w.Queue)); !broker.IsNotFound(err) {
+	if _, err := b.QueueDepth(context.Background(), ms2m.ReplayQueueName(w.Queue)); !broker.IsNotFound(err) {
 		t.Fatalf("replay queue still there (%v)", err)
 	}
 }

@@ -111,12 +111,12 @@ func (l *lab) nothingLeft(t *testing.T, w *workload.Workload, extraPods ...strin
 		t.Fatalf("%d leases left, e.g. %s", len(leases.Items), leases.Items[0].Name)
 	}
 	l.replayQueueGone(t, w)
-	b, err := broker.Dial(l.brokerURL)
+	b, err := broker.Dial(context.Background(), l.brokerURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if _, err := b.QueueDepth(ms2m.MigrationQueueName(w.Queue)); !broker.IsNotFound(err) {
+	if _, err := b.QueueDepth(context.Background(), ms2m.MigrationQueueName(w.Queue)); !broker.IsNotFound(err) {
 		t.Fatalf("migration queue still there (%v)", err)
 	}
 	for _, node := range []string{"node-a", "node-b"} {

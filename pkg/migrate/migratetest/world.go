@@ -178,7 +178,7 @@ func (w *World) startKubelet() {
 func (w *World) Deps() migrate.Deps {
 	return migrate.Deps{
 		Client: w.Client, Checkpointer: (*fakeCheckpointer)(w), Packer: (*fakePacker)(w),
-		DialBroker: func(string) (migrate.Broker, error) { return (*fakeBroker)(w), nil },
+		DialBroker: func(context.Context, string) (migrate.Broker, error) { return (*fakeBroker)(w), nil },
 		App:        (*fakeApp)(w), Registry: (*fakeRegistry)(w), Records: report.Store{Client: w.Client},
 	}
 }
@@ -238,10 +238,10 @@ func (f *fakePacker) Prepull(_ context.Context, podName, node string, images []s
 
 type fakeBroker World
 
-func (f *fakeBroker) CheckExchange(string) error { return nil }
+func (f *fakeBroker) CheckExchange(context.Context, string) error { return nil }
 func (f *fakeBroker) Close() error               { return nil }
 
-func (f *fakeBroker) BindReplayQueue(_, queue string) error {
+func (f *fakeBroker) BindReplayQueue(_ context.Context, _, queue string) error {
 	w := (*World)(f)
 	w.record("bind %s", queue)
 	w.Mu.Lock()
@@ -250,7 +250,7 @@ func (f *fakeBroker) BindReplayQueue(_, queue string) error {
 	return nil
 }
 
-func (f *fakeBroker) DeclareQueue(queue string) error {
+func (f *fakeBroker) DeclareQueue(_ context.Context, queue string) error {
 	w := (*World)(f)
 	w.record("declare %s", queue)
 	w.Mu.Lock()
@@ -275,7 +275,7 @@ func (f *fakeBroker) PublishMarker(_ context.Context, _, id string) error {
 	return nil
 }
 
-func (f *fakeBroker) QueueDepth(queue string) (int, error) {
+func (f *fakeBroker) QueueDepth(_ context.Context, queue string) (int, error) {
 	w := (*World)(f)
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
@@ -285,7 +285,7 @@ func (f *fakeBroker) QueueDepth(queue string) (int, error) {
 	return 7, nil
 }
 
-func (f *fakeBroker) DeleteQueue(queue string) error {
+func (f *fakeBroker) DeleteQueue(_ context.Context, queue string) error {
 	w := (*World)(f)
 	w.record("delete queue %s", queue)
 	if err := w.fail(report.Cleanup); err != nil {
