@@ -84,15 +84,33 @@ func Pack(ctx context.Context, req PackRequest, reg image.Registry) (PackResult,
 	return res, nil
 }
 
-// Remove deletes a checkpoint archive (rollback and cleanup).
+// Remove deletes a checkpoint archive (rollback and cleanup), or every
+// archive a pattern matches (ArchivePattern: a checkpoint whose path the
+// migration never learnt, because the process running it died during the
+// kubelet's call).
 func Remove(path string) error {
 	if err := ValidateArchive(path); err != nil {
 		return err
 	}
-	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-		return err
+	paths := []string{path}
+	if strings.ContainsAny(path, "*?[") {
+		var err error
+		if paths, err = filepath.Glob(path); err != nil {
+			return err
+		}
+	}
+	for _, p := range paths {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			return err
+		}
 	}
 	return nil
+}
+
+// ArchivePattern matches the archives the kubelet writes for a checkpoint
+// of container in namespace/pod (checkpoint-POD_NAMESPACE-CONTAINER-TIME.tar).
+func ArchivePattern(namespace, pod, container string) string {
+	return archiveDir + "/checkpoint-" + pod + "_" + namespace + "-" + container + "-*.tar"
 }
 
 // InstallSelf copies the running (static) binary into dir, so a container

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
@@ -22,6 +23,12 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 		m.Archives = map[string]string{}
 	}
 	for _, c := range m.Migrated {
+		// Until the kubelet answers, only the pattern of the archive is
+		// known: enough for a rollback to remove it.
+		m.Archives[c] = agent.ArchivePattern(m.Namespace, m.Pod, c)
+		if err := m.save(ctx); err != nil {
+			return err
+		}
 		path, err := m.Checkpointer.Checkpoint(ctx, m.SourceNode, m.Namespace, m.Pod, c, m.CheckpointTimeout)
 		if err != nil {
 			return err

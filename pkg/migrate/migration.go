@@ -34,7 +34,9 @@ type State struct {
 	ReplayBound    time.Time `json:"replayBound,omitzero"`
 	ReplayStarted  time.Time `json:"replayStarted,omitzero"`
 	// Archives maps each container to its checkpoint archive on the source
-	// node, for as long as the archive is there.
+	// node, for as long as the archive is there; a container whose
+	// checkpoint was asked for but not answered maps to the pattern of its
+	// archives.
 	Archives map[string]string `json:"archives,omitempty"`
 	// Images maps each container to its pushed checkpoint image.
 	Images map[string]string `json:"images,omitempty"`

@@ -150,9 +150,9 @@ func checkVolumes(ctx context.Context, m *Migration) error {
 		}
 		switch {
 		case v.HostPath != nil:
-			return fmt.Errorf("volume %s is hostPath %s on %s, whose data cannot follow the pod; migrate only the other containers with --containers, or use a network-attached volume", v.Name, v.HostPath.Path, m.SourceNode)
+			return fmt.Errorf("volume %s is hostPath %s on %s, whose data cannot follow the pod; migrate only the other containers with --container, or use a network-attached volume", v.Name, v.HostPath.Path, m.SourceNode)
 		case v.EmptyDir != nil:
-			return fmt.Errorf("volume %s is an emptyDir, whose data stays on %s and is not in a checkpoint; migrate only the other containers with --containers, or use a network-attached volume", v.Name, m.SourceNode)
+			return fmt.Errorf("volume %s is an emptyDir, whose data stays on %s and is not in a checkpoint; migrate only the other containers with --container, or use a network-attached volume", v.Name, m.SourceNode)
 		case v.PersistentVolumeClaim == nil:
 			continue
 		}

@@ -101,6 +101,7 @@ func TestRecoverFromACrashAtEveryStep(t *testing.T) {
 		steps := crashSteps(t, newWorld, testConfig(strategy))
 		for n := 1; n <= steps; n++ {
 			t.Run(fmt.Sprintf("%s/%d", strategy, n), func(t *testing.T) {
+				t.Parallel()
 				w := migratetest.NewWorld(t)
 				crashed := crashAt(t, w, testConfig(strategy), n)
 				last := crashed.Phases[len(crashed.Phases)-1]
@@ -144,6 +145,7 @@ func TestRecoverStatefulSetFromACrashAtEveryStep(t *testing.T) {
 		steps := crashSteps(t, migratetest.NewStatefulSetWorld, stsConfig(tc.strategy, tc.mode))
 		for n := 1; n <= steps; n++ {
 			t.Run(fmt.Sprintf("%s/%s/%d", tc.strategy, tc.mode, n), func(t *testing.T) {
+				t.Parallel()
 				w := migratetest.NewStatefulSetWorld(t)
 				other := consumer1(t, w)
 				rec := recoverTwice(t, w, crashAt(t, w, stsConfig(tc.strategy, tc.mode), n))
@@ -209,5 +211,30 @@ func TestCrashedMigrationPointsAtRecovery(t *testing.T) {
 	_, err := migrate.Run(context.Background(), again, w.Deps(), migrate.Hooks{})
 	if err == nil || !strings.Contains(err.Error(), "kubectl migrate recover abcde -n default") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestRecoverRemovesAnArchiveItNeverLearnt: the process dies while the
+// kubelet writes the archive, before it answers with its path; recovery
+// still removes it (it holds the process's memory).
+func TestRecoverRemovesAnArchiveItNeverLearnt(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	w.AfterCheckpoint = runtime.Goexit
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = migrate.Run(context.Background(), testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{})
+	}()
+	<-done
+	w.AfterCheckpoint = nil
+	w.ExpireLeases()
+	if len(w.Archives) != 1 {
+		t.Fatalf("the kubelet wrote %d archives", len(w.Archives))
+	}
+	if rec := recoverTwice(t, w, w.Records()[0]); rec.Outcome != report.RolledBack {
+		t.Fatalf("recovered to %s", rec.Outcome)
+	}
+	if len(w.Archives) != 0 {
+		t.Fatalf("archives left: %v", w.Archives)
 	}
 }

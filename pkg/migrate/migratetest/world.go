@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +44,10 @@ type World struct {
 	FailAt  report.PhaseName
 	FailNth int
 	failed  map[report.PhaseName]int
+
+	// AfterCheckpoint, if set, runs once the archive exists, before the
+	// kubelet's answer: a test's process can die there.
+	AfterCheckpoint func()
 
 	Mu        sync.Mutex
 	Calls     []string
@@ -191,12 +196,16 @@ func (f *fakeCheckpointer) Checkpoint(_ context.Context, node, ns, pod, ctr stri
 	if err := w.fail(report.Checkpoint); err != nil {
 		return "", err
 	}
-	path := agent.CheckpointDir + "/checkpoint-" + pod + "_" + ns + "-" + ctr + ".tar"
+	archive := agent.CheckpointDir + "/checkpoint-" + pod + "_" + ns + "-" + ctr + "-2026-12-01T09:00:00Z.tar"
 	w.Mu.Lock()
-	w.Archives[path] = true
+	w.Archives[archive] = true
 	w.snapshot = *w.Apps[pod]
+	after := w.AfterCheckpoint
 	w.Mu.Unlock()
-	return path, nil
+	if after != nil {
+		after()
+	}
+	return archive, nil
 }
 
 type fakePacker World
@@ -221,7 +230,11 @@ func (f *fakePacker) Remove(_ context.Context, podName, node string, archives []
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
 	for _, a := range archives {
-		delete(w.Archives, a)
+		for have := range w.Archives {
+			if ok, _ := path.Match(a, have); ok {
+				delete(w.Archives, have)
+			}
+		}
 	}
 	return nil
 }
