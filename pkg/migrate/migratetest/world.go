@@ -252,7 +252,7 @@ func (f *fakePacker) Prepull(_ context.Context, podName, node string, images []s
 type fakeBroker World
 
 func (f *fakeBroker) CheckExchange(context.Context, string) error { return nil }
-func (f *fakeBroker) Close() error               { return nil }
+func (f *fakeBroker) Close() error                                { return nil }
 
 func (f *fakeBroker) BindReplayQueue(_ context.Context, _, queue string) error {
 	w := (*World)(f)
