@@ -4,7 +4,7 @@
 LAB_CACHE ?= /var/cache/kubectl-migrate-lab
 KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
-.PHONY: build lint unit e2e test demo lab-up lab-down services-up services-down release-check krew-manifest
+.PHONY: build lint unit e2e crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest
 
 build:
 	CGO_ENABLED=0 go build -o bin/ ./cmd/...
@@ -29,6 +29,12 @@ unit: lint $(KUBECTL)
 e2e:
 	go run ./test/lab up
 	eval "$$(go run ./test/lab env)" && go test -tags e2e -count=1 -v -timeout 30m ./test/e2e
+
+# Every step of every strategy and mode: the plugin SIGKILLed as each phase
+# starts, then recovered (e2e runs a chosen few of them).
+crash-matrix:
+	go run ./test/lab up
+	eval "$$(go run ./test/lab env)" && E2E_CRASH_MATRIX=all go test -tags e2e -count=1 -v -timeout 90m -run 'TestRecover' ./test/e2e
 
 # The release, offline: goreleaser check and a full local release (six
 # archives, checksums, the multi-arch agent image to the loopback registry,

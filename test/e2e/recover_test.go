@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
@@ -137,12 +138,50 @@ type crashCase struct {
 	want     report.Outcome
 }
 
+// everyStep, with E2E_CRASH_MATRIX=all (make crash-matrix), replaces a
+// test's chosen crash cases by one for each phase of each strategy and mode
+// after preflight: the plugin killed as it starts.
+func everyStep(chosen []crashCase, statefulSet bool) []crashCase {
+	if os.Getenv("E2E_CRASH_MATRIX") != "all" {
+		return chosen
+	}
+	var all []crashCase
+	modes := []migrate.Mode{""}
+	if statefulSet {
+		modes = migrate.Modes
+	}
+	for _, mode := range modes {
+		for _, strategy := range migrate.Strategies {
+			if mode == migrate.Shadow && strategy != migrate.MS2M {
+				continue
+			}
+			phases := migrate.Phases(strategy, statefulSet, mode)
+			for _, p := range phases[1:] {
+				step := string(p.Name())
+				if s, ok := p.(interface{ Stage() string }); ok && s.Stage() != "" {
+					step += "/" + s.Stage()
+				}
+				args := []string{"--strategy", string(strategy), "--inject-crash", step}
+				if statefulSet {
+					args = append(args, "--mode", string(mode))
+				}
+				want := report.RolledBack
+				if p.Name() == report.Cleanup { // past the commit point
+					want = report.Succeeded
+				}
+				all = append(all, crashCase{name: strings.Trim(string(mode)+"/"+string(strategy), "/") + "/" + step, args: args, want: want})
+			}
+		}
+	}
+	return all
+}
+
 func TestRecoverPodAfterCrash(t *testing.T) {
-	for _, tc := range []crashCase{
+	for _, tc := range everyStep([]crashCase{
 		{name: "ms2m/restore", args: []string{"--inject-crash", "restore"}, want: report.RolledBack},
 		{name: "ms2m/cleanup", args: []string{"--inject-crash", "cleanup"}, want: report.Succeeded},
 		{name: "stop-and-copy/image", args: []string{"--strategy", "stop-and-copy", "--inject-crash", "image"}, want: report.RolledBack},
-	} {
+	}, false) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := setup(t)
 			w := l.deploy(t, "10")
@@ -174,7 +213,7 @@ func TestRecoverStatefulSetAfterCrash(t *testing.T) {
 		st, err := w.State(ctx, "consumer-0")
 		return err == nil && st.Mode == ms2m.ModeReplay && st.Totals.Count > 0
 	}
-	for _, tc := range []crashCase{
+	for _, tc := range everyStep([]crashCase{
 		{name: "sequential/statefulset-deleted", killWhen: stsGone, want: report.RolledBack},
 		{name: "sequential/restore", args: []string{"--inject-crash", "restore"}, want: report.RolledBack},
 		// The copy has consumed replayed messages: its state must move back.
@@ -182,7 +221,7 @@ func TestRecoverStatefulSetAfterCrash(t *testing.T) {
 		{name: "stop-and-copy/adopt", args: []string{"--strategy", "stop-and-copy", "--inject-crash", "adopt"}, want: report.RolledBack},
 		{name: "shadow/detach-final", args: []string{"--mode", "shadow", "--inject-crash", "detach/final"}, want: report.RolledBack},
 		{name: "shadow/cleanup-final", args: []string{"--mode", "shadow", "--inject-crash", "cleanup/final"}, want: report.Succeeded},
-	} {
+	}, true) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := setup(t)
 			b := l.startStatefulSet(t, 20)
