@@ -102,8 +102,7 @@ func state(t testing.TB, w *workload.Workload, pod string) ms2m.State {
 // migrate runs kubectl migrate through the real kubectl plugin mechanism.
 func (l *lab) migrate(t testing.TB, w *workload.Workload, args ...string) (report.Record, string, error) {
 	t.Helper()
-	argv := append([]string{"migrate", "-n", w.Namespace}, args...)
-	argv = append(argv, "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab", "--insecure-registry", "-o", "json")
+	argv := l.migrateArgs(w, args...)
 	cmd := exec.Command(l.kubectl, argv...)
 	cmd.Env = append(os.Environ(), "PATH="+l.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1")
 	var stdout, stderr bytes.Buffer
@@ -120,6 +119,13 @@ func (l *lab) migrate(t testing.TB, w *workload.Workload, args ...string) (repor
 		t.Fatalf("not a record: %v\n%s", jerr, stdout.String())
 	}
 	return rec, stderr.String(), err
+}
+
+// migrateArgs is kubectl's argv for kubectl migrate CMD ARGS with the lab's
+// agent image and registry; flags in args come later and so win.
+func (l *lab) migrateArgs(w *workload.Workload, args ...string) []string {
+	argv := []string{"migrate", "-n", w.Namespace, args[0], "--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab", "--insecure-registry", "-o", "json"}
+	return append(argv, args[1:]...)
 }
 
 // kubectlMigrate runs another kubectl migrate command and returns its output.

@@ -29,8 +29,7 @@ import (
 // start runs kubectl migrate in the background, as a user's terminal would.
 func (l *lab) start(t *testing.T, w *workload.Workload, args ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
-	argv := append([]string{"migrate", "-n", w.Namespace}, args...)
-	argv = append(argv, "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab", "--insecure-registry", "-o", "json", "-v", "1")
+	argv := append(l.migrateArgs(w, args...), "-v", "1")
 	cmd := exec.Command(l.kubectl, argv...)
 	cmd.Env = append(os.Environ(), "PATH="+l.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1")
 	var out bytes.Buffer

@@ -125,7 +125,6 @@ func TestPreflightRefusesBeforeAnyChange(t *testing.T) {
 		{[]string{"--agent-image", l.registry + "/nope/kubectl-migrate-agent:missing"}, "cannot run the agent image"},
 		{[]string{"--target-name", "Bad_Name"}, `--target-name "Bad_Name" is not a valid pod name`},
 	} {
-		// The last --agent-image wins: the bad one comes after the lab's.
 		_, stderr, err := l.migrate(t, w, append([]string{"pod", "consumer", "--to", "node-b"}, tc.args...)...)
 		lines := strings.Split(strings.TrimSpace(stderr), "\n")
 		if err == nil || !strings.Contains(lines[len(lines)-1], tc.want) || !strings.Contains(lines[len(lines)-1], "--") {
@@ -165,7 +164,9 @@ func TestRestartAfterMigration(t *testing.T) {
 	var st ms2m.State
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, bound, true, func(ctx context.Context) (bool, error) {
 		p, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, rec.TargetPod, metav1.GetOptions{})
-		if err != nil || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].RestartCount < 1 {
+		// The restart count stays 0: the restored container carries the
+		// checkpointed one's attempt number. Its last termination shows it.
+		if err != nil || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].LastTerminationState.Terminated == nil {
 			return false, nil
 		}
 		st, err = w.State(ctx, rec.TargetPod)
