@@ -31,6 +31,7 @@ func realDeps(ctx context.Context, client kubernetes.Interface, c migrate.Config
 			RegistrySecret: c.RegistrySecret,
 			PullSecrets:    pullSecrets,
 			Labels:         map[string]string{"app.kubernetes.io/name": "kubectl-migrate-agent", migrate.MigrationLabel: c.ID},
+			Serving:        &agent.Serving{},
 		},
 		DialBroker: func(ctx context.Context, url string) (migrate.Broker, error) { return broker.Dial(ctx, url) },
 		App:        appctl.Client{REST: rest},

@@ -1,7 +1,9 @@
-// Command kubectl-migrate-agent runs on the source node in a short-lived pod
-// that kubectl-migrate creates. "pack" turns a kubelet checkpoint archive
-// into an OCI checkpoint image, pushes it and deletes the archive; "remove"
-// deletes archives. The result goes to the pod's termination message.
+// Command kubectl-migrate-agent runs on a node in a pod that kubectl-migrate
+// creates. "serve" is the warm agent a migration starts at its beginning:
+// it packs and removes archives over HTTP as they are asked for. "pack"
+// turns a kubelet checkpoint archive into an OCI checkpoint image, pushes it
+// and deletes the archive; "remove" deletes archives; their result goes to
+// the pod's termination message.
 package main
 
 import (
@@ -9,15 +11,18 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
 )
 
 const usage = `usage:
+  kubectl-migrate-agent serve [--idle 15m] (HTTP on port 8090: pack and remove as asked)
   kubectl-migrate-agent pack --archive PATH --container NAME --image REF [--insecure] [--keep-archive]
   kubectl-migrate-agent remove PATH...
   kubectl-migrate-agent install DIR   (copy this static binary into DIR)
@@ -68,6 +73,17 @@ func run(ctx context.Context, args []string) (string, error) {
 			return "", fmt.Errorf("install needs a directory\n%s", usage)
 		}
 		return agent.InstallSelf(args[1])
+	case "serve":
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		idle := fs.Duration("idle", 15*time.Minute, "end after this long without a request")
+		if err := fs.Parse(args[1:]); err != nil {
+			return "", err
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", agent.ServePort))
+		if err != nil {
+			return "", err
+		}
+		return "served", agent.Serve(ctx, ln, *idle)
 	case "noop":
 		return "ok", nil
 	case "remove":

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,11 +33,27 @@ type Launcher struct {
 	// that the agent pushes with; empty for an anonymous registry.
 	RegistrySecret string
 	PullSecrets    []corev1.LocalObjectReference
-	Labels         map[string]string
+	// Labels mark every agent pod of one migration (Release finds them so).
+	Labels map[string]string
+	// Serving, if set, keeps the agents Warm starts, which Pack and
+	// Remove then use.
+	Serving *Serving
 }
 
-// Pack packs and pushes one archive on node and returns the agent's result.
+// Pack packs and pushes one archive on node and returns the agent's result:
+// through the node's warm agent if it has one, else in a pod of its own.
 func (l Launcher) Pack(ctx context.Context, podName, node string, req PackRequest) (PackResult, error) {
+	if warm, ok := l.Serving.pod(node); ok {
+		out, err := l.call(ctx, warm, http.MethodPost, packPath, req)
+		if err != nil {
+			return PackResult{}, err
+		}
+		var res PackResult
+		if err := json.Unmarshal(out, &res); err != nil {
+			return PackResult{}, fmt.Errorf("agent %s answered %q: %w", warm, out, err)
+		}
+		return res, nil
+	}
 	args := []string{"pack", "--archive", req.Archive, "--container", req.Container, "--image", req.Image}
 	if req.Insecure {
 		args = append(args, "--insecure")
@@ -55,8 +72,13 @@ func (l Launcher) Pack(ctx context.Context, podName, node string, req PackReques
 	return res, nil
 }
 
-// Remove deletes checkpoint archives on node.
+// Remove deletes checkpoint archives on node (through its warm agent if it
+// has one).
 func (l Launcher) Remove(ctx context.Context, podName, node string, archives []string) error {
+	if warm, ok := l.Serving.pod(node); ok {
+		_, err := l.call(ctx, warm, http.MethodPost, removePath, removeRequest{Archives: archives})
+		return err
+	}
 	_, err := l.run(ctx, podName, node, append([]string{"remove"}, archives...))
 	return err
 }

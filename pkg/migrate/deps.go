@@ -17,8 +17,15 @@ type Checkpointer interface {
 	Checkpoint(ctx context.Context, node, namespace, pod, container string, timeout time.Duration) (string, error)
 }
 
-// Packer turns checkpoint archives on a node into pushed images.
+// Packer runs the node-side work: turning checkpoint archives into pushed
+// images, removing archives, pulling images.
 type Packer interface {
+	// Warm starts an agent on node that stays ready for the node's later
+	// Pack and Remove calls; it fails if the node cannot run the agent.
+	Warm(ctx context.Context, podName, node string) error
+	// Release ends every agent of the migration, warm or left by a process
+	// that died.
+	Release(ctx context.Context) error
 	Pack(ctx context.Context, podName, node string, req agent.PackRequest) (agent.PackResult, error)
 	Remove(ctx context.Context, podName, node string, archives []string) error
 	// Prepull makes node pull images (the base images restore builds on).

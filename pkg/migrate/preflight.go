@@ -304,23 +304,26 @@ func checkBroker(ctx context.Context, m *Migration) error {
 	return nil
 }
 
-// checkAgents runs the node agent on both nodes, proving that its image
-// can be pulled and is allowed to run there (packing and removing the
-// checkpoint archives need it), and has the target pull the base images its
-// restore builds on, so that restore does not wait for them.
+// checkAgents starts the warm agents on both nodes, proving that their
+// image can be pulled and is allowed to run there (packing and removing the
+// checkpoint archives need it); they stay ready for the steps that need
+// them. Meanwhile the target pulls the base images its restore builds on, so
+// that restore does not wait for them.
 func checkAgents(ctx context.Context, m *Migration) error {
 	bases := m.baseImages()
-	sourceAgent, targetAgent := m.nextAgentPod(), m.nextAgentPod()
+	sourceAgent, targetAgent, puller := m.nextAgentPod(), m.nextAgentPod(), m.nextAgentPod()
 	var g errgroup.Group
+	for _, a := range []struct{ pod, node string }{{sourceAgent, m.SourceNode}, {targetAgent, m.TargetNode}} {
+		g.Go(func() error {
+			if err := m.Packer.Warm(ctx, a.pod, a.node); err != nil {
+				return fmt.Errorf("node %s cannot run the agent image %s: %w; pass --agent-image with an image the nodes can pull and run", a.node, m.AgentImage, err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
-		if err := m.Packer.Prepull(ctx, sourceAgent, m.SourceNode, []string{m.AgentImage}); err != nil {
-			return fmt.Errorf("node %s cannot run the agent image %s: %w; pass --agent-image with an image the nodes can pull and run", m.SourceNode, m.AgentImage, err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		if err := m.Packer.Prepull(ctx, targetAgent, m.TargetNode, bases); err != nil {
-			return fmt.Errorf("node %s cannot run the agent image %s or pull the images %v its restore needs: %w; pass --agent-image with an image the nodes can pull and run", m.TargetNode, m.AgentImage, bases, err)
+		if err := m.Packer.Prepull(ctx, puller, m.TargetNode, bases); err != nil {
+			return fmt.Errorf("node %s cannot pull the images %v its restore needs: %w", m.TargetNode, bases, err)
 		}
 		return nil
 	})

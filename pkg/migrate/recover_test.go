@@ -181,13 +181,12 @@ func TestSecondMigrationRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := tc.world(t)
 			var second error
-			calls := 0
 			hooks := migrate.Hooks{PhaseStarted: func(p report.Phase) {
 				if p.Name == report.Checkpoint {
-					calls = len(w.Calls)
+					before := len(w.Changes())
 					_, second = migrate.Run(context.Background(), tc.again(), w.Deps(), migrate.Hooks{})
-					if len(w.Calls) != calls {
-						t.Errorf("the refused migration did %v", w.Calls[calls:])
+					if after := w.Changes(); len(after) != before {
+						t.Errorf("the refused migration did %v", after[before:])
 					}
 				}
 			}}

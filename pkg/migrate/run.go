@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
@@ -58,12 +59,10 @@ func Run(ctx context.Context, cfg Config, deps Deps, hooks Hooks) (*report.Recor
 		phases = phases[:1]
 	}
 	err := m.run(ctx, phases, 0)
-	if cfg.DryRun {
-		m.leases.release(context.WithoutCancel(ctx))
-		return m.Record, err
-	}
-	if len(m.Record.Phases) < 2 {
-		// Preflight failed before anything changed: nothing to record.
+	if cfg.DryRun || len(m.Record.Phases) < 2 {
+		// Preflight failed before anything changed, or the plan was all that
+		// was asked for: nothing to record.
+		m.releaseAgents(ctx)
 		m.leases.release(context.WithoutCancel(ctx))
 		return m.Record, err
 	}
@@ -79,6 +78,7 @@ func (m *Migration) finish(ctx context.Context) error {
 	if m.committed() && m.Record.Downtime == nil {
 		m.Record.Downtime, m.Record.Shadow = m.measureGaps(ctx)
 	}
+	m.releaseAgents(ctx)
 	if !m.Record.Outcome.Final() {
 		m.leases.abandon(ctx)
 		if err := m.save(ctx); err != nil {
@@ -103,6 +103,15 @@ func (m *Migration) finish(ctx context.Context) error {
 	}
 	m.leases.release(ctx)
 	return nil
+}
+
+// releaseAgents ends the migration's agents; one left would only idle out.
+func (m *Migration) releaseAgents(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := m.Packer.Release(ctx); err != nil {
+		m.progress(report.Cleanup, "agent pods not removed: "+err.Error())
+	}
 }
 
 func (m *Migration) closeBroker() {

@@ -239,6 +239,16 @@ func (f *fakePacker) Remove(_ context.Context, podName, node string, archives []
 	return nil
 }
 
+func (f *fakePacker) Warm(_ context.Context, podName, node string) error {
+	(*World)(f).record("warm agent %s on %s", podName, node)
+	return nil
+}
+
+func (f *fakePacker) Release(context.Context) error {
+	(*World)(f).record("release agents")
+	return nil
+}
+
 func (f *fakePacker) Prepull(_ context.Context, podName, node string, images []string) error {
 	(*World)(f).record("prepull %v on %s", images, node)
 	for _, img := range images {
@@ -387,6 +397,20 @@ func (f *fakeRegistry) Delete(_ context.Context, ref string) error {
 	defer w.Mu.Unlock()
 	delete(w.Images, ref)
 	return nil
+}
+
+// Changes returns the calls that changed something: all but the agents'
+// starts, pulls and ends, which a preflight may do.
+func (w *World) Changes() []string {
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	var changes []string
+	for _, c := range w.Calls {
+		if !strings.HasPrefix(c, "prepull ") && !strings.HasPrefix(c, "warm agent ") && c != "release agents" {
+			changes = append(changes, c)
+		}
+	}
+	return changes
 }
 
 // Records returns the records saved in the fake cluster (as ConfigMaps, by
