@@ -100,36 +100,42 @@ func publishMarker(t *testing.T, f *fixture, id string) {
 	}
 }
 
-// markMigrating declares the queue that says a migration runs, as the
-// migration manager does first.
-func markMigrating(t *testing.T, f *fixture) {
+// onChannel runs fn on a channel of a connection of its own.
+func onChannel(t *testing.T, f *fixture, fn func(*amqp.Channel) error) {
 	t.Helper()
 	conn, err := amqp.Dial(f.url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	ch, _ := conn.Channel()
-	if _, err := ch.QueueDeclare(MigrationQueueName(f.queue), true, false, false, false, nil); err != nil {
+	ch, err := conn.Channel()
+	if err != nil {
 		t.Fatal(err)
 	}
+	if err := fn(ch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// markMigrating declares the queue that says a migration runs, as the
+// migration manager does first.
+func markMigrating(t *testing.T, f *fixture) {
+	t.Helper()
+	onChannel(t, f, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(MigrationQueueName(f.queue), true, false, false, false, nil)
+		return err
+	})
 }
 
 func bindReplayQueue(t *testing.T, f *fixture) {
 	t.Helper()
 	markMigrating(t, f)
-	conn, err := amqp.Dial(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, _ := conn.Channel()
-	if _, err := ch.QueueDeclare(ReplayQueueName(f.queue), true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(ReplayQueueName(f.queue), "", f.exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	onChannel(t, f, func(ch *amqp.Channel) error {
+		if _, err := ch.QueueDeclare(ReplayQueueName(f.queue), true, false, false, false, nil); err != nil {
+			return err
+		}
+		return ch.QueueBind(ReplayQueueName(f.queue), "", f.exchange, false, nil)
+	})
 }
 
 // TestMigrationProtocolConservesMessages runs the MS2M protocol against a
@@ -209,15 +215,10 @@ func TestRestoredAgainResumesOnlyWithoutAMigration(t *testing.T) {
 	control(t, copyDuringMigration, Control{Type: StartReplay, Payload: ControlPayload{Queue: f.queue}})
 	control(t, copyDuringMigration, Control{Type: Stop})
 
-	conn, err := amqp.Dial(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, _ := conn.Channel()
-	if _, err := ch.QueueDelete(MigrationQueueName(f.queue), false, false, false); err != nil {
-		t.Fatal(err)
-	}
-	conn.Close()
+	onChannel(t, f, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDelete(MigrationQueueName(f.queue), false, false, false)
+		return err
+	})
 	restarted := restoredCopy(src) // the runtime restores the checkpoint again
 	start(t, restarted.Run)
 	eventually(t, 10*holdCheck, "the restarted copy serving", func() bool {

@@ -142,13 +142,21 @@ func (l *lab) kubectlMigrate(t testing.TB, args ...string) string {
 
 func (l *lab) replayQueueGone(t testing.TB, w *workload.Workload) {
 	t.Helper()
+	l.queuesGone(t, ms2m.ReplayQueueName(w.Queue))
+}
+
+// queuesGone checks that the broker has none of the queues.
+func (l *lab) queuesGone(t testing.TB, queues ...string) {
+	t.Helper()
 	b, err := broker.Dial(context.Background(), l.brokerURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if _, err := b.QueueDepth(context.Background(), ms2m.ReplayQueueName(w.Queue)); !broker.IsNotFound(err) {
-		t.Fatalf("replay queue still there (%v)", err)
+	for _, q := range queues {
+		if _, err := b.QueueDepth(context.Background(), q); !broker.IsNotFound(err) {
+			t.Fatalf("queue %s still there (%v)", q, err)
+		}
 	}
 }
 

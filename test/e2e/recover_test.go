@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -110,15 +109,7 @@ func (l *lab) nothingLeft(t *testing.T, w *workload.Workload, extraPods ...strin
 	if len(leases.Items) != 0 {
 		t.Fatalf("%d leases left, e.g. %s", len(leases.Items), leases.Items[0].Name)
 	}
-	l.replayQueueGone(t, w)
-	b, err := broker.Dial(context.Background(), l.brokerURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if _, err := b.QueueDepth(context.Background(), ms2m.MigrationQueueName(w.Queue)); !broker.IsNotFound(err) {
-		t.Fatalf("migration queue still there (%v)", err)
-	}
+	l.queuesGone(t, ms2m.ReplayQueueName(w.Queue), ms2m.MigrationQueueName(w.Queue))
 	for _, node := range []string{"node-a", "node-b"} {
 		archives, _ := filepath.Glob(filepath.Join(env(t, "LAB_RUN"), node, "kubelet", "checkpoints", "*_"+w.Namespace+"-*"))
 		if len(archives) != 0 {
