@@ -4,35 +4,49 @@
 LAB_CACHE ?= /var/cache/kubectl-migrate-lab
 KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
-.PHONY: build lint unit e2e crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest
+.PHONY: help build lint unit integration e2e crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest
 
-build:
+# The linter, pinned, installed into the checkout's bin/ from the module proxy.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(CURDIR)/bin/staticcheck-$(STATICCHECK_VERSION)
+
+help: ## this list
+	@awk -F ':.*## ' '/^[a-z0-9-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## the plugin, the agent and the sample workload into bin/
 	CGO_ENABLED=0 go build -o bin/ ./cmd/...
 
-lint:
+$(STATICCHECK):
+	mkdir -p bin && GOBIN=$(CURDIR)/bin go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) && mv bin/staticcheck $@
+
+lint: $(STATICCHECK) ## gofmt, go vet and staticcheck
 	@files=$$(gofmt -l . test/kubectl); if [ -n "$$files" ]; then echo "not gofmt-ed (run gofmt -w .):"; echo "$$files"; exit 1; fi
 	go vet ./...
 	go vet -tags e2e ./test/e2e
+	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags e2e ./test/e2e
 
 # Upstream kubectl, built from the module proxy, to test the plugin through
 # kubectl's real plugin mechanism.
 $(KUBECTL):
 	cd test/kubectl && CGO_ENABLED=0 go build -o $(KUBECTL) .
 
+unit: ## unit tests: no root, no services (the integration tests skip themselves)
+	go test -short -race ./...
+
 # Unit tests, and integration tests against a real RabbitMQ, a real registry
 # and the real kubectl (test/services.sh starts the services on loopback).
-unit: lint $(KUBECTL)
+integration: lint $(KUBECTL) ## unit and integration tests (real RabbitMQ, registry, kubectl; installs them)
 	eval "$$(bash test/services.sh up)" && \
 	MIGRATE_TEST_KUBECTL=$(KUBECTL) go test -race -count=1 ./...
 
-# End-to-end: live pods migrated on the lab's real two-node cluster.
-e2e:
+e2e: ## live pods migrated on the lab's real two-node cluster (root)
 	go run ./test/lab up
-	eval "$$(go run ./test/lab env)" && go test -tags e2e -count=1 -v -timeout 30m ./test/e2e
+	eval "$$(go run ./test/lab env)" && go test -tags e2e -count=1 -v -timeout 50m ./test/e2e
 
 # Every step of every strategy and mode: the plugin SIGKILLed as each phase
 # starts, then recovered (e2e runs a chosen few of them).
-crash-matrix:
+crash-matrix: ## the plugin killed at every step of every mode, then recovered (lab, ~25 min)
 	go run ./test/lab up
 	eval "$$(go run ./test/lab env)" && E2E_CRASH_MATRIX=all go test -tags e2e -count=1 -v -timeout 90m -run 'TestRecover' ./test/e2e
 
@@ -40,7 +54,7 @@ crash-matrix:
 # archives, checksums, the multi-arch agent image to the loopback registry,
 # the krew manifest), krew's validator, and a krew install of the archive
 # through which kubectl migrate version and completion must work.
-release-check: $(KUBECTL)
+release-check: $(KUBECTL) ## goreleaser and krew, offline
 	eval "$$(bash test/services.sh up)" && \
 	KUBECTL=$(KUBECTL) RELEASE_TOOLS=$(LAB_CACHE)/tools bash test/release/check.sh
 
@@ -50,9 +64,9 @@ krew-manifest: $(KUBECTL)
 	KUBECTL=$(KUBECTL) RELEASE_TOOLS=$(LAB_CACHE)/tools KREW_MANIFEST_OUT=$(CURDIR)/krew/migrate.yaml bash test/release/check.sh
 
 # Everything; needs root (the lab). Stop the lab afterwards with make lab-down.
-test: unit release-check e2e
+test: integration release-check e2e ## everything .ci/run runs (root)
 
-demo:
+demo: ## bring the lab up and migrate the sample workload
 	go run ./test/lab demo
 
 lab-up:

@@ -18,10 +18,6 @@ func netnsExists(name string) bool {
 	return err == nil
 }
 
-func inNetns(ns string, args ...string) error {
-	return run("ip", append([]string{"netns", "exec", ns}, args...)...)
-}
-
 func networkUp() error {
 	if netnsExists(labNetns) {
 		return nil // the whole network is set up at once, so one check is enough
