@@ -87,6 +87,10 @@ echo "$out"
 
 # Completion through kubectl: the script from the plugin's directory on PATH.
 ln -s "$KREW_ROOT/store/migrate/$tag/kubectl_complete-migrate" "$KREW_ROOT/bin/"
-"$kubectl" __complete migrate "" | grep -q "^sts" || { echo "release-check: kubectl does not complete kubectl migrate" >&2; exit 1; }
-"$kubectl" __complete migrate sts consumer-0 --mode "" | grep -q "^shadow" || { echo "release-check: flag values are not completed" >&2; exit 1; }
+# Captured first: grep -q stops reading at its match, and kubectl, still
+# writing, would die of SIGPIPE and fail the pipeline (pipefail).
+commands=$("$kubectl" __complete migrate "")
+grep -q "^sts" <<<"$commands" || { echo "release-check: kubectl does not complete kubectl migrate: $commands" >&2; exit 1; }
+modes=$("$kubectl" __complete migrate sts consumer-0 --mode "")
+grep -q "^shadow" <<<"$modes" || { echo "release-check: flag values are not completed: $modes" >&2; exit 1; }
 echo "release-check: installed with krew; version and completion work through kubectl"
