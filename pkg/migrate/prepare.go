@@ -72,11 +72,26 @@ func (stopSource) Run(ctx context.Context, m *Migration) error {
 	if err := m.markRunning(ctx); err != nil {
 		return err
 	}
-	st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop})
-	if err != nil {
+	return m.haltSource(ctx)
+}
+
+// haltSource stops the source and keeps its final state. The journal says
+// "halted" first, so that a rollback after a crash resumes a source that may
+// have stopped; Stop is idempotent, so a source whose answer was lost is
+// asked again.
+func (m *Migration) haltSource(ctx context.Context) error {
+	if m.SourceHalted && m.SourceFinal.Process != "" {
+		return nil // stopped already (a StatefulSet pod's source, or a recovery)
+	}
+	m.SourceHalted = true
+	if err := m.save(ctx); err != nil {
 		return err
 	}
-	m.SourceFinal, m.SourceHalted = st, true
+	st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop})
+	if err != nil {
+		return fmt.Errorf("stop the source: %w", err)
+	}
+	m.SourceFinal = st
 	return nil
 }
 

@@ -48,12 +48,10 @@ func (detach) Name() report.PhaseName { return report.Detach }
 
 func (detach) Run(ctx context.Context, m *Migration) error {
 	inPlace := m.Pod == m.TargetName
-	if inPlace && m.Strategy == MS2M { // stop-and-copy stopped the source at the start
-		st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop})
-		if err != nil {
-			return fmt.Errorf("stop the source: %w", err)
+	if inPlace { // stop-and-copy stopped it at the start already
+		if err := m.haltSource(ctx); err != nil {
+			return err
 		}
-		m.SourceFinal, m.SourceHalted = st, true
 	}
 	sts, err := m.Client.AppsV1().StatefulSets(m.Namespace).Get(ctx, m.StatefulSet, metav1.GetOptions{})
 	switch {

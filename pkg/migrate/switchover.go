@@ -32,12 +32,8 @@ func (switchover) Name() report.PhaseName { return report.Switchover }
 func (s switchover) Run(ctx context.Context, m *Migration) error {
 	handover := ms2m.Control{Type: ms2m.Resume}
 	if m.Strategy == MS2M {
-		if !m.SourceHalted { // a StatefulSet pod's source stopped already
-			st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop})
-			if err != nil {
-				return fmt.Errorf("stop the source: %w", err)
-			}
-			m.SourceFinal, m.SourceHalted = st, true
+		if err := m.haltSource(ctx); err != nil {
+			return err
 		}
 		handover = ms2m.Control{Type: ms2m.EndReplay, Payload: ms2m.ControlPayload{UntilSeq: m.SourceFinal.LastSeq}}
 	}
