@@ -53,6 +53,10 @@ func NewRootOptions(streams genericiooptions.IOStreams) *RootOptions {
 		if err != nil {
 			return nil, err
 		}
+		// client-go's default (5 requests/s, bursts of 10) throttles a
+		// migration's polls of the application (10/s) and so its critical
+		// path; the API server's priority and fairness protects it instead.
+		rc.QPS, rc.Burst = 50, 100
 		return kubernetes.NewForConfig(rc)
 	}
 	return o
