@@ -14,7 +14,9 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 )
 
 // Client talks to kubelets through the API server.
@@ -31,13 +33,25 @@ type CheckpointResult struct {
 // Checkpoint checkpoints one container and returns the archive's path on the
 // node. The running container keeps running.
 func (c Client) Checkpoint(ctx context.Context, node, namespace, pod, container string, timeout time.Duration) (string, error) {
-	req := c.REST.Post().Resource("nodes").Name(node).
-		SubResource("proxy", "checkpoint", namespace, pod, container)
-	if timeout > 0 {
-		// The kubelet accepts whole seconds only; anything else is a 404.
-		req = req.Param("timeout", strconv.Itoa(int(max(1, timeout.Round(time.Second)/time.Second))))
+	request := func() *rest.Request {
+		req := c.REST.Post().Resource("nodes").Name(node).
+			SubResource("proxy", "checkpoint", namespace, pod, container)
+		if timeout > 0 {
+			// The kubelet accepts whole seconds only; anything else is a 404.
+			req = req.Param("timeout", strconv.Itoa(int(max(1, timeout.Round(time.Second)/time.Second))))
+		}
+		return req
 	}
-	body, err := req.DoRaw(ctx)
+	// A runtime failure can pass: CRIU's network lock runs iptables-restore,
+	// which fails while a CNI call for another pod on the node holds the
+	// xtables lock. The container keeps running after a failed dump, so one
+	// more try a moment later is safe.
+	var body []byte
+	err := retry.OnError(wait.Backoff{Steps: 2, Duration: time.Second}, isRuntimeFailure, func() error {
+		var err error
+		body, err = request().DoRaw(ctx)
+		return err
+	})
 	if err != nil {
 		return "", checkpointError(node, pod, container, err, body)
 	}
@@ -46,6 +60,11 @@ func (c Client) Checkpoint(ctx context.Context, node, namespace, pod, container 
 		return "", fmt.Errorf("checkpoint %s/%s on node %s: unexpected kubelet answer %q", pod, container, node, truncate(string(body)))
 	}
 	return res.Items[0], nil
+}
+
+func isRuntimeFailure(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && status.Status().Code == http.StatusInternalServerError
 }
 
 func checkpointError(node, pod, container string, err error, body []byte) error {

@@ -63,3 +63,21 @@ func TestCheckpointErrorsNameTheFix(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointTriesAgainAfterARuntimeFailure: a dump that failed once (say
+// on the xtables lock) is asked for once more.
+func TestCheckpointTriesAgainAfterARuntimeFailure(t *testing.T) {
+	calls := 0
+	c := client(t, func(w http.ResponseWriter, r *http.Request) {
+		if calls++; calls == 1 {
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte("criu failed: type NOTIFY errno 0"))
+			return
+		}
+		_, _ = w.Write([]byte(`{"items":["/var/lib/kubelet/checkpoints/checkpoint-p_ns-app-2026.tar"]}`))
+	})
+	path, err := c.Checkpoint(context.Background(), "node-a", "ns", "p", "app", time.Second)
+	if err != nil || calls != 2 || !strings.HasSuffix(path, "checkpoint-p_ns-app-2026.tar") {
+		t.Fatalf("calls %d, path %q, err %v", calls, path, err)
+	}
+}
