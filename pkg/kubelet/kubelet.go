@@ -42,10 +42,10 @@ func (c Client) Checkpoint(ctx context.Context, node, namespace, pod, container 
 		}
 		return req
 	}
-	// A runtime failure can pass: CRIU's network lock runs iptables-restore,
-	// which fails while a CNI call for another pod on the node holds the
-	// xtables lock. The container keeps running after a failed dump, so one
-	// more try a moment later is safe.
+	// A runtime failure can pass (the lab saw one CRIU dump fail, "criu
+	// failed: type NOTIFY errno 0", in an otherwise quiet run); the
+	// container keeps running after a failed dump, so one more try a moment
+	// later is safe.
 	var body []byte
 	err := retry.OnError(wait.Backoff{Steps: 2, Duration: time.Second}, isRuntimeFailure, func() error {
 		var err error
