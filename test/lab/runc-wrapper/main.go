@@ -5,7 +5,8 @@
 // kubelet asks for) fails container creation; it is clamped to 0. The
 // machine's hugetlb controller sits on cgroup v2 while the rest is v1, so
 // hugepage limits are dropped. CRI-O deletes CRIU's restore.log when a
-// restore fails; a copy is kept under /var/log/criu-restore.
+// restore fails, and a failed dump's log goes with its container; copies are
+// kept under /var/log/criu-restore and /var/log/criu-dump.
 package main
 
 import (
@@ -29,7 +30,11 @@ func main() {
 			fmt.Fprintln(os.Stderr, "runc-wrapper:", err)
 		}
 	}
-	if !slices.Contains(args, "restore") {
+	// CRIU's log of a restore or a dump, kept when runc fails (CRI-O
+	// deletes the restore's, and the dump's goes with the container).
+	criuLog := map[string]string{"restore": "restore.log", "checkpoint": "dump.log"}
+	op := slices.IndexFunc(args, func(a string) bool { return criuLog[a] != "" })
+	if op < 0 {
 		err := syscall.Exec(realRunc, append([]string{"runc"}, args...), os.Environ())
 		fmt.Fprintln(os.Stderr, "runc-wrapper: exec runc:", err)
 		os.Exit(127)
@@ -37,7 +42,9 @@ func main() {
 	cmd := exec.Command(realRunc, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	err := cmd.Run()
-	keepRestoreLog(flagValue(args, "--work-path"), cmd.ProcessState.ExitCode())
+	if args[op] == "restore" || err != nil {
+		keepCRIULog(flagValue(args, "--work-path"), criuLog[args[op]], cmd.ProcessState.ExitCode())
+	}
 	if err != nil {
 		os.Exit(max(1, cmd.ProcessState.ExitCode()))
 	}
@@ -87,15 +94,15 @@ func adaptBundle(bundle string) error {
 	return os.WriteFile(path, out, 0o644)
 }
 
-func keepRestoreLog(workPath string, code int) {
+func keepCRIULog(workPath, name string, code int) {
 	if workPath == "" {
 		return
 	}
-	data, err := os.ReadFile(filepath.Join(workPath, "restore.log"))
+	data, err := os.ReadFile(filepath.Join(workPath, name))
 	if err != nil {
 		return
 	}
-	dir := "/var/log/criu-restore"
+	dir := "/var/log/criu-" + strings.TrimSuffix(name, ".log")
 	_ = os.MkdirAll(dir, 0o755)
-	_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("restore-%s-rc%d.log", time.Now().Format("150405.000"), code)), data, 0o644)
+	_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-rc%d.log", strings.TrimSuffix(name, ".log"), time.Now().Format("150405.000"), code)), data, 0o644)
 }
