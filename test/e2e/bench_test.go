@@ -5,6 +5,7 @@ package e2e
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -51,6 +52,11 @@ func benchMigrate(b *testing.B, rate, strategy string) report.Record {
 	}
 	l.checkMigrated(b, w, rec, before)
 	checkTimings(b, rec)
+	var phases []string
+	for _, p := range rec.Phases {
+		phases = append(phases, fmt.Sprintf("%s %d", p.Label(), p.DurationMillis))
+	}
+	b.Logf("%s at %s msg/s: total %d ms, downtime %d ms; phases (ms): %s", strategy, rate, rec.TotalMillis, rec.Downtime.Millis, strings.Join(phases, ", "))
 	return rec
 }
 
