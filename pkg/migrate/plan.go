@@ -14,11 +14,11 @@ func Plan(cfg Config, sourceNode string, containers []string) []string {
 	add := func(format string, args ...any) { steps = append(steps, fmt.Sprintf(format, args...)) }
 	queue, replay := cfg.Broker.Queue, ms2m.ReplayQueueName(cfg.Broker.Queue)
 	ctrs := strings.Join(containers, ", ")
-	images := func(pod string) string { return cfg.ImageRepository + "/" + pod + ":<container>-" + cfg.ID }
+	images := func(pod string) string { return CheckpointImage(cfg.ImageRepository, pod, "<container>", cfg.ID) }
 	ms2mInto := func(from, node string) {
 		add("bind replay queue %s to exchange %s; mark %s's state", replay, cfg.Broker.Exchange, from)
 		add("checkpoint %s of %s on %s through the kubelet", ctrs, from, node)
-		add("pack and push %s from an agent pod (%s)", images(from), cfg.AgentImage)
+		add("pack and push %s from the agent on %s (%s), started in preflight", images(from), node, cfg.AgentImage)
 	}
 	switch {
 	case cfg.StatefulSet != "" && cfg.Mode == Shadow:
@@ -37,7 +37,7 @@ func Plan(cfg Config, sourceNode string, containers []string) []string {
 		} else {
 			add("stop %s consuming %s", cfg.Pod, queue)
 			add("checkpoint %s of %s on %s through the kubelet", ctrs, cfg.Pod, sourceNode)
-			add("pack and push %s from an agent pod (%s)", images(cfg.Pod), cfg.AgentImage)
+			add("pack and push %s from the agent on %s (%s), started in preflight", images(cfg.Pod), sourceNode, cfg.AgentImage)
 		}
 		stop := ""
 		if cfg.Strategy == MS2M {
@@ -59,7 +59,7 @@ func Plan(cfg Config, sourceNode string, containers []string) []string {
 	default:
 		add("stop the source consuming %s", queue)
 		add("checkpoint %s of %s on %s through the kubelet", ctrs, cfg.Pod, sourceNode)
-		add("pack and push %s from an agent pod (%s)", images(cfg.Pod), cfg.AgentImage)
+		add("pack and push %s from the agent on %s (%s), started in preflight", images(cfg.Pod), sourceNode, cfg.AgentImage)
 		add("restore pod %s on %s; it resumes %s", cfg.TargetName, cfg.TargetNode, queue)
 		add("delete pod %s", cfg.Pod)
 	}

@@ -71,11 +71,17 @@ func pinnedImage(image, imageID string) string {
 	return repo + "@sha256:" + digest
 }
 
+// CheckpointImage is where container of pod is pushed, in repository, for
+// the migration (stage) tag.
+func CheckpointImage(repository, pod, container, tag string) string {
+	return repository + "/" + pod + ":" + container + "-" + tag
+}
+
 func (m *Migration) packRequest(container string) agent.PackRequest {
 	return agent.PackRequest{
 		Archive:   m.Archives[container],
 		Container: container,
-		Image:     m.ImageRepository + "/" + m.Pod + ":" + container + "-" + m.tag(),
+		Image:     CheckpointImage(m.ImageRepository, m.Pod, container, m.tag()),
 		Insecure:  m.InsecureRegistry,
 	}
 }
