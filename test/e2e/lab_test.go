@@ -18,10 +18,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
@@ -164,6 +166,9 @@ func (l *lab) dumpDiagnostics(t testing.TB, w *workload.Workload) {
 	pods, _ := l.client.CoreV1().Pods(w.Namespace).List(context.Background(), metav1.ListOptions{})
 	for _, p := range pods.Items {
 		t.Logf("pod %s on %s: %s %+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses)
+		if logs, err := l.client.CoreV1().Pods(w.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: ptr.To[int64](60)}).DoRaw(context.Background()); err == nil {
+			t.Logf("logs of %s:\n%s", p.Name, logs)
+		}
 	}
 	events, _ := l.client.CoreV1().Events(w.Namespace).List(context.Background(), metav1.ListOptions{})
 	for _, e := range events.Items {
