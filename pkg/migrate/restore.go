@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
@@ -124,7 +123,10 @@ func (restore) Rollback(ctx context.Context, m *Migration) error {
 			return err
 		}
 		m.SourceDeleted, m.SourceHalted = false, false
-	} else if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.TargetName, ptr.To[int64](0)); err != nil {
+	} else if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.TargetName, nil); err != nil {
+		// A graceful delete: the pod is gone only once its process is, and
+		// a copy still running when the migration ends (and with it the
+		// queue it holds for) would take its primary queue back.
 		return err
 	}
 	m.Target, m.TargetRequested = nil, false
