@@ -14,6 +14,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report/render"
 )
 
 func validateOutput(format string) error {
@@ -52,8 +53,8 @@ func printData(w io.Writer, format string, v any) error {
 	return fmt.Errorf("unknown output format %q", format)
 }
 
-func (o *RootOptions) renderOptions(cw *colorprofile.Writer) report.RenderOptions {
-	return report.RenderOptions{Colour: cw.Profile >= colorprofile.ANSI, Now: time.Now()}
+func (o *RootOptions) renderOptions(cw *colorprofile.Writer) render.Options {
+	return render.Options{Colour: cw.Profile >= colorprofile.ANSI, Now: time.Now()}
 }
 
 func (o *PodOptions) printRecord(r *report.Record) error {
@@ -66,7 +67,7 @@ func (o *RootOptions) printRecord(r *report.Record, format string) error {
 		return printData(o.Out, format, r)
 	}
 	cw := o.colourWriter(o.Out)
-	return report.RenderRecord(cw, r, o.renderOptions(cw))
+	return render.Record(cw, r, o.renderOptions(cw))
 }
 
 // printPlan describes what the migration would do, after a passing preflight.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report/render"
 )
 
 const reportExample = `  # List the migrations recorded in the current namespace
@@ -94,7 +95,7 @@ func (o *ReportOptions) Run(ctx context.Context) error {
 		if o.Output != "" {
 			return printData(o.Out, o.Output, records)
 		}
-		return report.RenderList(cw, records, o.renderOptions(cw))
+		return render.List(cw, records, o.renderOptions(cw))
 	}
 	r, err := store.Get(ctx, o.namespace, o.id)
 	if err != nil {
@@ -103,5 +104,5 @@ func (o *ReportOptions) Run(ctx context.Context) error {
 	if o.Output != "" {
 		return printData(o.Out, o.Output, r)
 	}
-	return report.RenderRecord(cw, r, o.renderOptions(cw))
+	return render.Record(cw, r, o.renderOptions(cw))
 }

@@ -7,18 +7,18 @@ import (
 	"sync"
 	"time"
 
-	"charm.land/lipgloss/v2"
 	"golang.org/x/term"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report/render"
 )
 
 var (
-	doneMark = lipgloss.NewStyle().Foreground(lipgloss.Color("2")).Render("✓")
-	failMark = lipgloss.NewStyle().Foreground(lipgloss.Color("1")).Render("✗")
-	undoMark = lipgloss.NewStyle().Foreground(lipgloss.Color("3")).Render("↺")
-	dimStyle = lipgloss.NewStyle().Foreground(lipgloss.Color("8"))
+	doneMark = render.DoneMark
+	failMark = render.FailMark
+	undoMark = render.UndoMark
+	dimStyle = render.Dim
 )
 
 var spinnerFrames = []rune("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
@@ -118,7 +118,7 @@ func (s *status) phaseFinished(p report.Phase, took time.Duration, err error) {
 	if err != nil {
 		mark = failMark
 	}
-	s.printLine(fmt.Sprintf("%s %s %s", mark, p.Label(), dimStyle.Render(report.FormatMillis(took.Milliseconds()))))
+	s.printLine(fmt.Sprintf("%s %s %s", mark, p.Label(), dimStyle.Render(render.FormatMillis(took.Milliseconds()))))
 }
 
 // printLine prints a whole line, clearing a spinner first.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
@@ -29,10 +30,12 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 		if err := m.save(ctx); err != nil {
 			return err
 		}
+		start := time.Now()
 		path, err := m.Checkpointer.Checkpoint(ctx, m.SourceNode, m.Namespace, m.Pod, c, m.CheckpointTimeout)
 		if err != nil {
 			return err
 		}
+		m.step(report.CheckpointCall, c, start, 0)
 		m.Archives[c] = path
 		if err := m.save(ctx); err != nil {
 			return err
@@ -78,10 +81,15 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 		m.Images = map[string]string{}
 	}
 	for _, c := range m.Migrated {
+		start := time.Now()
 		res, err := m.Packer.Pack(ctx, m.nextAgentPod(), m.SourceNode, m.packRequest(c))
 		if err != nil {
 			return err
 		}
+		// The agent's own timings; the rest of the call is reaching it.
+		built := start.Add(time.Duration(res.BuildMillis) * time.Millisecond)
+		m.stepTook(report.Pack, c, start, time.Duration(res.BuildMillis)*time.Millisecond, res.ArchiveBytes)
+		m.stepTook(report.Push, c, built, time.Duration(res.PushMillis)*time.Millisecond, res.ArchiveBytes)
 		delete(m.Archives, c)
 		m.Images[c] = res.Image
 		if err := m.save(ctx); err != nil {

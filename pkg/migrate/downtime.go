@@ -3,6 +3,7 @@ package migrate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -13,9 +14,20 @@ import (
 )
 
 // downtimeWait bounds how long the migration waits for the first message
-// after the source's last one, to measure downtime; with no traffic there is
-// no downtime to measure.
+// after the source's last one, to measure downtime.
 const downtimeWait = 15 * time.Second
+
+// downtimeBound is how long to wait for the message after first..last (the
+// source's states at preflight and at its stop): a few inter-arrival times
+// at the rate the source applied messages, within downtimeWait, and nothing
+// if it applied none (no traffic, no downtime to measure).
+func downtimeBound(first, last ms2m.State) time.Duration {
+	if last.LastSeq <= first.LastSeq || !last.LastAppliedAt.After(first.LastAppliedAt) {
+		return 0
+	}
+	rate := float64(last.LastSeq-first.LastSeq) / last.LastAppliedAt.Sub(first.LastAppliedAt).Seconds()
+	return min(downtimeWait, 2*time.Second+time.Duration(5/rate*float64(time.Second)))
+}
 
 // measureGaps measures downtime; in shadow mode, the gap at each of the two
 // switchovers (both seen by the final pod, which carries the shadow's
@@ -38,7 +50,12 @@ func (m *Migration) measureGaps(ctx context.Context) (*report.Downtime, *report.
 // source's last applied message N, and the target applying N+1. If N+1 was
 // sent after the source stopped, waiting only began when it was sent.
 func (m *Migration) measureDowntime(ctx context.Context, last ms2m.State) *report.Downtime {
-	ctx, cancel := context.WithTimeout(ctx, downtimeWait)
+	bound := downtimeBound(m.SourceState, last)
+	if bound == 0 {
+		m.progress(report.Cleanup, "the source applied no message during the migration: no downtime to measure")
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	var next struct {
 		seq             uint64
@@ -56,7 +73,7 @@ func (m *Migration) measureDowntime(ctx context.Context, last ms2m.State) *repor
 		return true, nil
 	})
 	if err != nil {
-		m.progress(report.Cleanup, "no message after the switchover to measure downtime with")
+		m.progress(report.Cleanup, fmt.Sprintf("no message within %s after the switchover to measure downtime with", bound.Round(100*time.Millisecond)))
 		return nil
 	}
 	waitingSince := last.LastAppliedAt

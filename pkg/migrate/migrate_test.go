@@ -300,3 +300,28 @@ func TestDryRunChangesNothing(t *testing.T) {
 		t.Fatalf("dry run did %v", w.Calls)
 	}
 }
+
+func TestRecordTimesTheCriticalPath(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	rec, err := migrate.Run(context.Background(), testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := map[report.StepName]bool{}
+	for _, p := range rec.Phases {
+		for _, s := range p.Steps {
+			steps[s.Name] = true
+		}
+	}
+	for _, name := range []report.StepName{report.AgentsReady, report.BasePull, report.CheckpointCall, report.Pack, report.Push, report.PodCreate, report.PodRunning, report.AppHolding} {
+		if !steps[name] {
+			t.Errorf("no %q step in %+v", name, rec.Phases)
+		}
+	}
+	path, overhead := rec.CriticalPathMillis(), rec.OverheadMillis()
+	cp, _ := rec.Phase(report.Checkpoint)
+	rs, _ := rec.Phase(report.Restore)
+	if path != rs.StartMillis+rs.DurationMillis-cp.StartMillis || overhead > path {
+		t.Fatalf("critical path %d ms, overhead %d ms, phases %+v", path, overhead, rec.Phases)
+	}
+}

@@ -83,6 +83,8 @@ type Migration struct {
 	targetNode *corev1.Node
 	// final is the stage whose State is State.Final.
 	final *Migration
+	// phase is the index in Record.Phases of the phase running.
+	phase int
 
 	Record *report.Record
 }
@@ -110,6 +112,24 @@ func (m *Migration) progress(phase report.PhaseName, msg string) {
 	if m.Hooks.Progress != nil {
 		m.Hooks.Progress(phase, msg)
 	}
+}
+
+// step records a timed part of the running phase, from start to now.
+func (m *Migration) step(name report.StepName, container string, start time.Time, bytes int64) {
+	m.stepTook(name, container, start, time.Since(start), bytes)
+}
+
+// stepTook records a timed part of the running phase that took took from
+// start (a duration the agent measured).
+func (m *Migration) stepTook(name report.StepName, container string, start time.Time, took time.Duration, bytes int64) {
+	if m.phase >= len(m.Record.Phases) {
+		return
+	}
+	p := &m.Record.Phases[m.phase]
+	p.Steps = append(p.Steps, report.Step{
+		Name: name, Container: container, Bytes: bytes,
+		StartMillis: start.Sub(m.Record.StartedAt).Milliseconds(), DurationMillis: took.Milliseconds(),
+	})
 }
 
 // tag identifies this stage of the migration.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	authzv1 "k8s.io/api/authorization/v1"
@@ -27,27 +28,51 @@ func (preflight) Name() report.PhaseName { return report.Preflight }
 func (preflight) Rollback(context.Context, *Migration) error { return nil }
 
 func (preflight) Run(ctx context.Context, m *Migration) error {
-	checks := []struct {
+	type check struct {
 		what string
 		fn   func(context.Context, *Migration) error
-	}{
+	}
+	// These find the nodes the agents start on.
+	first := []check{
 		{"lock", func(ctx context.Context, m *Migration) error { return m.acquireLeases(ctx, false) }},
 		{"source pod", checkSourcePod},
 		{"target node", checkTargetNode},
+	}
+	rest := []check{
 		{"volumes", checkVolumes},
 		{"permissions", checkPermissions},
 		{"target pod name", checkTargetName},
 		{"broker", checkBroker},
 		{"registry", func(ctx context.Context, m *Migration) error { return m.Registry.CheckPush(ctx, m.ImageRepository) }},
 		{"application", checkApp},
-		{"agents", checkAgents},
 	}
-	for _, c := range checks {
-		if err := c.fn(ctx, m); err != nil {
-			return err
+	run := func(ctx context.Context, checks []check) error {
+		for _, c := range checks {
+			if err := c.fn(ctx, m); err != nil {
+				return err
+			}
+			m.progress(report.Preflight, c.what+" ok")
 		}
-		m.progress(report.Preflight, c.what+" ok")
+		return nil
 	}
+	if err := run(ctx, first); err != nil {
+		return err
+	}
+	// The agents take seconds to start: they do so while the other checks
+	// run, and a failed check stops them.
+	agentsCtx, stopAgents := context.WithCancel(ctx)
+	defer stopAgents()
+	agents := make(chan error, 1)
+	go func() { agents <- m.startAgents(agentsCtx) }()
+	if err := run(ctx, rest); err != nil {
+		stopAgents()
+		<-agents
+		return err
+	}
+	if err := <-agents; err != nil {
+		return err
+	}
+	m.progress(report.Preflight, "agents ok")
 	return nil
 }
 
@@ -304,20 +329,23 @@ func checkBroker(ctx context.Context, m *Migration) error {
 	return nil
 }
 
-// checkAgents starts the warm agents on both nodes, proving that their
+// startAgents starts the warm agents on both nodes, proving that their
 // image can be pulled and is allowed to run there (packing and removing the
 // checkpoint archives need it); they stay ready for the steps that need
 // them. Meanwhile the target pulls the base images its restore builds on, so
 // that restore does not wait for them.
-func checkAgents(ctx context.Context, m *Migration) error {
+func (m *Migration) startAgents(ctx context.Context) error {
 	bases := m.baseImages()
 	sourceAgent, targetAgent, puller := m.nextAgentPod(), m.nextAgentPod(), m.nextAgentPod()
+	start := time.Now()
+	var took [3]time.Duration // each goroutine writes its own
 	var g errgroup.Group
-	for _, a := range []struct{ pod, node string }{{sourceAgent, m.SourceNode}, {targetAgent, m.TargetNode}} {
+	for i, a := range []struct{ pod, node string }{{sourceAgent, m.SourceNode}, {targetAgent, m.TargetNode}} {
 		g.Go(func() error {
 			if err := m.Packer.Warm(ctx, a.pod, a.node); err != nil {
 				return fmt.Errorf("node %s cannot run the agent image %s: %w; pass --agent-image with an image the nodes can pull and run", a.node, m.AgentImage, err)
 			}
+			took[i] = time.Since(start)
 			return nil
 		})
 	}
@@ -325,9 +353,13 @@ func checkAgents(ctx context.Context, m *Migration) error {
 		if err := m.Packer.Prepull(ctx, puller, m.TargetNode, bases); err != nil {
 			return fmt.Errorf("node %s cannot pull the images %v its restore needs: %w", m.TargetNode, bases, err)
 		}
+		took[2] = time.Since(start)
 		return nil
 	})
-	return g.Wait()
+	err := g.Wait()
+	m.stepTook(report.AgentsReady, "", start, max(took[0], took[1]), 0)
+	m.stepTook(report.BasePull, "", start, took[2], 0)
+	return err
 }
 
 func checkApp(ctx context.Context, m *Migration) error {

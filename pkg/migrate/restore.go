@@ -72,15 +72,20 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	if err := m.save(ctx); err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	created, err := m.Client.CoreV1().Pods(m.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create pod %s on %s: %w", name, node, err)
 	}
+	m.step(report.PodCreate, "", start, 0)
 	m.progress(report.Restore, "pod "+name+" created on "+node)
+	start = time.Now()
 	if _, err := kube.WaitForPod(ctx, m.Client, m.Namespace, name, containersRunning(m.Migrated)); err != nil {
 		return created, err
 	}
+	m.step(report.PodRunning, "", start, 0)
 	m.progress(report.Restore, "containers running; waiting for the application")
+	start = time.Now()
 	app := m.app(name)
 	// The restored copy answers as soon as its listener is back, possibly
 	// before it has noticed that its broker connection died; it holds only
@@ -106,6 +111,7 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	case err != nil:
 		return created, fmt.Errorf("the restored application stayed in %s mode instead of holding after its reconnect; it does not follow the MS2M contract: %w", st.Mode, err)
 	}
+	m.step(report.AppHolding, "", start, 0)
 	return created, nil
 }
 

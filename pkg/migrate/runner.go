@@ -79,12 +79,12 @@ func (m *Migration) runPhase(ctx context.Context, i int, p Phase) error {
 		rec.Stage = s.Stage()
 	}
 	if i < len(m.Record.Phases) { // a recovered migration runs it again
-		rec.StartMillis = m.Record.Phases[i].StartMillis
 		m.Record.Phases[i] = rec
 	} else {
 		m.Record.Phases = append(m.Record.Phases, rec)
 	}
 	entry := &m.Record.Phases[i]
+	m.phase = i
 	t0 := time.Now()
 	entry.StartMillis = t0.Sub(m.Record.StartedAt).Milliseconds()
 	var err error

@@ -1,11 +1,12 @@
 // Package report defines the record of one migration (phases with
 // millisecond timings, outcome, downtime and the broker figures seen), stores
-// records as labelled ConfigMaps in the cluster so any machine can read them,
-// and renders them for the terminal.
+// records as labelled ConfigMaps in the cluster so any machine can read them
+// (pkg/report/render draws them; this package has no terminal code).
 package report
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -73,7 +74,49 @@ type Phase struct {
 	// Running is set while the phase runs: a record saved by a process that
 	// died keeps it on the phase it died in.
 	Running bool `json:"running,omitempty"`
+	// Steps time the parts of the phase that matter for where the time
+	// went, the runtime's work apart from the plugin's own.
+	Steps []Step `json:"steps,omitempty"`
 }
+
+// Step is a timed part of a phase.
+type Step struct {
+	Name StepName `json:"name"`
+	// Container names the container a per-container step was for.
+	Container string `json:"container,omitempty"`
+	// StartMillis is the offset from the migration's start.
+	StartMillis    int64 `json:"startMillis"`
+	DurationMillis int64 `json:"durationMillis"`
+	// Bytes is what the step moved, where it moved data.
+	Bytes int64 `json:"bytes,omitempty"`
+}
+
+// StepName names a step.
+type StepName string
+
+// The steps the phases time.
+const (
+	// AgentsReady is preflight starting the agents on both nodes.
+	AgentsReady StepName = "agents ready"
+	// BasePull is the target pulling the base images its restore needs.
+	BasePull StepName = "base pull"
+	// CheckpointCall is the kubelet's checkpoint (the runtime's CRIU dump).
+	CheckpointCall StepName = "checkpoint call"
+	// Pack builds the checkpoint image from the archive.
+	Pack StepName = "pack"
+	// Push uploads it to the registry, or to the target node's agent.
+	Push StepName = "push"
+	// PodCreate is the API call that creates the restored pod.
+	PodCreate StepName = "pod create"
+	// PodRunning is the restored pod created → running: sandbox, image
+	// pull and the runtime's CRIU restore.
+	PodRunning StepName = "created → running"
+	// AppHolding is the restored application answering and holding.
+	AppHolding StepName = "application holding"
+)
+
+// runtimeSteps are the runtime's own work on the critical path.
+var runtimeSteps = []StepName{CheckpointCall, PodRunning}
 
 // Label names the phase with its stage, if any.
 func (p Phase) Label() string {
@@ -184,6 +227,42 @@ func (r *Record) Phase(name PhaseName) (Phase, bool) {
 		}
 	}
 	return Phase{}, false
+}
+
+// CriticalPathMillis is the first checkpoint's start to the first restored
+// copy holding: what replay's backlog, and stop-and-copy's downtime, grow
+// with. 0 if the migration did not get there.
+func (r *Record) CriticalPathMillis() int64 {
+	cp, ok := r.Phase(Checkpoint)
+	rs, ok2 := r.Phase(Restore)
+	if !ok || !ok2 || rs.Error != "" || rs.Running {
+		return 0
+	}
+	return rs.StartMillis + rs.DurationMillis - cp.StartMillis
+}
+
+// OverheadMillis is the critical path less the runtime's own work on it
+// (the checkpoint call, the restored pod's created → running): the time
+// the plugin itself adds.
+func (r *Record) OverheadMillis() int64 {
+	path := r.CriticalPathMillis()
+	if path == 0 {
+		return 0
+	}
+	cp, _ := r.Phase(Checkpoint)
+	rs, _ := r.Phase(Restore)
+	end := rs.StartMillis + rs.DurationMillis
+	for _, p := range r.Phases {
+		if p.StartMillis < cp.StartMillis || p.StartMillis >= end {
+			continue
+		}
+		for _, s := range p.Steps {
+			if slices.Contains(runtimeSteps, s.Name) {
+				path -= s.DurationMillis
+			}
+		}
+	}
+	return max(0, path)
 }
 
 // ElapsedMillis is the time all recorded phases took, end to end.

@@ -356,7 +356,8 @@ func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg ms2m.Control) 
 		st.PendingRestore = true
 	case ms2m.Checkpointed:
 		st.PendingRestore = false
-		st.LastSeq += 10 // the source goes on after the checkpoint
+		st.LastSeq += 10 // the source goes on after the checkpoint, at 10/s
+		st.LastAppliedAt = st.LastAppliedAt.Add(time.Second)
 		w.published = max(w.published, st.LastSeq)
 	case ms2m.Stop:
 		st.Mode = ms2m.ModeHold

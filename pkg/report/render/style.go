@@ -1,4 +1,4 @@
-package report
+package render
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"charm.land/lipgloss/v2"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
 // Styles are built here, once; the output writer downsamples or strips
@@ -22,32 +24,44 @@ var (
 	warnStyle   = lipgloss.NewStyle().Foreground(lipgloss.Color("3")).Bold(true)
 )
 
+// The palette the CLI's live status shares with the report.
+var (
+	// Dim is for secondary text: labels, progress, durations.
+	Dim      = labelStyle
+	DoneMark = okStyle.Render("✓")
+	FailMark = badStyle.Render("✗")
+	UndoMark = warnStyle.Render("↺")
+)
+
 // phaseColors gives each phase its colour in bars and the legend.
-var phaseColors = map[PhaseName]color.Color{
-	Preflight:  lipgloss.Color("#7f8c8d"),
-	Prepare:    lipgloss.Color("#9b59b6"),
-	Stop:       lipgloss.Color("#c0392b"),
-	Checkpoint: lipgloss.Color("#e67e22"),
-	Image:      lipgloss.Color("#f1c40f"),
-	Restore:    lipgloss.Color("#2ecc71"),
-	Replay:     lipgloss.Color("#3498db"),
-	Switchover: lipgloss.Color("#e84393"),
-	Cleanup:    lipgloss.Color("#95a5a6"),
-	Detach:     lipgloss.Color("#d35400"),
-	Adopt:      lipgloss.Color("#16a085"),
+var phaseColors = map[report.PhaseName]color.Color{
+	report.Preflight:  lipgloss.Color("#7f8c8d"),
+	report.Prepare:    lipgloss.Color("#9b59b6"),
+	report.Stop:       lipgloss.Color("#c0392b"),
+	report.Checkpoint: lipgloss.Color("#e67e22"),
+	report.Image:      lipgloss.Color("#f1c40f"),
+	report.Restore:    lipgloss.Color("#2ecc71"),
+	report.Replay:     lipgloss.Color("#3498db"),
+	report.Switchover: lipgloss.Color("#e84393"),
+	report.Cleanup:    lipgloss.Color("#95a5a6"),
+	report.Detach:     lipgloss.Color("#d35400"),
+	report.Adopt:      lipgloss.Color("#16a085"),
 }
+
+// stepColor draws the bars of steps, under their phase's.
+var stepColor = lipgloss.Color("#bdc3c7")
 
 // phaseGlyphs stand in for colours in the stacked bar when colour is off.
-var phaseGlyphs = map[PhaseName]string{
-	Preflight: "p", Prepare: "q", Stop: "s", Checkpoint: "C", Image: "I",
-	Restore: "R", Replay: "P", Switchover: "S", Cleanup: "c", Detach: "d", Adopt: "a",
+var phaseGlyphs = map[report.PhaseName]string{
+	report.Preflight: "p", report.Prepare: "q", report.Stop: "s", report.Checkpoint: "C", report.Image: "I",
+	report.Restore: "R", report.Replay: "P", report.Switchover: "S", report.Cleanup: "c", report.Detach: "d", report.Adopt: "a",
 }
 
-func outcomeStyle(o Outcome) lipgloss.Style {
+func outcomeStyle(o report.Outcome) lipgloss.Style {
 	switch o {
-	case Succeeded:
+	case report.Succeeded:
 		return okStyle
-	case Committed, Running:
+	case report.Committed, report.Running:
 		return warnStyle
 	}
 	return badStyle
@@ -59,6 +73,19 @@ func FormatMillis(ms int64) string {
 		return fmt.Sprintf("%dms", ms)
 	}
 	return fmt.Sprintf("%.2fs", float64(ms)/1000)
+}
+
+// formatBytes renders a size in binary units.
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 func formatAge(now, t time.Time) string {

@@ -1,4 +1,7 @@
-package report
+// Package render draws migration records for the terminal: the list, one
+// record's per-phase breakdown with its steps and bars, and the palette the
+// CLI's live status shares.
+package render
 
 import (
 	"fmt"
@@ -9,10 +12,12 @@ import (
 
 	"charm.land/lipgloss/v2"
 	"charm.land/lipgloss/v2/table"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
-// RenderOptions control terminal rendering.
-type RenderOptions struct {
+// Options control terminal rendering.
+type Options struct {
 	// Colour draws bars in colour; without it bars use one glyph per phase.
 	Colour bool
 	// BarWidth is the width of the whole-migration bar.
@@ -21,7 +26,7 @@ type RenderOptions struct {
 	Now time.Time
 }
 
-func (o RenderOptions) barWidth() int {
+func (o Options) barWidth() int {
 	if o.BarWidth <= 0 {
 		return 60
 	}
@@ -41,8 +46,8 @@ func newTable(headers ...string) *table.Table {
 		})
 }
 
-// RenderList writes one row per migration.
-func RenderList(w io.Writer, records []*Record, o RenderOptions) error {
+// List writes one row per migration.
+func List(w io.Writer, records []*report.Record, o Options) error {
 	if len(records) == 0 {
 		_, err := fmt.Fprintln(w, "No migrations recorded. Run kubectl migrate pod NAME --to NODE first.")
 		return err
@@ -56,8 +61,8 @@ func RenderList(w io.Writer, records []*Record, o RenderOptions) error {
 		return err
 	}
 	for _, r := range records {
-		if len(r.Journal) > 0 && r.Outcome != Running {
-			if _, err := fmt.Fprintf(w, "%s did not end (%s); finish or undo it: %s\n", r.ID, r.Outcome, RecoverCommand(r.Namespace, r.ID)); err != nil {
+		if len(r.Journal) > 0 && r.Outcome != report.Running {
+			if _, err := fmt.Fprintf(w, "%s did not end (%s); finish or undo it: %s\n", r.ID, r.Outcome, report.RecoverCommand(r.Namespace, r.ID)); err != nil {
 				return err
 			}
 		}
@@ -66,31 +71,31 @@ func RenderList(w io.Writer, records []*Record, o RenderOptions) error {
 }
 
 // strategyText is the strategy with a StatefulSet pod's mode.
-func strategyText(r *Record, sep string) string {
+func strategyText(r *report.Record, sep string) string {
 	if r.Mode == "" {
 		return r.Strategy
 	}
 	return r.Strategy + sep + r.Mode
 }
 
-func downtimeText(r *Record) string {
+func downtimeText(r *report.Record) string {
 	if r.Downtime == nil {
 		return "–"
 	}
 	return FormatMillis(r.Downtime.Millis)
 }
 
-func totalText(r *Record) string {
+func totalText(r *report.Record) string {
 	if r.TotalMillis == 0 {
 		return "–"
 	}
 	return FormatMillis(r.TotalMillis)
 }
 
-// RenderRecord writes one migration in detail: the paper's sub-process
+// Record writes one migration in detail: the paper's sub-process
 // latency breakdown as a table with proportional bars, a stacked bar of the
 // whole migration coloured by phase, and downtime against total time.
-func RenderRecord(w io.Writer, r *Record, o RenderOptions) error {
+func Record(w io.Writer, r *report.Record, o Options) error {
 	var b strings.Builder
 	target := r.TargetPod
 	if target == "" {
@@ -124,6 +129,14 @@ func RenderRecord(w io.Writer, r *Record, o RenderOptions) error {
 		}
 		t.Row(name, FormatMillis(p.DurationMillis), fmt.Sprintf("%5.1f%%", 100*share),
 			bar(share, 30, phaseColors[p.Name], o.Colour, "#"))
+		for _, st := range p.Steps {
+			share := 0.0
+			if elapsed > 0 {
+				share = float64(st.DurationMillis) / float64(elapsed)
+			}
+			t.Row(Dim.Render("  └ "+stepLabel(p, st)), Dim.Render(FormatMillis(st.DurationMillis)), Dim.Render(fmt.Sprintf("%5.1f%%", 100*share)),
+				bar(share, 30, stepColor, o.Colour, "-"))
+		}
 	}
 	b.WriteString(t.String() + "\n\n")
 
@@ -136,10 +149,29 @@ func RenderRecord(w io.Writer, r *Record, o RenderOptions) error {
 	return err
 }
 
+// stepLabel names a step, with its container where the phase did it for
+// more than one, and its throughput where it moved data.
+func stepLabel(p report.Phase, st report.Step) string {
+	label := string(st.Name)
+	containers := map[string]bool{}
+	for _, other := range p.Steps {
+		if other.Name == st.Name {
+			containers[other.Container] = true
+		}
+	}
+	if len(containers) > 1 {
+		label += " " + st.Container
+	}
+	if st.Bytes > 0 && st.DurationMillis > 0 {
+		label += fmt.Sprintf(" (%s, %s/s)", formatBytes(st.Bytes), formatBytes(st.Bytes*1000/st.DurationMillis))
+	}
+	return label
+}
+
 // stackedBar gives every phase that took time one cell, so short phases
 // stay visible, and splits the rest of the width by duration with the
 // largest-remainder method, so the cells add up to the width exactly.
-func stackedBar(r *Record, elapsed int64, o RenderOptions) string {
+func stackedBar(r *report.Record, elapsed int64, o Options) string {
 	width := o.barWidth()
 	if elapsed <= 0 || len(r.Phases) == 0 {
 		return strings.Repeat("·", width)
@@ -176,9 +208,9 @@ func stackedBar(r *Record, elapsed int64, o RenderOptions) string {
 	return b.String()
 }
 
-func legend(r *Record, o RenderOptions) string {
+func legend(r *report.Record, o Options) string {
 	parts := make([]string, 0, len(r.Phases))
-	seen := map[PhaseName]bool{}
+	seen := map[report.PhaseName]bool{}
 	for _, p := range r.Phases {
 		if seen[p.Name] {
 			continue // a stage's repeat has the same colour
@@ -193,7 +225,7 @@ func legend(r *Record, o RenderOptions) string {
 	return strings.Join(parts, "  ")
 }
 
-func timesSummary(r *Record, o RenderOptions) string {
+func timesSummary(r *report.Record, o Options) string {
 	var b strings.Builder
 	if r.TotalMillis == 0 {
 		b.WriteString(labelStyle.Render("total migration time") + " – (the target never took over)\n")
@@ -201,6 +233,11 @@ func timesSummary(r *Record, o RenderOptions) string {
 	}
 	const width = 40
 	fmt.Fprintf(&b, "%s %s  %s\n", labelStyle.Render("total migration time"), bar(1, width, lipgloss.Color("#3498db"), o.Colour, "="), FormatMillis(r.TotalMillis))
+	if path := r.CriticalPathMillis(); path > 0 {
+		overhead := r.OverheadMillis()
+		fmt.Fprintf(&b, "%s %s from checkpoint to a restored copy holding: runtime %s, kubectl-migrate %s\n", labelStyle.Render("critical path       "),
+			FormatMillis(path), FormatMillis(path-overhead), FormatMillis(overhead))
+	}
 	if r.Downtime == nil {
 		b.WriteString(labelStyle.Render("downtime            ") + " – (no message arrived after the switchover to measure it)\n")
 		return b.String()
@@ -219,7 +256,7 @@ func timesSummary(r *Record, o RenderOptions) string {
 	return b.String()
 }
 
-func brokerSummary(r *Record) string {
+func brokerSummary(r *report.Record) string {
 	br := r.Broker
 	if br.ReplayQueue == "" && br.PrimaryDepthAtSwitch == 0 {
 		return ""
@@ -240,7 +277,7 @@ func brokerSummary(r *Record) string {
 	return b.String()
 }
 
-func cutoffText(c *Cutoff) string {
+func cutoffText(c *report.Cutoff) string {
 	var parts []string
 	if c.FixedMillis > 0 {
 		parts = append(parts, "fixed T_cutoff "+FormatMillis(c.FixedMillis))

@@ -1,0 +1,159 @@
+package render
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/charmbracelet/colorprofile"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+
+func sampleRecord() *report.Record {
+	return &report.Record{
+		ID: "x7k2p", Strategy: "ms2m", Namespace: "default", Pod: "consumer", TargetPod: "consumer-x7k2p",
+		SourceNode: "node-a", TargetNode: "node-b", StartedAt: t0, Outcome: report.Succeeded,
+		Phases: []report.Phase{
+			{Name: report.Preflight, StartMillis: 0, DurationMillis: 120},
+			{Name: report.Prepare, StartMillis: 120, DurationMillis: 80},
+			{Name: report.Checkpoint, StartMillis: 200, DurationMillis: 450, Steps: []report.Step{
+				{Name: report.CheckpointCall, Container: "app", StartMillis: 210, DurationMillis: 420}}},
+			{Name: report.Image, StartMillis: 650, DurationMillis: 1900, Steps: []report.Step{
+				{Name: report.Pack, Container: "app", StartMillis: 660, DurationMillis: 300, Bytes: 1740 << 10},
+				{Name: report.Push, Container: "app", StartMillis: 960, DurationMillis: 1500, Bytes: 1740 << 10}}},
+			{Name: report.Restore, StartMillis: 2550, DurationMillis: 1300, Steps: []report.Step{
+				{Name: report.PodCreate, StartMillis: 2560, DurationMillis: 20},
+				{Name: report.PodRunning, StartMillis: 2580, DurationMillis: 1000},
+				{Name: report.AppHolding, StartMillis: 3580, DurationMillis: 260}}},
+			{Name: report.Replay, StartMillis: 3850, DurationMillis: 2600},
+			{Name: report.Switchover, StartMillis: 6450, DurationMillis: 150},
+			{Name: report.Cleanup, StartMillis: 6600, DurationMillis: 900},
+		},
+		TotalMillis: 6600,
+		Downtime:    &report.Downtime{Millis: 62, SourceLastSeq: 410, NextSeq: 411},
+		Broker:      report.Broker{ReplayQueue: "work.ms2m-replay", ArrivalRate: 10.04, ReplayBacklog: 38, Replayed: 52, PrimaryDepthAtSwitch: 1},
+		Images:      []string{"reg/consumer@sha256:1"}, ArchiveBytes: 1740 * 1024,
+	}
+}
+
+func cutoffRecord() *report.Record {
+	r := sampleRecord()
+	r.ID = "c5t0f"
+	r.Cutoff = &report.Cutoff{ReplayMaxMillis: 5000, ArrivalRate: 16.1, ServiceRate: 19.6, CutoffMillis: 6087, Fired: true, FiredAfterMillis: 6140, ReplayMillis: 4820}
+	return r
+}
+
+func shadowRecord() *report.Record {
+	r := sampleRecord()
+	r.ID, r.Pod, r.TargetPod, r.Mode = "s4d0w", "consumer-0", "consumer-0", "shadow"
+	var phases []report.Phase
+	start := int64(120)
+	add := func(stage string, names ...report.PhaseName) {
+		for _, n := range names {
+			phases = append(phases, report.Phase{Name: n, Stage: stage, StartMillis: start, DurationMillis: 400})
+			start += 400
+		}
+	}
+	phases = append(phases, report.Phase{Name: report.Preflight, DurationMillis: 120})
+	add("shadow", report.Prepare, report.Checkpoint, report.Image, report.Restore, report.Replay, report.Switchover)
+	add("final", report.Prepare, report.Checkpoint, report.Image, report.Detach, report.Restore, report.Adopt, report.Replay, report.Switchover, report.Cleanup)
+	r.Phases, r.TotalMillis = phases, start-400
+	r.Shadow = &report.Shadow{Pod: "consumer-0-shadow", ToShadowMillis: 48, ToFinalMillis: 61}
+	r.Downtime = &report.Downtime{Millis: 109, SourceLastSeq: 530, NextSeq: 531}
+	return r
+}
+
+func rolledBackRecord() *report.Record {
+	return &report.Record{
+		ID: "q9w8e", Strategy: "stop-and-copy", Namespace: "default", Pod: "consumer",
+		SourceNode: "node-a", TargetNode: "node-c", StartedAt: t0.Add(-3 * time.Hour), Outcome: report.RolledBack,
+		Error: "restore: restored container app: CreateContainerError: criu failed",
+		Phases: []report.Phase{
+			{Name: report.Preflight, DurationMillis: 100, RolledBack: true},
+			{Name: report.Stop, StartMillis: 100, DurationMillis: 40, RolledBack: true},
+			{Name: report.Checkpoint, StartMillis: 140, DurationMillis: 500, RolledBack: true},
+			{Name: report.Image, StartMillis: 640, DurationMillis: 2000, RolledBack: true},
+			{Name: report.Restore, StartMillis: 2640, DurationMillis: 3000, Error: "restore: criu failed", RolledBack: true},
+		},
+	}
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the golden file; got:\n%s", name, got)
+	}
+}
+
+// render writes through a colour writer of the given profile, as the CLI does.
+func render(t *testing.T, profile colorprofile.Profile, fn func(*colorprofile.Writer) error) []byte {
+	var buf bytes.Buffer
+	w := &colorprofile.Writer{Forward: &buf, Profile: profile}
+	if err := fn(w); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestRenderRecordGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rec     *report.Record
+		profile colorprofile.Profile
+	}{
+		{"record-plain", sampleRecord(), colorprofile.NoTTY},
+		{"record-ansi", sampleRecord(), colorprofile.ANSI256},
+		{"record-rolled-back", rolledBackRecord(), colorprofile.NoTTY},
+		{"record-cutoff", cutoffRecord(), colorprofile.NoTTY},
+		{"record-shadow", shadowRecord(), colorprofile.NoTTY},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := render(t, tc.profile, func(w *colorprofile.Writer) error {
+				return Record(w, tc.rec, Options{Colour: tc.profile >= colorprofile.ANSI, Now: t0})
+			})
+			golden(t, tc.name, out)
+		})
+	}
+}
+
+func TestRenderListGolden(t *testing.T) {
+	out := render(t, colorprofile.NoTTY, func(w *colorprofile.Writer) error {
+		return List(w, []*report.Record{sampleRecord(), shadowRecord(), rolledBackRecord()}, Options{Now: t0.Add(5 * time.Minute)})
+	})
+	golden(t, "list", out)
+}
+
+func TestStackedBarFillsTheWidth(t *testing.T) {
+	r := sampleRecord()
+	for _, width := range []int{8, 40, 60, 123} {
+		bar := stackedBar(r, r.ElapsedMillis(), Options{BarWidth: width})
+		if n := len([]rune(bar)); n != width {
+			t.Errorf("width %d: bar has %d cells", width, n)
+		}
+		// Every phase that ran is visible.
+		for _, p := range r.Phases {
+			if !strings.Contains(bar, phaseGlyphs[p.Name]) {
+				t.Errorf("width %d: phase %s missing from %q", width, p.Name, bar)
+			}
+		}
+	}
+}
