@@ -22,7 +22,7 @@ import (
 )
 
 const usage = `usage:
-  kubectl-migrate-agent serve [--idle 15m] (HTTP on port 8090: pack and remove as asked)
+  kubectl-migrate-agent serve [--idle 15m] [--direct DIR] (HTTP on port 8090, or 8091 with --direct: pack and remove as asked)
   kubectl-migrate-agent pack --archive PATH --container NAME --image REF [--insecure] [--keep-archive]
   kubectl-migrate-agent remove PATH...
   kubectl-migrate-agent install DIR   (copy this static binary into DIR)
@@ -76,14 +76,23 @@ func run(ctx context.Context, args []string) (string, error) {
 	case "serve":
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 		idle := fs.Duration("idle", 15*time.Minute, "end after this long without a request")
+		direct := fs.String("direct", "", "also receive checkpoints and serve them to this node from this directory (on the node's network, port 8091; the push token in $"+agent.TokenEnv+")")
 		if err := fs.Parse(args[1:]); err != nil {
 			return "", err
 		}
-		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", agent.ServePort))
+		port := agent.ServePort
+		var d *agent.Direct
+		if *direct != "" {
+			d, port = &agent.Direct{Dir: *direct, Token: os.Getenv(agent.TokenEnv)}, agent.DirectPort
+			if d.Token == "" {
+				return "", fmt.Errorf("--direct needs the push token in $%s", agent.TokenEnv)
+			}
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
 		if err != nil {
 			return "", err
 		}
-		return "served", agent.Serve(ctx, ln, *idle)
+		return "served", agent.Serve(ctx, ln, *idle, d)
 	case "noop":
 		return "ok", nil
 	case "remove":

@@ -17,13 +17,22 @@ const CheckpointDir = "/var/lib/kubelet/checkpoints"
 // archiveDir is CheckpointDir; tests point it at a temporary directory.
 var archiveDir = CheckpointDir
 
-// PackRequest says what to pack and where to push it.
+// PackRequest says what to pack and where to push it: to a registry
+// (Image), or straight to the target node's agent (SendTo).
 type PackRequest struct {
 	Archive     string // absolute path under CheckpointDir
 	Container   string
 	Image       string // tag reference to push to
 	Insecure    bool
 	KeepArchive bool
+
+	// SendTo is the target node's agent (host:port) for a transfer without
+	// a registry; it publishes the image as Repository:Tag for its node.
+	SendTo     string `json:"sendTo,omitempty"`
+	Repository string `json:"repository,omitempty"`
+	Tag        string `json:"tag,omitempty"`
+	// Token is the target agent's push credential.
+	Token string `json:"token,omitempty"`
 }
 
 // PackResult is what the agent reports back, as JSON in its termination
@@ -52,6 +61,13 @@ func Pack(ctx context.Context, req PackRequest, reg image.Registry) (PackResult,
 	if err := ValidateArchive(req.Archive); err != nil {
 		return PackResult{}, err
 	}
+	if req.isDirect() {
+		res, err := send(ctx, req)
+		if err != nil {
+			return PackResult{}, err
+		}
+		return res, removeAfterPush(req, res.Image)
+	}
 	fi, err := os.Stat(req.Archive)
 	if err != nil {
 		return PackResult{}, fmt.Errorf("checkpoint archive: %w", err)
@@ -76,12 +92,19 @@ func Pack(ctx context.Context, req PackRequest, reg image.Registry) (PackResult,
 		BuildMillis:  built.Sub(start).Milliseconds(),
 		PushMillis:   time.Since(built).Milliseconds(),
 	}
-	if !req.KeepArchive {
-		if err := os.Remove(req.Archive); err != nil {
-			return res, fmt.Errorf("pushed %s but could not delete the archive: %w", ref, err)
-		}
+	return res, removeAfterPush(req, ref)
+}
+
+// removeAfterPush deletes the archive once its image is out, unless asked
+// to keep it.
+func removeAfterPush(req PackRequest, ref string) error {
+	if req.KeepArchive {
+		return nil
 	}
-	return res, nil
+	if err := os.Remove(req.Archive); err != nil {
+		return fmt.Errorf("pushed %s but could not delete the archive: %w", ref, err)
+	}
+	return nil
 }
 
 // Remove deletes a checkpoint archive (rollback and cleanup), or every

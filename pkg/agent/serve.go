@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
@@ -31,9 +33,27 @@ type removeRequest struct {
 // beginning of a migration packs and removes archives the moment they are
 // asked for, with no pod start in between. touch is called on every request
 // (the idle timer).
-func Handler(reg func(insecure bool) image.Registry, touch func()) http.Handler {
+//
+// With direct, the agent is also a direct transfer's target: it receives
+// checkpoints and serves them to its node's runtime. It is healthy once
+// ready is true.
+func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direct, ready *atomic.Bool) (http.Handler, error) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+healthPath, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("GET "+healthPath, func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	if direct != nil {
+		h, err := direct.handler()
+		if err != nil {
+			return nil, err
+		}
+		mux.Handle("/v2/", h)
+		mux.Handle(receivePath, touched(h, touch))
+	}
 	mux.HandleFunc("POST "+packPath, func(w http.ResponseWriter, r *http.Request) {
 		touch()
 		var req PackRequest
@@ -66,12 +86,22 @@ func Handler(reg func(insecure bool) image.Registry, touch func()) http.Handler 
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	return mux
+	return mux, nil
+}
+
+// touched calls touch before each request h serves.
+func touched(h http.Handler, touch func()) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		touch()
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Serve runs the agent's HTTP server on ln until ctx ends or no request
-// came for idle: a warm agent whose migration died ends on its own.
-func Serve(ctx context.Context, ln net.Listener, idle time.Duration) error {
+// came for idle: a warm agent whose migration died ends on its own. With
+// direct it also serves checkpoints to its node (ln must then be on the
+// node's network, port DirectPort).
+func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Direct) error {
 	activity := make(chan struct{}, 1)
 	touch := func() {
 		select {
@@ -79,12 +109,27 @@ func Serve(ctx context.Context, ln net.Listener, idle time.Duration) error {
 		default:
 		}
 	}
-	srv := &http.Server{
-		Handler:           Handler(func(insecure bool) image.Registry { return image.Registry{Insecure: insecure} }, touch),
-		ReadHeaderTimeout: 10 * time.Second,
+	var ready atomic.Bool
+	h, err := Handler(func(insecure bool) image.Registry { return image.Registry{Insecure: insecure} }, touch, direct, &ready)
+	if err != nil {
+		return err
 	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var probeErr error
+	if direct == nil {
+		ready.Store(true)
+	} else {
+		go func() {
+			// Published through the agent's own server, which must run.
+			if probeErr = direct.publishProbe(ctx); probeErr != nil {
+				cancel()
+				return
+			}
+			ready.Store(true)
+		}()
+	}
 	go func() {
 		timer := time.NewTimer(idle)
 		defer timer.Stop()
@@ -104,5 +149,13 @@ func Serve(ctx context.Context, ln net.Listener, idle time.Duration) error {
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	if probeErr != nil {
+		return fmt.Errorf("publish the probe image: %w", probeErr)
+	}
 	return nil
 }
+
+// DirectPort is where a node's agent serves checkpoint images to the node's
+// runtime (as localhost:DirectPort) in a transfer without a registry; the
+// runtime must treat that registry as insecure (plain HTTP on loopback).
+const DirectPort = 8091

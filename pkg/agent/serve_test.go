@@ -18,7 +18,7 @@ func TestServeAnswersAndEndsWhenIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- Serve(context.Background(), ln, 500*time.Millisecond) }()
+	go func() { done <- Serve(context.Background(), ln, 500*time.Millisecond, nil) }()
 	base := "http://" + ln.Addr().String()
 	resp, err := http.Get(base + healthPath)
 	if err != nil || resp.StatusCode != http.StatusOK {

@@ -1,12 +1,15 @@
 package image
 
 import (
+	"archive/tar"
+	"bytes"
 	"fmt"
 	goruntime "runtime"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
@@ -26,11 +29,28 @@ func CheckpointImage(archivePath, container string) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint archive %s: %w", archivePath, err)
 	}
-	img, err := ociImage(layer, func(cfg *v1.ConfigFile) { cfg.OS, cfg.Architecture = "linux", goruntime.GOARCH })
+	return CheckpointImageOf(layer, container)
+}
+
+// CheckpointImageOf is the checkpoint image of container whose one layer is
+// the (uncompressed) checkpoint archive.
+func CheckpointImageOf(archive v1.Layer, container string) (v1.Image, error) {
+	img, err := ociImage(archive, func(cfg *v1.ConfigFile) { cfg.OS, cfg.Architecture = "linux", goruntime.GOARCH })
 	if err != nil {
 		return nil, err
 	}
 	return mutate.Annotations(img, CheckpointAnnotations(container)).(v1.Image), nil
+}
+
+// ProbeImage is a tiny image with one empty layer: pulling it proves a node
+// pulls from a registry, nothing more (it runs nothing of its own).
+func ProbeImage() (v1.Image, error) {
+	var empty bytes.Buffer
+	if err := tar.NewWriter(&empty).Close(); err != nil {
+		return nil, err
+	}
+	layer := static.NewLayer(empty.Bytes(), types.OCILayer)
+	return ociImage(layer, func(cfg *v1.ConfigFile) { cfg.OS, cfg.Architecture = "linux", goruntime.GOARCH })
 }
 
 // ociImage is a one-layer image with OCI media types throughout (Docker media

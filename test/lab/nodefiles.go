@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 )
 
 // nodeFiles are written into a node's overlay upper directory before its
@@ -36,11 +38,12 @@ allowed_annotations = ["org.criu.config"]
 [crio.image]
 pause_image = "%s/kubectl-migrate/pause:lab"
 pause_command = "/usr/local/bin/pause"
-insecure_registries = ["%s"]
+# localhost: a warm agent's registry, for transfers without one (--transfer direct)
+insecure_registries = ["%s", "localhost:%d"]
 [crio.network]
 network_dir = "/etc/cni/net.d"
 plugin_dirs = ["/usr/lib/cni"]
-`, registry, registry),
+`, registry, registry, agent.DirectPort),
 		"/etc/containers/policy.json": `{"default":[{"type":"insecureAcceptAnything"}]}` + "\n",
 		"/etc/cni/net.d/10-klab.conflist": fmt.Sprintf(`{"cniVersion":"1.0.0","name":"klab","plugins":[{"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":false,"hairpinMode":true,"ipam":{"type":"host-local","ranges":[[{"subnet":"%s","gateway":"%s"}]],"routes":[{"dst":"0.0.0.0/0"}]}}]}
 `, n.PodCIDR, n.Gateway),

@@ -1,0 +1,231 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
+)
+
+// A transfer without a registry: the source node's agent streams the
+// checkpoint archive to the target node's agent, which keeps it as the
+// layer of a checkpoint image in a registry of its own that only its node
+// reads (localhost:DirectPort). The archive crosses the network once,
+// unchanged, and never leaves the two nodes.
+
+// Paths of a direct-transfer agent.
+const (
+	receivePath = "/receive"
+	// ProbeImage is a tiny image every direct-transfer agent serves, which
+	// preflight has the node pull to prove its runtime pulls from the agent.
+	ProbeImage = "kubectl-migrate/probe:ready"
+)
+
+// TokenEnv carries a direct-transfer agent's push token.
+const TokenEnv = "KUBECTL_MIGRATE_TOKEN"
+
+// pushUser is the user name of the push credential; the token is its
+// password.
+const pushUser = "kubectl-migrate"
+
+// Direct configures a serving agent as a direct-transfer target.
+type Direct struct {
+	// Dir holds the received layers.
+	Dir string
+	// Token is what a sender must present: anyone who can reach the node's
+	// port could otherwise push. Reading needs no token but is served to
+	// the node itself (loopback) only: the images hold process memory.
+	Token string
+	// Port is the one the agent listens on; 0 means DirectPort.
+	Port int
+}
+
+func (d Direct) local(path string) string {
+	port := d.Port
+	if port == 0 {
+		port = DirectPort
+	}
+	return fmt.Sprintf("localhost:%d/%s", port, path)
+}
+
+// registry pushes to the agent's own registry.
+func (d Direct) registry() image.Registry {
+	return image.Registry{Insecure: true, Keychain: staticKeychain{authn.FromConfig(authn.AuthConfig{Username: pushUser, Password: d.Token})}}
+}
+
+// handler serves the registry and the receive endpoint behind the checks.
+func (d Direct) handler() (http.Handler, error) {
+	blobs := filepath.Join(d.Dir, "blobs")
+	if err := os.MkdirAll(blobs, 0o700); err != nil {
+		return nil, err
+	}
+	reg := ggcrregistry.New(ggcrregistry.WithBlobHandler(ggcrregistry.NewDiskBlobHandler(blobs)), ggcrregistry.Logger(log.New(io.Discard, "", 0)))
+	mux := http.NewServeMux()
+	mux.Handle("/v2/", d.guard(reg))
+	mux.Handle("PUT "+receivePath, d.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		res, err := d.receive(r, blobs)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(res)
+	})))
+	return mux, nil
+}
+
+// guard lets through requests with the push token, and reads from the node
+// itself.
+func (d Direct) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pass, ok := r.BasicAuth(); ok && subtle.ConstantTimeCompare([]byte(pass), []byte(d.Token)) == 1 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Basic realm="kubectl-migrate"`)
+		http.Error(w, "this agent serves its own node; senders need the migration's token", http.StatusUnauthorized)
+	})
+}
+
+// receive stores the archive in the body as a layer, hashing it on the way,
+// and publishes the checkpoint image made of it in the agent's registry.
+func (d Direct) receive(r *http.Request, blobs string) (PackResult, error) {
+	q := r.URL.Query()
+	repository, tag, container := q.Get("repository"), q.Get("tag"), q.Get("container")
+	if repository == "" || tag == "" || container == "" {
+		return PackResult{}, errors.New("receive needs repository, tag and container")
+	}
+	start := time.Now()
+	f, err := os.CreateTemp(blobs, "receive-*")
+	if err != nil {
+		return PackResult{}, err
+	}
+	defer os.Remove(f.Name()) // a no-op once renamed
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), r.Body)
+	if closeErr := f.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return PackResult{}, fmt.Errorf("receive archive: %w", err)
+	}
+	digest := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
+	// The disk blob handler's layout: the registry serves it from there.
+	layerPath := filepath.Join(blobs, digest.Algorithm, digest.Hex)
+	if err := os.MkdirAll(filepath.Dir(layerPath), 0o700); err != nil {
+		return PackResult{}, err
+	}
+	if err := os.Rename(f.Name(), layerPath); err != nil {
+		return PackResult{}, err
+	}
+	received := time.Now()
+	img, err := image.CheckpointImageOf(receivedLayer{path: layerPath, digest: digest, size: n}, container)
+	if err != nil {
+		return PackResult{}, err
+	}
+	// Only the config and the manifest go up: the registry has the layer.
+	pushed, err := d.registry().Push(r.Context(), d.local(repository+":"+tag), img)
+	if err != nil {
+		return PackResult{}, err
+	}
+	return PackResult{
+		Image:        pushed, // by digest, as the node pulls it
+		ArchiveBytes: n,
+		PushMillis:   received.Sub(start).Milliseconds(),
+		BuildMillis:  time.Since(received).Milliseconds(),
+	}, nil
+}
+
+// send streams the archive to the target node's agent (the direct
+// transfer's Pack).
+func send(ctx context.Context, req PackRequest) (PackResult, error) {
+	f, err := os.Open(req.Archive)
+	if err != nil {
+		return PackResult{}, fmt.Errorf("checkpoint archive: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return PackResult{}, err
+	}
+	q := url.Values{"repository": {req.Repository}, "tag": {req.Tag}, "container": {req.Container}}
+	u := url.URL{Scheme: "http", Host: req.SendTo, Path: receivePath, RawQuery: q.Encode()}
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), f)
+	if err != nil {
+		return PackResult{}, err
+	}
+	httpReq.ContentLength = fi.Size()
+	httpReq.SetBasicAuth(pushUser, req.Token)
+	resp, err := http.DefaultClient.Do(httpReq)
+	if err != nil {
+		return PackResult{}, fmt.Errorf("send the checkpoint to the target node's agent at %s: %w", req.SendTo, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return PackResult{}, fmt.Errorf("the target node's agent at %s refused the checkpoint: %s %s", req.SendTo, resp.Status, bytes.TrimSpace(body))
+	}
+	var res PackResult
+	if err := json.Unmarshal(body, &res); err != nil {
+		return PackResult{}, fmt.Errorf("the target node's agent answered %q: %w", body, err)
+	}
+	return res, nil
+}
+
+// publishProbe puts ProbeImage in the agent's own registry.
+func (d Direct) publishProbe(ctx context.Context) error {
+	img, err := image.ProbeImage()
+	if err != nil {
+		return err
+	}
+	_, err = d.registry().Push(ctx, d.local(ProbeImage), img)
+	return err
+}
+
+// staticKeychain answers every registry with one authenticator.
+type staticKeychain struct{ auth authn.Authenticator }
+
+func (k staticKeychain) Resolve(authn.Resource) (authn.Authenticator, error) { return k.auth, nil }
+
+// receivedLayer is an uncompressed layer on disk whose digest was computed
+// while it was received, so it is not read again to be published.
+type receivedLayer struct {
+	path   string
+	digest v1.Hash
+	size   int64
+}
+
+func (l receivedLayer) Digest() (v1.Hash, error)             { return l.digest, nil }
+func (l receivedLayer) DiffID() (v1.Hash, error)             { return l.digest, nil }
+func (l receivedLayer) Size() (int64, error)                 { return l.size, nil }
+func (l receivedLayer) MediaType() (types.MediaType, error)  { return types.OCILayer, nil }
+func (l receivedLayer) Compressed() (io.ReadCloser, error)   { return os.Open(l.path) }
+func (l receivedLayer) Uncompressed() (io.ReadCloser, error) { return os.Open(l.path) }
+
+// isDirect tells a direct transfer's pack request from a registry push.
+func (req PackRequest) isDirect() bool { return strings.TrimSpace(req.SendTo) != "" }
