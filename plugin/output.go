@@ -76,7 +76,7 @@ func (o *PodOptions) printPlan(source *corev1.Pod) error {
 	if o.Output != "" {
 		images := map[string]string{}
 		for _, ctr := range source.Spec.Containers {
-			images[ctr.Name] = "<" + migrate.CheckpointImage(c.ImageRepository, c.Pod, ctr.Name, c.ID) + ">"
+			images[ctr.Name] = "<" + c.CheckpointImageOf(c.Pod, ctr.Name, c.ID) + ">"
 		}
 		return printData(o.Out, o.Output, migrate.TargetPod(source, c.TargetName, c.TargetNode, c.ID, images, c.RegistrySecret))
 	}

@@ -37,6 +37,9 @@ const podExample = `  # Move pod consumer to node-b with MS2M; broker and regist
   # Check everything and print the plan without changing anything
   kubectl migrate pod consumer --to node-b --dry-run
 
+  # No registry: the checkpoint goes straight from node to node
+  kubectl migrate pod consumer --to node-b --transfer direct
+
   # Machine-readable result
   kubectl migrate pod consumer --to node-b -o json`
 
@@ -75,16 +78,23 @@ If anything fails, or on Ctrl-C, every phase is rolled back and the source
 keeps serving, unless --keep-on-failure is given. Once the target has taken
 over the primary queue the migration is committed and only completes.
 
+--transfer direct needs no registry: the source node's agent streams each
+checkpoint to the target node's agent (on the node's network, port 8091),
+which serves it to its own node's runtime only; the checkpoint never leaves
+the two nodes. The target's runtime must pull from localhost:8091 over plain
+HTTP (CRI-O: insecure_registries in [crio.image]).
+
 A checkpoint image holds the process's memory, secrets included: it is
-pushed only to --registry, its archive is deleted from the node once packed,
-and --delete-image removes it after success. A restored container that
+pushed only to --registry (or, with --transfer direct, to the target node),
+its archive is deleted from the node once packed, and --delete-image removes
+it after success. A restored container that
 restarts later is restored again from that image (while the node still has
 it): its memory goes back to the checkpoint and, by the contract, it holds
 without consuming until told what to do.
 
 Needs: the kubelet's ContainerCheckpoint feature gate (on by default since
 1.30), CRI-O ≥ 1.25 or containerd 2.1–2.3 with CRIU on both nodes, a registry
-both nodes pull from, and RBAC create on nodes/proxy, pods, pods/proxy and
+both nodes pull from (or --transfer direct), and RBAC create on nodes/proxy, pods, pods/proxy and
 configmaps.`
 
 // PodOptions are the options of kubectl migrate pod.
@@ -96,6 +106,7 @@ type PodOptions struct {
 	Strategy          string
 	Mode              string
 	TargetName        string
+	Transfer          string
 	Registry          string
 	RegistrySecret    string
 	InsecureRegistry  bool
@@ -175,6 +186,8 @@ func (o *PodOptions) addFlags(cmd *cobra.Command, barePod bool) {
 		f.StringVar(&o.TargetName, "target-name", "", "name of the restored pod (default: the original name plus the migration ID)")
 		f.DurationVar(&o.ReplayMax, "replay-max", 0, "threshold cutoff: keep replay within this; the source stops T_cutoff = replay-max·μ/λ after the replay queue is bound (λ, μ measured)")
 		f.DurationVar(&o.Cutoff, "cutoff", 0, "stop the source this long after the replay queue is bound, whatever the rates (overrides the computed T_cutoff)")
+		f.StringVar(&o.Transfer, "transfer", string(migrate.ViaRegistry), "registry: push checkpoint images to --registry; direct: stream them from the source node's agent to the target node's, no registry (the target node's runtime must pull from localhost:8091 over plain HTTP)")
+		_ = cmd.RegisterFlagCompletionFunc("transfer", cobra.FixedCompletions([]string{"registry", "direct"}, cobra.ShellCompDirectiveNoFileComp))
 	}
 }
 
@@ -268,7 +281,10 @@ func (o *PodOptions) configure(pod *corev1.Pod) error {
 	if c.StatefulSet != "" {
 		c.TargetName, c.Mode = pod.Name, migrate.Mode(o.Mode)
 	}
-	c.ImageRepository = strings.TrimSuffix(firstOf(o.Registry, a[migrate.RegistryAnnotation]), "/")
+	c.Transfer = migrate.Transfer(firstOf(o.Transfer, string(migrate.ViaRegistry)))
+	if c.Transfer != migrate.Direct {
+		c.ImageRepository = strings.TrimSuffix(firstOf(o.Registry, a[migrate.RegistryAnnotation]), "/")
+	}
 	c.RegistrySecret = firstOf(o.RegistrySecret, firstPullSecret(pod))
 	c.InsecureRegistry = o.InsecureRegistry
 	c.AgentImage = o.AgentImage

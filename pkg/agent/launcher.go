@@ -50,9 +50,12 @@ func (l Launcher) Pack(ctx context.Context, podName, node string, req PackReques
 		}
 		var res PackResult
 		if err := json.Unmarshal(out, &res); err != nil {
-			return PackResult{}, fmt.Errorf("agent %s answered %q: %w", warm, out, err)
+			return PackResult{}, fmt.Errorf("agent %s answered %q: %w", warm.pod, out, err)
 		}
 		return res, nil
+	}
+	if req.isDirect() {
+		return PackResult{}, fmt.Errorf("a transfer without a registry needs the warm agent on %s, which is gone; run the migration again", node)
 	}
 	args := []string{"pack", "--archive", req.Archive, "--container", req.Container, "--image", req.Image}
 	if req.Insecure {

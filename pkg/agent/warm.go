@@ -23,18 +23,33 @@ import (
 // Serving holds the serving agents a Launcher started, one per node.
 type Serving struct {
 	mu   sync.Mutex
-	pods map[string]string // node → pod
+	pods map[string]served // by node
 }
 
-func (w *Serving) pod(node string) (string, bool) {
+type served struct {
+	pod  string
+	port int
+}
+
+func (w *Serving) pod(node string) (served, bool) {
 	if w == nil {
-		return "", false
+		return served{}, false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p, ok := w.pods[node]
 	return p, ok
 }
+
+// WarmOptions configure a serving agent.
+type WarmOptions struct {
+	// DirectToken makes the agent a direct transfer's target with this push
+	// token: it runs on the node's network, on DirectPort.
+	DirectToken string
+}
+
+// directDir is where a direct-transfer agent keeps what it receives.
+const directDir = "/var/lib/kubectl-migrate/direct"
 
 // warmReadyTimeout bounds the wait for a serving agent to answer once its
 // container runs.
@@ -43,32 +58,50 @@ const warmReadyTimeout = time.Minute
 // Warm starts a serving agent named podName on node and waits until it
 // answers: later Pack and Remove calls on node go to it instead of starting
 // a pod each. A node that cannot pull or run the agent image fails here.
-func (l Launcher) Warm(ctx context.Context, podName, node string) error {
+func (l Launcher) Warm(ctx context.Context, podName, node string, opts WarmOptions) error {
 	if l.Serving == nil {
 		return errors.New("this launcher keeps no warm agents")
 	}
 	pod := l.PodSpec(podName, node, []string{"serve"})
-	pod.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: ServePort}}
+	port := ServePort
+	if opts.DirectToken != "" {
+		port = DirectPort
+		directPod(pod, opts.DirectToken)
+	}
+	pod.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: int32(port)}}
 	if _, err := l.Client.CoreV1().Pods(l.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create agent pod on %s: %w", node, err)
 	}
 	l.Serving.mu.Lock()
 	if l.Serving.pods == nil {
-		l.Serving.pods = map[string]string{}
+		l.Serving.pods = map[string]served{}
 	}
-	l.Serving.pods[node] = podName
+	l.Serving.pods[node] = served{pod: podName, port: port}
 	l.Serving.mu.Unlock()
 	if _, err := kube.WaitForPod(ctx, l.Client, l.Namespace, podName, agentRunning(l.Image)); err != nil {
 		return err
 	}
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, warmReadyTimeout, true, func(ctx context.Context) (bool, error) {
-		_, err := l.call(ctx, podName, http.MethodGet, healthPath, nil)
+		_, err := l.call(ctx, served{podName, port}, http.MethodGet, healthPath, nil)
 		return err == nil, nil
 	})
 	if err != nil {
-		return fmt.Errorf("the agent on %s runs but does not answer on port %d: %w", node, ServePort, err)
+		return fmt.Errorf("the agent on %s runs but does not answer on port %d: %w", node, port, err)
 	}
 	return nil
+}
+
+// directPod makes pod a direct transfer's target: on the node's network, so
+// that the node's runtime pulls from it on localhost and the source's agent
+// reaches it at the node's address.
+func directPod(pod *corev1.Pod, token string) {
+	pod.Spec.HostNetwork = true
+	pod.Spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
+	c := &pod.Spec.Containers[0]
+	c.Args = append(c.Args, "--direct", directDir)
+	c.Env = append(c.Env, corev1.EnvVar{Name: TokenEnv, Value: token})
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "direct", MountPath: directDir})
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "direct", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 }
 
 // Release deletes every agent pod of the launcher's migration (its labels),
@@ -90,10 +123,11 @@ func (l Launcher) Release(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// call sends one request to the serving agent podName.
-func (l Launcher) call(ctx context.Context, podName, verb, path string, body any) ([]byte, error) {
+// call sends one request to a serving agent.
+func (l Launcher) call(ctx context.Context, agent served, verb, path string, body any) ([]byte, error) {
+	podName := agent.pod
 	req := l.Client.CoreV1().RESTClient().Verb(verb).Namespace(l.Namespace).Resource("pods").
-		Name(podName + ":" + strconv.Itoa(ServePort)).SubResource("proxy").Suffix(strings.TrimPrefix(path, "/"))
+		Name(podName + ":" + strconv.Itoa(agent.port)).SubResource("proxy").Suffix(strings.TrimPrefix(path, "/"))
 	if body != nil {
 		payload, err := json.Marshal(body)
 		if err != nil {

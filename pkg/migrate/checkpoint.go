@@ -104,9 +104,11 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 
 func (packImages) Rollback(ctx context.Context, m *Migration) error {
 	var errs []error
-	for _, ref := range m.Images {
-		if err := m.Registry.Delete(ctx, ref); err != nil {
-			errs = append(errs, err)
+	if m.Transfer != Direct { // the target's agent and its images go with the migration
+		for _, ref := range m.Images {
+			if err := m.Registry.Delete(ctx, ref); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	m.Images = nil

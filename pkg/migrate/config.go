@@ -53,6 +53,22 @@ var Modes = []Mode{Sequential, Shadow}
 // -ORDINAL, so the StatefulSet controller never takes it for a member.
 func ShadowName(pod string) string { return pod + "-shadow" }
 
+// Transfer is how a checkpoint gets from the source node to the target.
+type Transfer string
+
+// Transfers.
+const (
+	// ViaRegistry pushes checkpoint images to a registry both nodes reach.
+	ViaRegistry Transfer = "registry"
+	// Direct streams the checkpoint from the source node's agent to the
+	// target node's, which serves it to its own runtime: no registry, and
+	// the checkpoint never leaves the two nodes.
+	Direct Transfer = "direct"
+)
+
+// Transfers lists the valid transfers.
+var Transfers = []Transfer{ViaRegistry, Direct}
+
 // BrokerConfig locates the workload's queues.
 type BrokerConfig struct {
 	URL      string
@@ -76,7 +92,8 @@ type Config struct {
 	StatefulSet string
 	Mode        Mode
 
-	ImageRepository  string // where checkpoint images are pushed
+	Transfer         Transfer
+	ImageRepository  string // where checkpoint images are pushed (ViaRegistry)
 	RegistrySecret   string // dockerconfigjson secret for push and pull
 	InsecureRegistry bool
 	AgentImage       string
@@ -122,8 +139,17 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("unknown strategy %q; use one of %v", c.Strategy, Strategies))
 	}
-	if c.ImageRepository == "" {
-		errs = append(errs, errors.New("--registry is required (or the ms2m.io/registry annotation): where checkpoint images are pushed"))
+	switch c.Transfer {
+	case ViaRegistry, "":
+		if c.ImageRepository == "" {
+			errs = append(errs, errors.New("--registry is required (or the ms2m.io/registry annotation): where checkpoint images are pushed; or pass --transfer direct"))
+		}
+	case Direct:
+		if c.StatefulSet != "" {
+			errs = append(errs, errors.New("--transfer direct applies to kubectl migrate pod: a StatefulSet pod's rollback restores its source from the checkpoint image, which must then be pullable on the source node too; use a registry"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("unknown transfer %q; use one of %v", c.Transfer, Transfers))
 	}
 	if c.Broker.URL == "" || c.Broker.Exchange == "" || c.Broker.Queue == "" {
 		errs = append(errs, errors.New("broker URL, exchange and queue are required: set --broker-url/--exchange/--queue or the ms2m.io/* annotations on the pod"))

@@ -22,7 +22,7 @@ type Checkpointer interface {
 type Packer interface {
 	// Warm starts an agent on node that stays ready for the node's later
 	// Pack and Remove calls; it fails if the node cannot run the agent.
-	Warm(ctx context.Context, podName, node string) error
+	Warm(ctx context.Context, podName, node string, opts agent.WarmOptions) error
 	// Release ends every agent of the migration, warm or left by a process
 	// that died.
 	Release(ctx context.Context) error

@@ -325,3 +325,33 @@ func TestRecordTimesTheCriticalPath(t *testing.T) {
 		t.Fatalf("critical path %d ms, overhead %d ms, phases %+v", path, overhead, rec.Phases)
 	}
 }
+
+// TestDirectTransferNeedsNoRegistry: with --transfer direct the target's
+// agent receives the checkpoint, its runtime is proven to pull from that
+// agent in preflight, the restored pod runs the image from its own node,
+// and no registry is ever asked for anything.
+func TestDirectTransferNeedsNoRegistry(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	cfg := testConfig(migrate.MS2M)
+	cfg.Transfer, cfg.ImageRepository, cfg.DeleteImages = migrate.Direct, "", true
+	rec, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := strings.Join(w.Calls, "\n")
+	for _, want := range []string{"on node-b (direct true)", "on node-a (direct false)", "prepull [localhost:8091/kubectl-migrate/probe:ready] on node-b", "send to 192.0.2.98:8091 as default/consumer:app-abcde"} {
+		if !strings.Contains(calls, want) {
+			t.Errorf("no %q in:\n%s", want, calls)
+		}
+	}
+	if strings.Contains(calls, "delete image") {
+		t.Errorf("a registry was asked to delete:\n%s", calls)
+	}
+	target, err := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer-abcde", metav1.GetOptions{})
+	if err != nil || target.Spec.Containers[0].Image != "localhost:8091/default/consumer:app-abcde@sha256:abc" {
+		t.Fatalf("target %v: %v", target, err)
+	}
+	if rec.Outcome != report.Succeeded {
+		t.Fatalf("outcome %s", rec.Outcome)
+	}
+}

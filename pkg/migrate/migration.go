@@ -26,6 +26,10 @@ type State struct {
 	SourceNode  string      `json:"sourceNode,omitempty"`
 	Migrated    []string    `json:"migrated,omitempty"` // the containers migrated
 	SourceState ms2m.State  `json:"sourceState"`
+	// DirectTo is the target node's agent (host:port) and DirectToken its
+	// push credential, in a transfer without a registry.
+	DirectTo    string `json:"directTo,omitempty"`
+	DirectToken string `json:"directToken,omitempty"`
 
 	// MigrationQueue exists while the migration runs (ms2m.MigrationQueueName):
 	// a copy restored from a checkpoint holds only as long as it does.

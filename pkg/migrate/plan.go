@@ -14,7 +14,7 @@ func Plan(cfg Config, sourceNode string, containers []string) []string {
 	add := func(format string, args ...any) { steps = append(steps, fmt.Sprintf(format, args...)) }
 	queue, replay := cfg.Broker.Queue, ms2m.ReplayQueueName(cfg.Broker.Queue)
 	ctrs := strings.Join(containers, ", ")
-	images := func(pod string) string { return CheckpointImage(cfg.ImageRepository, pod, "<container>", cfg.ID) }
+	images := func(pod string) string { return cfg.CheckpointImageOf(pod, "<container>", cfg.ID) }
 	ms2mInto := func(from, node string) {
 		add("bind replay queue %s to exchange %s; mark %s's state", replay, cfg.Broker.Exchange, from)
 		add("checkpoint %s of %s on %s through the kubelet", ctrs, from, node)

@@ -2,9 +2,13 @@ package migrate
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -14,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	volumehelpers "k8s.io/component-helpers/storage/volume"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -43,7 +48,7 @@ func (preflight) Run(ctx context.Context, m *Migration) error {
 		{"permissions", checkPermissions},
 		{"target pod name", checkTargetName},
 		{"broker", checkBroker},
-		{"registry", func(ctx context.Context, m *Migration) error { return m.Registry.CheckPush(ctx, m.ImageRepository) }},
+		{"registry", checkRegistry},
 		{"application", checkApp},
 	}
 	run := func(ctx context.Context, checks []check) error {
@@ -336,14 +341,33 @@ func checkBroker(ctx context.Context, m *Migration) error {
 // that restore does not wait for them.
 func (m *Migration) startAgents(ctx context.Context) error {
 	bases := m.baseImages()
-	sourceAgent, targetAgent, puller := m.nextAgentPod(), m.nextAgentPod(), m.nextAgentPod()
+	sourceAgent, targetAgent, puller, probePuller := m.nextAgentPod(), m.nextAgentPod(), m.nextAgentPod(), m.nextAgentPod()
 	start := time.Now()
 	var took [3]time.Duration // each goroutine writes its own
 	var g errgroup.Group
-	for i, a := range []struct{ pod, node string }{{sourceAgent, m.SourceNode}, {targetAgent, m.TargetNode}} {
+	var direct agent.WarmOptions
+	if m.Transfer == Direct {
+		if err := m.prepareDirect(); err != nil {
+			return err
+		}
+		direct.DirectToken = m.DirectToken
+	}
+	for i, a := range []struct {
+		pod, node string
+		opts      agent.WarmOptions
+	}{{sourceAgent, m.SourceNode, agent.WarmOptions{}}, {targetAgent, m.TargetNode, direct}} {
 		g.Go(func() error {
-			if err := m.Packer.Warm(ctx, a.pod, a.node); err != nil {
+			if err := m.Packer.Warm(ctx, a.pod, a.node, a.opts); err != nil {
+				if a.opts.DirectToken != "" {
+					return fmt.Errorf("node %s cannot run the agent that receives the checkpoint (on the node's network, port %d): %w; free the port, or use a registry", a.node, agent.DirectPort, err)
+				}
 				return fmt.Errorf("node %s cannot run the agent image %s: %w; pass --agent-image with an image the nodes can pull and run", a.node, m.AgentImage, err)
+			}
+			if a.opts.DirectToken != "" {
+				probe := fmt.Sprintf("localhost:%d/%s", agent.DirectPort, agent.ProbeImage)
+				if err := m.Packer.Prepull(ctx, probePuller, a.node, []string{probe}); err != nil {
+					return fmt.Errorf("node %s's runtime cannot pull from its agent at localhost:%d (%w); let it pull from there over plain HTTP (CRI-O: insecure_registries in [crio.image]; containerd: a hosts.toml for localhost:%d in its config_path), or use a registry", a.node, agent.DirectPort, err, agent.DirectPort)
+				}
 			}
 			took[i] = time.Since(start)
 			return nil
@@ -360,6 +384,35 @@ func (m *Migration) startAgents(ctx context.Context) error {
 	m.stepTook(report.AgentsReady, "", start, max(took[0], took[1]), 0)
 	m.stepTook(report.BasePull, "", start, took[2], 0)
 	return err
+}
+
+func checkRegistry(ctx context.Context, m *Migration) error {
+	if m.Transfer == Direct {
+		return nil // the agents check their own way: see startAgents
+	}
+	return m.Registry.CheckPush(ctx, m.ImageRepository)
+}
+
+// prepareDirect picks the target agent's address and token for a transfer
+// without a registry.
+func (m *Migration) prepareDirect() error {
+	var ip string
+	for _, a := range m.targetNode.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			ip = a.Address
+			break
+		}
+	}
+	if ip == "" {
+		return fmt.Errorf("node %s has no InternalIP for the source's agent to send to; use a registry", m.TargetNode)
+	}
+	token := make([]byte, 24)
+	if _, err := rand.Read(token); err != nil {
+		return err
+	}
+	m.DirectTo = net.JoinHostPort(ip, strconv.Itoa(agent.DirectPort))
+	m.DirectToken = hex.EncodeToString(token)
+	return nil
 }
 
 func checkApp(ctx context.Context, m *Migration) error {

@@ -101,7 +101,7 @@ func (m *Migration) removeReplayQueueAndImages(ctx context.Context) error {
 		}
 		m.ReplayQueue = ""
 	}
-	if m.DeleteImages {
+	if m.DeleteImages && m.Transfer != Direct {
 		for _, ref := range m.Images {
 			if err := m.Registry.Delete(ctx, ref); err != nil {
 				errs = append(errs, err)

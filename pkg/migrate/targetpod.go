@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -77,13 +78,25 @@ func CheckpointImage(repository, pod, container, tag string) string {
 	return repository + "/" + pod + ":" + container + "-" + tag
 }
 
-func (m *Migration) packRequest(container string) agent.PackRequest {
-	return agent.PackRequest{
-		Archive:   m.Archives[container],
-		Container: container,
-		Image:     CheckpointImage(m.ImageRepository, m.Pod, container, m.tag()),
-		Insecure:  m.InsecureRegistry,
+// CheckpointImageOf is where container of pod goes for the migration
+// (stage) tag: the registry's repository, or with a direct transfer the
+// target node's agent, as that node pulls it.
+func (c Config) CheckpointImageOf(pod, container, tag string) string {
+	if c.Transfer == Direct {
+		return CheckpointImage(fmt.Sprintf("localhost:%d/%s", agent.DirectPort, c.Namespace), pod, container, tag)
 	}
+	return CheckpointImage(c.ImageRepository, pod, container, tag)
+}
+
+func (m *Migration) packRequest(container string) agent.PackRequest {
+	req := agent.PackRequest{Archive: m.Archives[container], Container: container}
+	if m.Transfer == Direct {
+		req.SendTo, req.Token = m.DirectTo, m.DirectToken
+		req.Repository, req.Tag = m.Namespace+"/"+m.Pod, container+"-"+m.tag()
+		return req
+	}
+	req.Image, req.Insecure = m.CheckpointImageOf(m.Pod, container, m.tag()), m.InsecureRegistry
+	return req
 }
 
 // TargetPod builds the restored pod: the source's identity labels and

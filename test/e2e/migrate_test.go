@@ -4,12 +4,15 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
@@ -42,7 +45,11 @@ func (l *lab) checkMigrated(t testing.TB, w *workload.Workload, rec report.Recor
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pod.Spec.NodeName != "node-b" || !strings.HasPrefix(pod.Spec.Containers[0].Image, l.registry+"/checkpoints/consumer@sha256:") {
+	wantImage := l.registry + "/checkpoints/consumer@sha256:"
+	if len(rec.Images) > 0 && strings.HasPrefix(rec.Images[0], "localhost:") { // --transfer direct
+		wantImage = fmt.Sprintf("localhost:%d/%s/consumer@sha256:", agent.DirectPort, w.Namespace)
+	}
+	if pod.Spec.NodeName != "node-b" || !strings.HasPrefix(pod.Spec.Containers[0].Image, wantImage) {
 		t.Fatalf("target %s on %s from %s", pod.Name, pod.Spec.NodeName, pod.Spec.Containers[0].Image)
 	}
 	after := state(t, w, rec.TargetPod)
@@ -105,10 +112,30 @@ func TestMS2MMigratesALivePod(t *testing.T) {
 
 	list := l.kubectlMigrate(t, "report", "-n", w.Namespace)
 	detail := l.kubectlMigrate(t, "report", "-n", w.Namespace, rec.ID)
-	if !strings.Contains(list, rec.ID) || !strings.Contains(detail, "replay") || !strings.Contains(detail, "downtime") {
+	if !strings.Contains(list, rec.ID) || !strings.Contains(detail, "replay") || !strings.Contains(detail, "downtime") ||
+		!strings.Contains(detail, "created → running") || !strings.Contains(detail, "critical path") {
 		t.Fatalf("report:\n%s\n%s", list, detail)
 	}
 	t.Logf("report:\n%s", detail)
+}
+
+// TestDirectTransferMigratesALivePod moves the checkpoint from node to node
+// with no registry: the target runs it from its own node's agent, and the
+// lab's registry never saw it.
+func TestDirectTransferMigratesALivePod(t *testing.T) {
+	l, w, rec := migrateLivePod(t, "--transfer", "direct")
+	checkConservation(t, w, rec.TargetPod)
+	if len(rec.Images) != 1 || !strings.HasPrefix(rec.Images[0], fmt.Sprintf("localhost:%d/", agent.DirectPort)) {
+		t.Fatalf("images %v: not served by the target node's agent", rec.Images)
+	}
+	reg := image.Registry{Insecure: true}
+	if _, err := reg.Pull(context.Background(), l.registry+"/checkpoints/consumer:app-"+rec.ID); err == nil {
+		t.Fatal("the checkpoint went to the registry")
+	}
+	if path, overhead := rec.CriticalPathMillis(), rec.OverheadMillis(); path <= 0 || overhead > path {
+		t.Fatalf("critical path %d ms, overhead %d ms", path, overhead)
+	}
+	t.Logf("direct: critical path %d ms (ours %d ms), total %d ms, downtime %d ms", rec.CriticalPathMillis(), rec.OverheadMillis(), rec.TotalMillis, rec.Downtime.Millis)
 }
 
 func TestStopAndCopyMigratesALivePod(t *testing.T) {

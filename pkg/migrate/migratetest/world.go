@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -70,6 +71,7 @@ func Node(name, runtimeVersion string) *corev1.Node {
 		Status: corev1.NodeStatus{
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
 			NodeInfo:   corev1.NodeSystemInfo{ContainerRuntimeVersion: runtimeVersion},
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2." + strconv.Itoa(int(name[len(name)-1]))}},
 		},
 	}
 }
@@ -213,6 +215,10 @@ type fakePacker World
 func (f *fakePacker) Pack(_ context.Context, podName, node string, req agent.PackRequest) (agent.PackResult, error) {
 	w := (*World)(f)
 	w.record("pack %s on %s via %s", req.Archive, node, podName)
+	if req.SendTo != "" {
+		w.record("send to %s as %s:%s", req.SendTo, req.Repository, req.Tag)
+		req.Image = "localhost:8091/" + req.Repository + ":" + req.Tag
+	}
 	if err := w.fail(report.Image); err != nil {
 		return agent.PackResult{}, err
 	}
@@ -239,8 +245,8 @@ func (f *fakePacker) Remove(_ context.Context, podName, node string, archives []
 	return nil
 }
 
-func (f *fakePacker) Warm(_ context.Context, podName, node string) error {
-	(*World)(f).record("warm agent %s on %s", podName, node)
+func (f *fakePacker) Warm(_ context.Context, podName, node string, opts agent.WarmOptions) error {
+	(*World)(f).record("warm agent %s on %s (direct %t)", podName, node, opts.DirectToken != "")
 	return nil
 }
 
