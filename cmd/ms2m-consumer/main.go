@@ -6,22 +6,51 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"flag"
 	"log"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 )
+
+// held keeps the ballast reachable for the process's life.
+var held []byte
+
+// makeBallast returns n bytes written through, so they are resident and a
+// checkpoint must carry them (pages never touched are not dumped); the
+// content does not compress, as real state rarely does.
+func makeBallast(n int64) []byte {
+	b := make([]byte, n)
+	x := uint64(0x9e3779b97f4a7c15)
+	for i := 0; i+8 <= len(b); i += 8 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		binary.LittleEndian.PutUint64(b[i:], x)
+	}
+	return b
+}
 
 func main() {
 	var cfg ms2m.ConsumerConfig
 	ms2m.BrokerFlags(flag.CommandLine, &cfg.URL, &cfg.Exchange, &cfg.Queue)
 	flag.DurationVar(&cfg.Work, "work", 0, "time to apply one message, e.g. 50ms")
 	listen := flag.String("listen", ":8080", "HTTP address of the MS2M endpoints")
+	ballast := flag.String("ballast", "", "extra resident memory the consumer holds, e.g. 64Mi: how a checkpoint's cost grows with the state")
 	flag.Parse()
 	cfg.Logf = log.Printf
+	if *ballast != "" {
+		size, err := resource.ParseQuantity(*ballast)
+		if err != nil {
+			log.Fatalf("--ballast %q: %v", *ballast, err)
+		}
+		held = makeBallast(size.Value())
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -66,9 +66,14 @@ func setup(t testing.TB) *lab {
 // deploy starts the sample workload on node-a in a namespace of its own,
 // removed when the test ends.
 func (l *lab) deploy(t testing.TB, rate string) *workload.Workload {
-	w, err := workload.Deploy(context.Background(), l.client, workload.Options{
-		Node: "node-a", ImagePrefix: l.imagePrefix, BrokerURL: l.brokerURL, Registry: l.registry, Rate: rate, Work: "50ms",
-	})
+	return l.deployWith(t, workload.Options{Rate: rate})
+}
+
+// deployWith deploys the workload on node-a with o's rate and ballast, the
+// lab's images, broker and registry, at 50 ms per message.
+func (l *lab) deployWith(t testing.TB, o workload.Options) *workload.Workload {
+	o.Node, o.ImagePrefix, o.BrokerURL, o.Registry, o.Work = "node-a", l.imagePrefix, l.brokerURL, l.registry, "50ms"
+	w, err := workload.Deploy(context.Background(), l.client, o)
 	if w != nil {
 		t.Cleanup(func() {
 			if t.Failed() {

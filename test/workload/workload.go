@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,7 @@ type Options struct {
 	Registry    string // checkpoint images go to Registry/checkpoints
 	Rate        string // producer messages per second
 	Work        string // consumer time per message
+	Ballast     string // extra resident memory of the consumer, e.g. 64Mi
 }
 
 // Workload is one producer/consumer pair in a namespace of its own, with
@@ -64,7 +66,11 @@ func Deploy(ctx context.Context, client kubernetes.Interface, o Options) (*Workl
 		return w, fmt.Errorf("no default service account in %s: %w", w.Namespace, err)
 	}
 	common := []string{"--url=" + o.BrokerURL, "--exchange=" + w.Exchange, "--queue=" + w.Queue}
-	consumer := w.pod(o, "consumer", "ms2m-consumer", append(common, "--work="+o.Work), map[string]string{
+	consumerArgs := append(slices.Clone(common), "--work="+o.Work)
+	if o.Ballast != "" {
+		consumerArgs = append(consumerArgs, "--ballast="+o.Ballast)
+	}
+	consumer := w.pod(o, "consumer", "ms2m-consumer", consumerArgs, map[string]string{
 		"ms2m.io/broker-url": o.BrokerURL, "ms2m.io/exchange": w.Exchange, "ms2m.io/queue": w.Queue,
 		"ms2m.io/registry": o.Registry + "/checkpoints",
 	})
