@@ -22,7 +22,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
 )
@@ -144,7 +143,8 @@ func (d Direct) receive(r *http.Request, blobs string) (PackResult, error) {
 		return PackResult{}, err
 	}
 	received := time.Now()
-	img, err := image.CheckpointImageOf(receivedLayer{path: layerPath, digest: digest, size: n}, container)
+	// Hashed as it arrived: not read again to be published.
+	img, err := image.CheckpointImageOf(image.FileLayer{Path: layerPath, Hash: digest, Len: n}, container)
 	if err != nil {
 		return PackResult{}, err
 	}
@@ -211,21 +211,6 @@ func (d Direct) publishProbe(ctx context.Context) error {
 type staticKeychain struct{ auth authn.Authenticator }
 
 func (k staticKeychain) Resolve(authn.Resource) (authn.Authenticator, error) { return k.auth, nil }
-
-// receivedLayer is an uncompressed layer on disk whose digest was computed
-// while it was received, so it is not read again to be published.
-type receivedLayer struct {
-	path   string
-	digest v1.Hash
-	size   int64
-}
-
-func (l receivedLayer) Digest() (v1.Hash, error)             { return l.digest, nil }
-func (l receivedLayer) DiffID() (v1.Hash, error)             { return l.digest, nil }
-func (l receivedLayer) Size() (int64, error)                 { return l.size, nil }
-func (l receivedLayer) MediaType() (types.MediaType, error)  { return types.OCILayer, nil }
-func (l receivedLayer) Compressed() (io.ReadCloser, error)   { return os.Open(l.path) }
-func (l receivedLayer) Uncompressed() (io.ReadCloser, error) { return os.Open(l.path) }
 
 // isDirect tells a direct transfer's pack request from a registry push.
 func (req PackRequest) isDirect() bool { return strings.TrimSpace(req.SendTo) != "" }

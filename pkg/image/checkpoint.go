@@ -2,15 +2,17 @@ package image
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"fmt"
+	"io"
+	"os"
 	goruntime "runtime"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -25,12 +27,44 @@ const (
 // kubelet writes it) as a one-layer OCI image for container. The image's
 // platform is the one this process runs on, which is the node's.
 func CheckpointImage(archivePath, container string) (v1.Image, error) {
-	layer, err := tarball.LayerFromFile(archivePath, tarball.WithMediaType(types.OCILayer))
+	layer, err := NewFileLayer(archivePath)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint archive %s: %w", archivePath, err)
 	}
 	return CheckpointImageOf(layer, container)
 }
+
+// FileLayer is an uncompressed layer in a file, sent as it is: a checkpoint
+// archive is read once to hash it and once to upload it, never compressed
+// or copied on the way (the runtime unpacks it either way).
+type FileLayer struct {
+	Path string
+	// Hash is the file's sha256, its digest and diff ID at once.
+	Hash v1.Hash
+	Len  int64
+}
+
+// NewFileLayer hashes the file at path.
+func NewFileLayer(path string) (FileLayer, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return FileLayer{}, err
+	}
+	defer f.Close()
+	h, n, err := v1.SHA256(bufio.NewReaderSize(f, 1<<20))
+	if err != nil {
+		return FileLayer{}, err
+	}
+	return FileLayer{Path: path, Hash: h, Len: n}, nil
+}
+
+// The v1.Layer methods.
+func (l FileLayer) Digest() (v1.Hash, error)             { return l.Hash, nil }
+func (l FileLayer) DiffID() (v1.Hash, error)             { return l.Hash, nil }
+func (l FileLayer) Size() (int64, error)                 { return l.Len, nil }
+func (l FileLayer) MediaType() (types.MediaType, error)  { return types.OCIUncompressedLayer, nil }
+func (l FileLayer) Compressed() (io.ReadCloser, error)   { return os.Open(l.Path) }
+func (l FileLayer) Uncompressed() (io.ReadCloser, error) { return os.Open(l.Path) }
 
 // CheckpointImageOf is the checkpoint image of container whose one layer is
 // the (uncompressed) checkpoint archive.

@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -107,6 +109,19 @@ func TestCheckpointImageLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkCheckpointImage(t, img, files)
+	// The archive goes as it is: no compression, its digest its own hash.
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(raw)
+	if l := m.Layers[0]; l.MediaType != types.OCIUncompressedLayer || l.Digest.Hex != hex.EncodeToString(sum[:]) || l.Size != int64(len(raw)) {
+		t.Errorf("layer %+v is not the archive as it is (sha256 %x, %d bytes)", l, sum, len(raw))
+	}
 }
 
 func roundTrip(t *testing.T, host string) {

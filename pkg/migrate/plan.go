@@ -15,10 +15,17 @@ func Plan(cfg Config, sourceNode string, containers []string) []string {
 	queue, replay := cfg.Broker.Queue, ms2m.ReplayQueueName(cfg.Broker.Queue)
 	ctrs := strings.Join(containers, ", ")
 	images := func(pod string) string { return cfg.CheckpointImageOf(pod, "<container>", cfg.ID) }
+	transfer := func(pod, node string) {
+		if cfg.Transfer == Direct {
+			add("stream the checkpoint archives from the agent on %s to the agent on %s (no registry), which serves them to its node as %s", node, cfg.TargetNode, images(pod))
+			return
+		}
+		add("pack and push %s from the agent on %s (%s), started in preflight", images(pod), node, cfg.AgentImage)
+	}
 	ms2mInto := func(from, node string) {
 		add("bind replay queue %s to exchange %s; mark %s's state", replay, cfg.Broker.Exchange, from)
 		add("checkpoint %s of %s on %s through the kubelet", ctrs, from, node)
-		add("pack and push %s from the agent on %s (%s), started in preflight", images(from), node, cfg.AgentImage)
+		transfer(from, node)
 	}
 	switch {
 	case cfg.StatefulSet != "" && cfg.Mode == Shadow:
@@ -37,7 +44,7 @@ func Plan(cfg Config, sourceNode string, containers []string) []string {
 		} else {
 			add("stop %s consuming %s", cfg.Pod, queue)
 			add("checkpoint %s of %s on %s through the kubelet", ctrs, cfg.Pod, sourceNode)
-			add("pack and push %s from the agent on %s (%s), started in preflight", images(cfg.Pod), sourceNode, cfg.AgentImage)
+			transfer(cfg.Pod, sourceNode)
 		}
 		stop := ""
 		if cfg.Strategy == MS2M {
@@ -59,7 +66,7 @@ func Plan(cfg Config, sourceNode string, containers []string) []string {
 	default:
 		add("stop the source consuming %s", queue)
 		add("checkpoint %s of %s on %s through the kubelet", ctrs, cfg.Pod, sourceNode)
-		add("pack and push %s from the agent on %s (%s), started in preflight", images(cfg.Pod), sourceNode, cfg.AgentImage)
+		transfer(cfg.Pod, sourceNode)
 		add("restore pod %s on %s; it resumes %s", cfg.TargetName, cfg.TargetNode, queue)
 		add("delete pod %s", cfg.Pod)
 	}
