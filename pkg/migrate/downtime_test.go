@@ -23,4 +23,3 @@ func TestDowntimeBound(t *testing.T) {
 		}
 	}
 }
-
