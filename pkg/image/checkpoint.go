@@ -2,17 +2,21 @@ package image
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	goruntime "runtime"
+	"sync"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/stream"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -27,35 +31,20 @@ const (
 // kubelet writes it) as a one-layer OCI image for container. The image's
 // platform is the one this process runs on, which is the node's.
 func CheckpointImage(archivePath, container string) (v1.Image, error) {
-	layer, err := NewFileLayer(archivePath)
+	fi, err := os.Stat(archivePath)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint archive %s: %w", archivePath, err)
 	}
-	return CheckpointImageOf(layer, container)
+	return CheckpointImageOf(&streamedLayer{path: archivePath, size: fi.Size()}, container)
 }
 
-// FileLayer is an uncompressed layer in a file, sent as it is: a checkpoint
-// archive is read once to hash it and once to upload it, never compressed
-// or copied on the way (the runtime unpacks it either way).
+// FileLayer is an uncompressed layer in a file whose hash is known (it was
+// computed as the file was received).
 type FileLayer struct {
 	Path string
 	// Hash is the file's sha256, its digest and diff ID at once.
 	Hash v1.Hash
 	Len  int64
-}
-
-// NewFileLayer hashes the file at path.
-func NewFileLayer(path string) (FileLayer, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return FileLayer{}, err
-	}
-	defer f.Close()
-	h, n, err := v1.SHA256(bufio.NewReaderSize(f, 1<<20))
-	if err != nil {
-		return FileLayer{}, err
-	}
-	return FileLayer{Path: path, Hash: h, Len: n}, nil
 }
 
 // The v1.Layer methods.
@@ -65,6 +54,70 @@ func (l FileLayer) Size() (int64, error)                 { return l.Len, nil }
 func (l FileLayer) MediaType() (types.MediaType, error)  { return types.OCIUncompressedLayer, nil }
 func (l FileLayer) Compressed() (io.ReadCloser, error)   { return os.Open(l.Path) }
 func (l FileLayer) Uncompressed() (io.ReadCloser, error) { return os.Open(l.Path) }
+
+// streamedLayer is an uncompressed layer in a file, sent as it is and hashed
+// on the way: the checkpoint archive is read once, never compressed or
+// copied (the runtime unpacks it either way). Until it has been read, its
+// digest is stream.ErrNotComputed, which makes the registry client upload it
+// first and ask after.
+type streamedLayer struct {
+	path string
+	size int64
+
+	mu   sync.Mutex
+	hash v1.Hash
+}
+
+func (l *streamedLayer) Digest() (v1.Hash, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.hash.Hex == "" {
+		return v1.Hash{}, stream.ErrNotComputed
+	}
+	return l.hash, nil
+}
+
+func (l *streamedLayer) DiffID() (v1.Hash, error)             { return l.Digest() }
+func (l *streamedLayer) Size() (int64, error)                 { return l.size, nil }
+func (l *streamedLayer) MediaType() (types.MediaType, error)  { return types.OCIUncompressedLayer, nil }
+func (l *streamedLayer) Uncompressed() (io.ReadCloser, error) { return l.Compressed() }
+
+// Compressed (the layer as stored: here the file as it is) hashes what is
+// read and keeps the hash once the whole file was.
+func (l *streamedLayer) Compressed() (io.ReadCloser, error) {
+	f, err := os.Open(l.path)
+	if err != nil {
+		return nil, err
+	}
+	return &hashingReader{f: f, h: sha256.New(), done: func(sum []byte, n int64) {
+		if n != l.size {
+			return
+		}
+		l.mu.Lock()
+		l.hash = v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum)}
+		l.mu.Unlock()
+	}}, nil
+}
+
+type hashingReader struct {
+	f    *os.File
+	h    hash.Hash
+	n    int64
+	done func(sum []byte, n int64)
+}
+
+func (r *hashingReader) Read(p []byte) (int, error) {
+	n, err := r.f.Read(p)
+	r.h.Write(p[:n])
+	r.n += int64(n)
+	if err == io.EOF && r.done != nil {
+		r.done(r.h.Sum(nil), r.n)
+		r.done = nil
+	}
+	return n, err
+}
+
+func (r *hashingReader) Close() error { return r.f.Close() }
 
 // CheckpointImageOf is the checkpoint image of container whose one layer is
 // the (uncompressed) checkpoint archive.
@@ -92,17 +145,18 @@ func ProbeImage() (v1.Image, error) {
 // image"), its config adjusted by configure.
 func ociImage(layer v1.Layer, configure func(*v1.ConfigFile)) (v1.Image, error) {
 	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(base, layer)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := img.ConfigFile()
+	cfg, err := base.ConfigFile()
 	if err != nil {
 		return nil, err
 	}
 	cfg = cfg.DeepCopy()
 	configure(cfg)
-	return mutate.ConfigFile(img, cfg)
+	// Configured before the layer is added: a streamed layer's diff ID is
+	// known only once it has been uploaded.
+	if base, err = mutate.ConfigFile(base, cfg); err != nil {
+		return nil, err
+	}
+	return mutate.AppendLayers(base, layer)
 }
 
 // CheckpointAnnotations are the manifest annotations of a checkpoint image.

@@ -102,14 +102,22 @@ func checkCheckpointImage(t *testing.T, img v1.Image, want map[string]string) {
 	}
 }
 
+// TestCheckpointImageLayout: the archive is the image's one layer as it
+// is (uncompressed, its digest its own hash), known once it was pushed.
 func TestCheckpointImageLayout(t *testing.T) {
 	path, files := writeArchive(t, t.TempDir())
 	img, err := CheckpointImage(path, "app")
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	reg := Registry{Insecure: true}
+	ref, err := reg.Push(context.Background(), strings.TrimPrefix(srv.URL, "http://")+"/layout:app", img)
+	if err != nil {
+		t.Fatal(err)
+	}
 	checkCheckpointImage(t, img, files)
-	// The archive goes as it is: no compression, its digest its own hash.
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -121,6 +129,9 @@ func TestCheckpointImageLayout(t *testing.T) {
 	sum := sha256.Sum256(raw)
 	if l := m.Layers[0]; l.MediaType != types.OCIUncompressedLayer || l.Digest.Hex != hex.EncodeToString(sum[:]) || l.Size != int64(len(raw)) {
 		t.Errorf("layer %+v is not the archive as it is (sha256 %x, %d bytes)", l, sum, len(raw))
+	}
+	if d, _ := img.Digest(); !strings.HasSuffix(ref, d.String()) {
+		t.Errorf("pushed %s, image digest %s", ref, d)
 	}
 }
 
