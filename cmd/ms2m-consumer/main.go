@@ -11,15 +11,13 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 )
-
-// held keeps the ballast reachable for the process's life.
-var held []byte
 
 // makeBallast returns n bytes written through, so they are resident and a
 // checkpoint must carry them (pages never touched are not dumped); the
@@ -44,6 +42,7 @@ func main() {
 	ballast := flag.String("ballast", "", "extra resident memory the consumer holds, e.g. 64Mi: how a checkpoint's cost grows with the state")
 	flag.Parse()
 	cfg.Logf = log.Printf
+	var held []byte
 	if *ballast != "" {
 		size, err := resource.ParseQuantity(*ballast)
 		if err != nil {
@@ -58,4 +57,5 @@ func main() {
 	if err := ms2m.ServeWhile(ctx, *listen, c.Handler(), c.Run); err != nil {
 		log.Fatal(err)
 	}
+	runtime.KeepAlive(held) // resident for the process's life
 }
