@@ -90,7 +90,17 @@ func (l Launcher) Remove(ctx context.Context, podName, node string, archives []s
 // checkpointed container's own image, looked up by ID on the target node,
 // so that image must be there first. Each image runs the agent binary (from
 // a shared volume, so images without a shell work too), which exits at once.
+//
+// A warm agent on node that reaches the runtime asks it directly first:
+// images the node has are found in milliseconds, with no pod to start.
 func (l Launcher) Prepull(ctx context.Context, podName, node string, images []string) error {
+	if warm, ok := l.Serving.pod(node); ok && warm.runtime {
+		if _, err := l.call(ctx, warm, http.MethodPost, pullPath, pullRequest{Images: images}); err == nil {
+			return nil
+		}
+		// The kubelet pulls with the pod's pull secrets and the node's
+		// credential providers, which the runtime alone may lack.
+	}
 	pod := l.PodSpec(podName, node, nil)
 	pod.Spec.Volumes = []corev1.Volume{{Name: "agent-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	mount := []corev1.VolumeMount{{Name: "agent-bin", MountPath: "/kubectl-migrate"}}

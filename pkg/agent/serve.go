@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +23,7 @@ const (
 	healthPath = "/healthz"
 	packPath   = "/pack"
 	removePath = "/remove"
+	pullPath   = "/pull"
 )
 
 // removeRequest names the archives (or archive patterns) to remove.
@@ -62,6 +64,25 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 			return
 		}
 		res, err := Pack(r.Context(), req, reg(req.Insecure))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(res)
+	})
+	mux.HandleFunc("POST "+pullPath, func(w http.ResponseWriter, r *http.Request) {
+		touch()
+		var req pullRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, "malformed pull request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if _, err := os.Stat(runtimeSocketPath); err != nil {
+			http.Error(w, "this agent has no runtime socket: "+err.Error(), http.StatusNotImplemented)
+			return
+		}
+		res, err := pullImages(r.Context(), runtimeSocketPath, req.Images)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

@@ -29,6 +29,8 @@ type Serving struct {
 type served struct {
 	pod  string
 	port int
+	// runtime: the agent can ask the node's runtime to pull.
+	runtime bool
 }
 
 func (w *Serving) pod(node string) (served, bool) {
@@ -46,6 +48,9 @@ type WarmOptions struct {
 	// DirectToken makes the agent a direct transfer's target with this push
 	// token: it runs on the node's network, on DirectPort.
 	DirectToken string
+	// RuntimeSocket is the node's CRI socket (RuntimeSocket), mounted so
+	// the agent pulls images through the runtime without starting a pod.
+	RuntimeSocket string
 }
 
 // directDir is where a direct-transfer agent keeps what it receives.
@@ -68,6 +73,13 @@ func (l Launcher) Warm(ctx context.Context, podName, node string, opts WarmOptio
 		port = DirectPort
 		directPod(pod, opts.DirectToken)
 	}
+	if opts.RuntimeSocket != "" {
+		c := &pod.Spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "cri", MountPath: runtimeSocketPath})
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "cri", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: opts.RuntimeSocket, Type: ptr.To(corev1.HostPathSocket)},
+		}})
+	}
 	pod.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: int32(port)}}
 	if _, err := l.Client.CoreV1().Pods(l.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create agent pod on %s: %w", node, err)
@@ -76,13 +88,13 @@ func (l Launcher) Warm(ctx context.Context, podName, node string, opts WarmOptio
 	if l.Serving.pods == nil {
 		l.Serving.pods = map[string]served{}
 	}
-	l.Serving.pods[node] = served{pod: podName, port: port}
+	l.Serving.pods[node] = served{pod: podName, port: port, runtime: opts.RuntimeSocket != ""}
 	l.Serving.mu.Unlock()
 	if _, err := kube.WaitForPod(ctx, l.Client, l.Namespace, podName, agentRunning(l.Image)); err != nil {
 		return err
 	}
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, warmReadyTimeout, true, func(ctx context.Context) (bool, error) {
-		_, err := l.call(ctx, served{podName, port}, http.MethodGet, healthPath, nil)
+		_, err := l.call(ctx, served{pod: podName, port: port}, http.MethodGet, healthPath, nil)
 		return err == nil, nil
 	})
 	if err != nil {

@@ -342,47 +342,55 @@ func checkBroker(ctx context.Context, m *Migration) error {
 func (m *Migration) startAgents(ctx context.Context) error {
 	bases := m.baseImages()
 	sourceAgent, targetAgent, puller, probePuller := m.nextAgentPod(), m.nextAgentPod(), m.nextAgentPod(), m.nextAgentPod()
-	start := time.Now()
-	var took [3]time.Duration // each goroutine writes its own
-	var g errgroup.Group
-	var direct agent.WarmOptions
+	// The target's agent reaches its runtime, to pull without a pod.
+	targetOpts := agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(m.targetNode.Status.NodeInfo.ContainerRuntimeVersion)}
 	if m.Transfer == Direct {
 		if err := m.prepareDirect(); err != nil {
 			return err
 		}
-		direct.DirectToken = m.DirectToken
+		targetOpts.DirectToken = m.DirectToken
 	}
-	for i, a := range []struct {
-		pod, node string
-		opts      agent.WarmOptions
-	}{{sourceAgent, m.SourceNode, agent.WarmOptions{}}, {targetAgent, m.TargetNode, direct}} {
-		g.Go(func() error {
-			if err := m.Packer.Warm(ctx, a.pod, a.node, a.opts); err != nil {
-				if a.opts.DirectToken != "" {
-					return fmt.Errorf("node %s cannot run the agent that receives the checkpoint (on the node's network, port %d): %w; free the port, or use a registry", a.node, agent.DirectPort, err)
-				}
-				return fmt.Errorf("node %s cannot run the agent image %s: %w; pass --agent-image with an image the nodes can pull and run", a.node, m.AgentImage, err)
+	warm := func(pod, node string, opts agent.WarmOptions) error {
+		if err := m.Packer.Warm(ctx, pod, node, opts); err != nil {
+			if opts.DirectToken != "" {
+				return fmt.Errorf("node %s cannot run the agent that receives the checkpoint (on the node's network, port %d): %w; free the port, or use a registry", node, agent.DirectPort, err)
 			}
-			if a.opts.DirectToken != "" {
-				probe := fmt.Sprintf("localhost:%d/%s", agent.DirectPort, agent.ProbeImage)
-				if err := m.Packer.Prepull(ctx, probePuller, a.node, []string{probe}); err != nil {
-					return fmt.Errorf("node %s's runtime cannot pull from its agent at localhost:%d (%w); let it pull from there over plain HTTP (CRI-O: insecure_registries in [crio.image]; containerd: a hosts.toml for localhost:%d in its config_path), or use a registry", a.node, agent.DirectPort, err, agent.DirectPort)
-				}
-			}
-			took[i] = time.Since(start)
-			return nil
-		})
+			return fmt.Errorf("node %s cannot run the agent image %s: %w; pass --agent-image with an image the nodes can pull and run", node, m.AgentImage, err)
+		}
+		return nil
 	}
+	start := time.Now()
+	var sourceReady, targetReady, pullStart, pulled time.Time // each goroutine writes its own
+	var g errgroup.Group
 	g.Go(func() error {
+		err := warm(sourceAgent, m.SourceNode, agent.WarmOptions{})
+		sourceReady = time.Now()
+		return err
+	})
+	g.Go(func() error {
+		if err := warm(targetAgent, m.TargetNode, targetOpts); err != nil {
+			return err
+		}
+		targetReady = time.Now()
+		if m.Transfer == Direct {
+			probe := fmt.Sprintf("localhost:%d/%s", agent.DirectPort, agent.ProbeImage)
+			if err := m.Packer.Prepull(ctx, probePuller, m.TargetNode, []string{probe}); err != nil {
+				return fmt.Errorf("node %s's runtime cannot pull from its agent at localhost:%d (%w); let it pull from there over plain HTTP (CRI-O: insecure_registries in [crio.image]; containerd: a hosts.toml for localhost:%d in its config_path), or use a registry", m.TargetNode, agent.DirectPort, err, agent.DirectPort)
+			}
+		}
+		// Through the warm agent: images the node has are found at once.
+		pullStart = time.Now()
 		if err := m.Packer.Prepull(ctx, puller, m.TargetNode, bases); err != nil {
 			return fmt.Errorf("node %s cannot pull the images %v its restore needs: %w", m.TargetNode, bases, err)
 		}
-		took[2] = time.Since(start)
+		pulled = time.Now()
 		return nil
 	})
 	err := g.Wait()
-	m.stepTook(report.AgentsReady, "", start, max(took[0], took[1]), 0)
-	m.stepTook(report.BasePull, "", start, took[2], 0)
+	if err == nil {
+		m.stepTook(report.AgentsReady, "", start, max(sourceReady.Sub(start), targetReady.Sub(start)), 0)
+		m.stepTook(report.BasePull, "", pullStart, pulled.Sub(pullStart), 0)
+	}
 	return err
 }
 

@@ -1,0 +1,62 @@
+package agent
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// fakeImages is a runtime's image service holding some images.
+type fakeImages struct {
+	criv1.UnimplementedImageServiceServer
+	mu   sync.Mutex
+	have map[string]bool
+}
+
+func (f *fakeImages) ImageStatus(_ context.Context, req *criv1.ImageStatusRequest) (*criv1.ImageStatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.have[req.Image.Image] {
+		return &criv1.ImageStatusResponse{}, nil
+	}
+	return &criv1.ImageStatusResponse{Image: &criv1.Image{Id: req.Image.Image}}, nil
+}
+
+func (f *fakeImages) PullImage(_ context.Context, req *criv1.PullImageRequest) (*criv1.PullImageResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.have[req.Image.Image] = true
+	return &criv1.PullImageResponse{ImageRef: req.Image.Image}, nil
+}
+
+// TestPullImagesThroughTheRuntime: what the node has is only looked up, the
+// rest is pulled, and the node has all of it afterwards.
+func TestPullImagesThroughTheRuntime(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "cri.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := &fakeImages{have: map[string]bool{"reg/app@sha256:1": true}}
+	srv := grpc.NewServer()
+	criv1.RegisterImageServiceServer(srv, images)
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+
+	res, err := pullImages(context.Background(), socket, []string{"reg/app@sha256:1", "reg/side@sha256:2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Present, []string{"reg/app@sha256:1"}) || !slices.Equal(res.Pulled, []string{"reg/side@sha256:2"}) || !images.have["reg/side@sha256:2"] {
+		t.Fatalf("result %+v, node has %v", res, images.have)
+	}
+	if RuntimeSocket("cri-o://1.34.0") != "/var/run/crio/crio.sock" || RuntimeSocket("docker://28") != "" {
+		t.Fatal("runtime sockets")
+	}
+}
