@@ -3,9 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
 )
@@ -47,6 +54,35 @@ func (d dirs) pushImages(ctx context.Context, repo string) error {
 		if _, err := reg.Push(ctx, imageRef(name), img); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// evictImages removes the lab's images (but the pause image, which every
+// sandbox uses) from the running nodes' runtimes: pods pull with
+// IfNotPresent, so a node would otherwise keep running what it pulled
+// first. An image a running container uses stays, and is named.
+func (d dirs) evictImages(ctx context.Context) error {
+	for _, n := range nodes {
+		pid, ok := d.running(n.Name + "-crio")
+		if !ok {
+			continue
+		}
+		conn, err := grpc.NewClient(fmt.Sprintf("unix:///proc/%d/root/run/crio/crio.sock", pid), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return err
+		}
+		images := criv1.NewImageServiceClient(conn)
+		for name := range labImages {
+			if name == "pause" {
+				continue
+			}
+			_, err := images.RemoveImage(ctx, &criv1.RemoveImageRequest{Image: &criv1.ImageSpec{Image: imageRef(name)}})
+			if err != nil && status.Code(err) != codes.NotFound {
+				fmt.Fprintf(os.Stderr, "lab: %s keeps its %s (in use?): %v\n", n.Name, name, err)
+			}
+		}
+		conn.Close()
 	}
 	return nil
 }

@@ -8,7 +8,7 @@
 //	                          namespaces, links and cgroups
 //	go run ./test/lab status  what runs, and the kubeconfig path
 //	go run ./test/lab env     shell exports for the e2e tests
-//	go run ./test/lab images  rebuild and push the lab's images
+//	go run ./test/lab images  rebuild and push the lab's images; the running nodes drop their copies
 //	go run ./test/lab demo    up, then migrate the sample workload and report
 //	go run ./test/lab build   only build what is missing
 //
@@ -49,7 +49,9 @@ func main() {
 	case "demo":
 		err = d.demo()
 	case "images":
-		err = d.pushImages(context.Background(), ".")
+		if err = d.pushImages(context.Background(), "."); err == nil {
+			err = d.evictImages(context.Background())
+		}
 	default:
 		err = fmt.Errorf("unknown command %q; use up, down, status, env, images, demo or build", os.Args[1])
 	}
