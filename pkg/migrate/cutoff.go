@@ -56,6 +56,21 @@ func (p *cutoffPolicy) rates() (lambda, mu float64, ok bool) {
 	return float64(last.arrivals-first.arrivals) / secs, float64(last.applied-first.applied) / secs, true
 }
 
+// hopelessAfter is how long replay runs before a target that does not gain
+// on the source is given up on (without a cutoff): long enough for μ to be
+// measured over a full window, short against --replay-timeout.
+const hopelessAfter = 5 * time.Second
+
+// hopeless says, sinceReplay after replay started, why replay without a
+// cutoff will not catch up (λ ≥ μ over the window), or "" while it may.
+func (p *cutoffPolicy) hopeless(sinceReplay time.Duration) string {
+	lambda, mu, ok := p.rates()
+	if !ok || sinceReplay < hopelessAfter || mu > lambda {
+		return ""
+	}
+	return fmt.Sprintf("messages arrive at λ %.1f/s, the target replays at μ %.1f/s: replay cannot catch up", lambda, mu)
+}
+
 // decision is the policy's answer at one moment.
 type decision struct {
 	fire    bool

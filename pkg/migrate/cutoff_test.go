@@ -63,3 +63,23 @@ func TestRateWindowSlides(t *testing.T) {
 		t.Fatalf("λ %.1f, want the recent 30/s", lambda)
 	}
 }
+
+// TestReplayWithoutCutoffGivesUpWhenItCannotCatchUp: without a cutoff, a
+// target that replays no faster than messages arrive is given up on once μ
+// was measured over a few seconds, not at --replay-timeout; one that gains
+// is left to finish.
+func TestReplayWithoutCutoffGivesUpWhenItCannotCatchUp(t *testing.T) {
+	slow := newCutoffPolicy(0, 0)
+	feed(slow, time.Now(), 24, 20, 4)
+	if why := slow.hopeless(2 * time.Second); why != "" {
+		t.Fatalf("gave up before hopelessAfter: %s", why)
+	}
+	if why := slow.hopeless(hopelessAfter); why == "" {
+		t.Fatal("λ 24/s > μ 20/s: replay cannot catch up, yet it goes on")
+	}
+	gaining := newCutoffPolicy(0, 0)
+	feed(gaining, time.Now(), 16, 20, 4)
+	if why := gaining.hopeless(time.Minute); why != "" {
+		t.Fatalf("a target that gains was given up on: %s", why)
+	}
+}

@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -58,9 +59,6 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 		if target.LastSeq >= source.LastSeq {
 			return true, nil
 		}
-		if !policy.enabled() {
-			return false, nil
-		}
 		depth, err := m.broker.QueueDepth(ctx, m.ReplayQueue)
 		if err != nil {
 			return false, err
@@ -69,6 +67,14 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 		// took from it (applied or skipped).
 		taken := target.Totals.Count + target.Skipped - start.Totals.Count - start.Skipped
 		policy.observe(rateSample{at: time.Now(), arrivals: uint64(depth) + taken, applied: target.Totals.Count - start.Totals.Count})
+		if !policy.enabled() {
+			// A stopped source's last message is a fixed goal: only a
+			// running source can stay ahead for good.
+			if why := policy.hopeless(time.Since(m.ReplayStarted)); why != "" && !m.SourceHalted {
+				return false, errReplayHopeless{why}
+			}
+			return false, nil
+		}
 		d := policy.decide(time.Since(m.ReplayBound))
 		c := m.Record.Cutoff
 		c.ArrivalRate, c.ServiceRate, c.CutoffMillis = d.lambda, d.mu, d.cutoff.Milliseconds()
@@ -79,11 +85,21 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 		return d.fire, nil
 	})
 	m.Record.Broker.Replayed = target.Totals.Count - start.Totals.Count
+	var hopeless errReplayHopeless
+	if errors.As(err, &hopeless) {
+		return fmt.Errorf("%s (target at %d); use --replay-max (e.g. 10s) to stop the source and replay up to its last message, or --strategy stop-and-copy", hopeless.why, target.LastSeq)
+	}
 	if err != nil {
 		return fmt.Errorf("the target did not catch up with the source (at %d): %w; raise --replay-timeout, or use --replay-max to cut off replay", target.LastSeq, err)
 	}
 	return nil
 }
+
+// errReplayHopeless ends a replay that cannot catch up, long before its
+// timeout.
+type errReplayHopeless struct{ why string }
+
+func (e errReplayHopeless) Error() string { return e.why }
 
 // Rollback has nothing to undo: the restored pod goes with restore's rollback.
 func (replay) Rollback(context.Context, *Migration) error { return nil }

@@ -217,3 +217,29 @@ func TestThresholdCutoff(t *testing.T) {
 	t.Logf("at 16 msg/s: total %d ms without cutoff, %d ms with (T_cutoff %d ms, fired after %d ms, replay %d ms); downtime %d vs %d ms",
 		plain.TotalMillis, cut.TotalMillis, c.CutoffMillis, c.FiredAfterMillis, c.ReplayMillis, plain.Downtime.Millis, cut.Downtime.Millis)
 }
+
+// TestReplayThatCannotCatchUpEndsEarly: at 24 msg/s a consumer taking 50 ms
+// per message (μ ≈ 20/s) never catches up. Without --replay-max the
+// migration says so within seconds of replay, naming the fix, instead of
+// replaying until --replay-timeout; it rolls back and the source serves on.
+func TestReplayThatCannotCatchUpEndsEarly(t *testing.T) {
+	l := setup(t)
+	w := l.deploy(t, "24")
+	waitApplied(t, w, "consumer", 20)
+	t0 := time.Now()
+	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--replay-timeout", "2m")
+	if err == nil {
+		t.Fatal("a replay that cannot catch up succeeded")
+	}
+	if rec.Outcome != report.RolledBack || !strings.Contains(stderr, "cannot catch up") || !strings.Contains(stderr, "--replay-max") {
+		t.Fatalf("outcome %s\n%s", rec.Outcome, stderr)
+	}
+	if p, _ := rec.Phase(report.Replay); p.DurationMillis > 30_000 {
+		t.Errorf("replay ran %d ms before giving up", p.DurationMillis)
+	}
+	t.Logf("gave up after %s (replay %d ms)", time.Since(t0).Round(time.Second), func() int64 { p, _ := rec.Phase(report.Replay); return p.DurationMillis }())
+	if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary {
+		t.Fatalf("source not serving after rollback: %+v", st)
+	}
+	checkConservation(t, w, "consumer")
+}
