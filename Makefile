@@ -4,7 +4,7 @@
 LAB_CACHE ?= /var/cache/kubectl-migrate-lab
 KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
-.PHONY: help build lint unit integration e2e bench crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest
+.PHONY: help build lint unit integration e2e bench slow-faults crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest
 
 # The linter, pinned, installed into the checkout's bin/ from the module proxy.
 STATICCHECK_VERSION := v0.8.2
@@ -49,6 +49,12 @@ e2e: ## live pods migrated on the lab's real two-node cluster (root)
 bench: ## the lab benchmarks: strategies, StatefulSet modes, state size (lab, ~25 min)
 	go run ./test/lab up
 	eval "$$(go run ./test/lab env)" && go test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 90m -v ./test/e2e
+
+# Faults from outside that take long to inject (a broker restart), beside the
+# ones e2e runs (registry gone, target deleted or killed, source killed).
+slow-faults: ## the slow fault cases: RabbitMQ restarted during replay (lab)
+	go run ./test/lab up
+	eval "$$(go run ./test/lab env)" && E2E_SLOW_FAULTS=1 go test -tags e2e -count=1 -v -timeout 30m -run 'TestFault' ./test/e2e
 
 # Every step of every strategy and mode: the plugin SIGKILLed as each phase
 # starts, then recovered (e2e runs a chosen few of them).

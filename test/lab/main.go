@@ -8,6 +8,7 @@
 //	                          namespaces, links and cgroups
 //	go run ./test/lab status  what runs, and the kubeconfig path
 //	go run ./test/lab env     shell exports for the e2e tests
+//	go run ./test/lab stop|start DAEMON  stop or start again the registry, rabbitmq, kube-apiserver or a kubelet (fault tests)
 //	go run ./test/lab images  rebuild and push the lab's images; the running nodes drop their copies
 //	go run ./test/lab demo    up, then migrate the sample workload and report
 //	go run ./test/lab build   only build what is missing
@@ -26,8 +27,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./test/lab up|down|status|env|images|demo|build")
+	if len(os.Args) < 2 || len(os.Args) > 3 || (len(os.Args) == 3) != (os.Args[1] == "stop" || os.Args[1] == "start") {
+		fmt.Fprintln(os.Stderr, "usage: go run ./test/lab up|down|status|env|images|demo|build, or stop|start DAEMON ("+strings.Join(restartable, ", ")+")")
 		os.Exit(2)
 	}
 	d := labDirs()
@@ -48,6 +49,10 @@ func main() {
 		}
 	case "demo":
 		err = d.demo()
+	case "stop":
+		err = d.stopDaemon(os.Args[2])
+	case "start":
+		err = d.startDaemon(os.Args[2])
 	case "images":
 		if err = d.pushImages(context.Background(), "."); err == nil {
 			err = d.evictImages(context.Background())

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,9 +51,56 @@ func (d dirs) start(name string, argv []string, env []string) error {
 	}
 	go func() { _ = cmd.Wait() }() // reap it if it dies while we run
 	pid := cmd.Process.Pid
+	// Kept so that restart can start it again the same way (a test that
+	// stops the broker or a kubelet brings it back).
+	spec, err := json.Marshal(launch{Argv: argv, Env: env})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(d.launchFile(name), spec, 0o644); err != nil {
+		return err
+	}
 	// The start time makes the record specific: a PID reused by another
 	// process after a reboot is never taken for ours.
 	return os.WriteFile(d.pid(name), []byte(fmt.Sprintf("%d %s", pid, startTime(pid))), 0o644)
+}
+
+// launch is how a daemon was started.
+type launch struct {
+	Argv []string `json:"argv"`
+	Env  []string `json:"env,omitempty"`
+}
+
+func (d dirs) launchFile(name string) string { return d.pid(name) + ".launch" }
+
+// restartable are the daemons a test may stop and start again.
+var restartable = []string{"registry", "rabbitmq", "kube-apiserver", "node-a-kubelet", "node-b-kubelet"}
+
+// stopDaemon stops one of the lab's daemons, keeping how it was started.
+func (d dirs) stopDaemon(name string) error {
+	if !slices.Contains(restartable, name) {
+		return fmt.Errorf("%s is not one of %v", name, restartable)
+	}
+	if _, err := os.Stat(d.launchFile(name)); err != nil {
+		return fmt.Errorf("%s was not started by this lab: %w", name, err)
+	}
+	return d.stop(name, 20*time.Second)
+}
+
+// startDaemon starts a stopped daemon again the way it was first started.
+func (d dirs) startDaemon(name string) error {
+	if !slices.Contains(restartable, name) {
+		return fmt.Errorf("%s is not one of %v", name, restartable)
+	}
+	b, err := os.ReadFile(d.launchFile(name))
+	if err != nil {
+		return fmt.Errorf("%s was not started by this lab: %w", name, err)
+	}
+	var l launch
+	if err := json.Unmarshal(b, &l); err != nil {
+		return err
+	}
+	return d.start(name, l.Argv, l.Env)
 }
 
 // startTime is a process's start time in clock ticks since boot (field 22 of
@@ -91,7 +140,7 @@ func (d dirs) running(name string) (int, bool) {
 // stop ends a daemon by its recorded PID: SIGTERM, then SIGKILL after grace.
 func (d dirs) stop(name string, grace time.Duration) error {
 	pid, ok := d.running(name)
-	_ = os.Remove(d.pid(name))
+	_ = os.Remove(d.pid(name)) // the launch file stays, for startDaemon
 	if !ok {
 		return nil
 	}
