@@ -4,7 +4,7 @@
 LAB_CACHE ?= /var/cache/kubectl-migrate-lab
 KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
-.PHONY: help build lint unit integration e2e bench slow-faults crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest
+.PHONY: help build lint unit integration e2e bench slow-faults soak crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest
 
 # The linter, pinned, installed into the checkout's bin/ from the module proxy.
 STATICCHECK_VERSION := v0.8.2
@@ -55,6 +55,11 @@ bench: ## the lab benchmarks: strategies, StatefulSet modes, state size (lab, ~2
 slow-faults: ## the slow fault cases: RabbitMQ restarted during replay (lab)
 	go run ./test/lab up
 	eval "$$(go run ./test/lab env)" && E2E_SLOW_FAULTS=1 go test -tags e2e -count=1 -v -timeout 30m -run 'TestFault' ./test/e2e
+
+# 20 back-to-back migrations of one live consumer; figures in soak.csv.
+soak: ## 20 back-to-back migrations, conservation after each, counts back to baseline (lab, ~10 min)
+	go run ./test/lab up
+	eval "$$(go run ./test/lab env)" && E2E_SOAK=1 E2E_SOAK_CSV=$(CURDIR)/soak.csv go test -tags e2e -count=1 -v -timeout 60m -run 'TestSoak' ./test/e2e
 
 # Every step of every strategy and mode: the plugin SIGKILLed as each phase
 # starts, then recovered (e2e runs a chosen few of them).

@@ -107,6 +107,17 @@ func (t *Totals) Add(m Message) {
 	t.Digest = fmt.Sprintf("%016x", t.digest)
 }
 
+// SequenceDigest is the Digest of a set holding each sequence number from 1
+// to last exactly once: what an instance that applied a producer's messages
+// 1..last without loss or repetition reports.
+func SequenceDigest(last uint64) string {
+	var d uint64
+	for seq := uint64(1); seq <= last; seq++ {
+		d += seqHash(seq)
+	}
+	return fmt.Sprintf("%016x", d)
+}
+
 func seqHash(seq uint64) uint64 {
 	h := fnv.New64a()
 	var b [8]byte

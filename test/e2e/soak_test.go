@@ -1,0 +1,124 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// TestSoak migrates one live consumer (10 msg/s) back and forth between the
+// nodes 20 times, cycling through the strategies and transfers, checking
+// after each run that every message so far was applied exactly once (the
+// sequence is contiguous from 1: count and digest of 1..N), and at the end
+// full conservation against the producer and that every count is back at
+// its baseline: pods, replay and migration queues, leases, archives on the
+// nodes, checkpoint images in the registry (--delete-image), one record per
+// run. Each run's figures go to a CSV (E2E_SOAK_CSV, default in the test's
+// temporary directory, named in the log). make soak runs it.
+func TestSoak(t *testing.T) {
+	if os.Getenv("E2E_SOAK") == "" {
+		t.Skip("20 back-to-back migrations: make soak runs it (E2E_SOAK=1)")
+	}
+	const runs = 20
+	variants := [][]string{
+		{"--strategy", "ms2m"},
+		{"--strategy", "stop-and-copy"},
+		{"--strategy", "ms2m", "--transfer", "direct"},
+		{"--strategy", "ms2m", "--replay-max", "4s"},
+	}
+	l := setup(t)
+	w := l.deploy(t, "10")
+	waitApplied(t, w, "consumer", 20)
+	ctx := context.Background()
+	baseline, err := l.client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	path := os.Getenv("E2E_SOAK_CSV")
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "soak.csv")
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := csv.NewWriter(f)
+	_ = out.Write([]string{"run", "id", "variant", "from", "to", "outcome", "total_ms", "downtime_ms", "critical_path_ms", "overhead_ms", "applied"})
+
+	pod, node := "consumer", "node-a"
+	var images []string
+	for i := 0; i < runs; i++ {
+		to := map[string]string{"node-a": "node-b", "node-b": "node-a"}[node]
+		variant := variants[i%len(variants)]
+		args := append([]string{"pod", pod, "--to", to, "--delete-image", "--label", "soak=" + strconv.Itoa(i)}, variant...)
+		rec, stderr, err := l.migrate(t, w, args...)
+		if err != nil || rec.Outcome != report.Succeeded {
+			t.Fatalf("run %d (%v): %v %s\n%s", i, variant, err, rec.Outcome, stderr)
+		}
+		st := contiguous(t, w, rec.TargetPod)
+		downtime := int64(-1)
+		if rec.Downtime != nil {
+			downtime = rec.Downtime.Millis
+		}
+		_ = out.Write([]string{strconv.Itoa(i), rec.ID, fmt.Sprint(variant), node, to, string(rec.Outcome),
+			strconv.FormatInt(rec.TotalMillis, 10), strconv.FormatInt(downtime, 10),
+			strconv.FormatInt(rec.CriticalPathMillis(), 10), strconv.FormatInt(rec.OverheadMillis(), 10), strconv.FormatUint(st.Totals.Count, 10)})
+		out.Flush()
+		t.Logf("run %d %v %s → %s: total %d ms, downtime %d ms, %d applied exactly once", i, variant, node, to, rec.TotalMillis, downtime, st.Totals.Count)
+		images = append(images, rec.Images...)
+		pod, node = rec.TargetPod, to
+	}
+	t.Logf("soak figures in %s", path)
+
+	checkConservation(t, w, pod)
+	pods, _ := l.client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{})
+	if len(pods.Items) != len(baseline.Items) {
+		t.Errorf("%d pods at the end, %d at the start", len(pods.Items), len(baseline.Items))
+	}
+	l.nothingLeft(t, w)
+	records, err := report.Store{Client: l.client}.List(ctx, w.Namespace)
+	if err != nil || len(records) != runs {
+		t.Errorf("%d records for %d runs (%v)", len(records), runs, err)
+	}
+	reg := image.Registry{Insecure: true}
+	for _, ref := range images {
+		if strings.HasPrefix(ref, "localhost:") {
+			continue // a direct transfer's image never reached the registry
+		}
+		if _, err := reg.Pull(ctx, ref); err == nil {
+			t.Errorf("checkpoint image %s left in the registry", ref)
+		}
+	}
+}
+
+// contiguous checks, without stopping the producer, that the consumer has
+// applied every message from 1 to its last exactly once.
+func contiguous(t *testing.T, w interface {
+	State(context.Context, string) (ms2m.State, error)
+}, pod string) ms2m.State {
+	t.Helper()
+	st, err := w.State(context.Background(), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := st.LastSeq
+	if want := ms2m.SequenceDigest(n); st.Totals.Count != n || st.Totals.Digest != want {
+		t.Fatalf("%s applied %d messages with digest %s; 1..%d exactly once would be %d with %s", pod, st.Totals.Count, st.Totals.Digest, n, n, want)
+	}
+	return st
+}
