@@ -7,68 +7,135 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 )
 
+// PlanStep is what a phase needs to describe itself: its stage's
+// configuration (Pod is the stage's source, TargetName its target) and
+// where the stage starts.
+type PlanStep struct {
+	Config
+	SourceNode string
+	Containers []string
+}
+
+func (s PlanStep) queue() string  { return s.Broker.Queue }
+func (s PlanStep) replay() string { return ms2m.ReplayQueueName(s.Broker.Queue) }
+
+// inPlace: a StatefulSet pod restored under its own name, whose source goes
+// before its copy exists.
+func (s PlanStep) inPlace() bool { return s.StatefulSet != "" && s.Pod == s.TargetName }
+
 // Plan describes, step by step, what Run would do with cfg after its
-// preflight, for source node sourceNode and the given containers.
+// preflight, for source node sourceNode and the given containers: each
+// phase of the list Run executes, in its stage, says what it will do.
 func Plan(cfg Config, sourceNode string, containers []string) []string {
+	cfg = stagedConfig(cfg)
+	step := PlanStep{Config: cfg, SourceNode: sourceNode, Containers: containers}
 	var steps []string
-	add := func(format string, args ...any) { steps = append(steps, fmt.Sprintf(format, args...)) }
-	queue, replay := cfg.Broker.Queue, ms2m.ReplayQueueName(cfg.Broker.Queue)
-	ctrs := strings.Join(containers, ", ")
-	images := func(pod string) string { return cfg.CheckpointImageOf(pod, "<container>", cfg.ID) }
-	transfer := func(pod, node string) {
-		if cfg.Transfer == Direct {
-			add("stream the checkpoint archives from the agent on %s to the agent on %s (no registry), which serves them to its node as %s", node, cfg.TargetNode, images(pod))
-			return
+	for _, p := range Phases(cfg.Strategy, cfg.StatefulSet != "", cfg.Mode) {
+		if line := p.Describe(step); line != "" {
+			steps = append(steps, line)
 		}
-		add("pack and push %s from the agent on %s (%s), started in preflight", images(pod), node, cfg.AgentImage)
-	}
-	ms2mInto := func(from, node string) {
-		add("bind replay queue %s to exchange %s; mark %s's state", replay, cfg.Broker.Exchange, from)
-		add("checkpoint %s of %s on %s through the kubelet", ctrs, from, node)
-		transfer(from, node)
-	}
-	switch {
-	case cfg.StatefulSet != "" && cfg.Mode == Shadow:
-		shadow := ShadowName(cfg.Pod)
-		ms2mInto(cfg.Pod, sourceNode)
-		add("restore shadow pod %s on %s (no member name, no pod-name label); it replays while %s serves", shadow, cfg.TargetNode, cfg.Pod)
-		add("stop %s; %s replays to its last message and takes over %s", cfg.Pod, shadow, queue)
-		ms2mInto(shadow, cfg.TargetNode)
-		add("delete statefulset %s orphaning its pods; delete the stopped %s", cfg.StatefulSet, cfg.Pod)
-		add("restore pod %s on %s; re-create statefulset %s from its saved spec, adopting it", cfg.Pod, cfg.TargetNode, cfg.StatefulSet)
-		add("replay until caught up (limit %s); stop %s; %s takes over %s", cfg.ReplayTimeout, shadow, cfg.Pod, queue)
-		add("delete pod %s and the replay queue", shadow)
-	case cfg.StatefulSet != "":
-		if cfg.Strategy == MS2M {
-			ms2mInto(cfg.Pod, sourceNode)
-		} else {
-			add("stop %s consuming %s", cfg.Pod, queue)
-			add("checkpoint %s of %s on %s through the kubelet", ctrs, cfg.Pod, sourceNode)
-			transfer(cfg.Pod, sourceNode)
-		}
-		stop := ""
-		if cfg.Strategy == MS2M {
-			stop = "stop " + cfg.Pod + "; "
-		}
-		add("%sdelete statefulset %s orphaning its pods; delete pod %s", stop, cfg.StatefulSet, cfg.Pod)
-		add("restore pod %s on %s; re-create statefulset %s from its saved spec, adopting it", cfg.Pod, cfg.TargetNode, cfg.StatefulSet)
-		if cfg.Strategy == MS2M {
-			add("replay to the source's last message (limit %s) and take over %s; delete the replay queue", cfg.ReplayTimeout, queue)
-		} else {
-			add("resume %s", queue)
-		}
-	case cfg.Strategy == MS2M:
-		ms2mInto(cfg.Pod, sourceNode)
-		add("restore pod %s on %s", cfg.TargetName, cfg.TargetNode)
-		add("replay buffered messages until the target has caught up (limit %s)", cfg.ReplayTimeout)
-		add("stop the source; the target replays to its last message and takes over %s", queue)
-		add("delete pod %s and the replay queue", cfg.Pod)
-	default:
-		add("stop the source consuming %s", queue)
-		add("checkpoint %s of %s on %s through the kubelet", ctrs, cfg.Pod, sourceNode)
-		transfer(cfg.Pod, sourceNode)
-		add("restore pod %s on %s; it resumes %s", cfg.TargetName, cfg.TargetNode, queue)
-		add("delete pod %s", cfg.Pod)
 	}
 	return steps
+}
+
+// stagedConfig is cfg as the first stage runs it: in shadow mode it restores
+// the shadow.
+func stagedConfig(cfg Config) Config {
+	if cfg.StatefulSet != "" && cfg.Mode == Shadow {
+		cfg.TargetName = ShadowName(cfg.Pod)
+	}
+	return cfg
+}
+
+func (preflight) Describe(PlanStep) string { return "" }
+
+func (prepare) Describe(s PlanStep) string {
+	return fmt.Sprintf("bind replay queue %s to exchange %s; mark %s's state", s.replay(), s.Broker.Exchange, s.Pod)
+}
+
+func (stopSource) Describe(s PlanStep) string {
+	return fmt.Sprintf("stop %s consuming %s", s.Pod, s.queue())
+}
+
+func (checkpoint) Describe(s PlanStep) string {
+	return fmt.Sprintf("checkpoint %s of %s on %s through the kubelet", strings.Join(s.Containers, ", "), s.Pod, s.SourceNode)
+}
+
+func (packImages) Describe(s PlanStep) string {
+	images := s.CheckpointImageOf(s.Pod, "<container>", s.ID)
+	if s.Transfer == Direct {
+		return fmt.Sprintf("stream the checkpoint archives from the agent on %s to the agent on %s (no registry), which serves them to its node as %s", s.SourceNode, s.TargetNode, images)
+	}
+	return fmt.Sprintf("pack and push %s from the agent on %s (%s), started in preflight", images, s.SourceNode, s.AgentImage)
+}
+
+func (detach) Describe(s PlanStep) string {
+	if !s.inPlace() {
+		return fmt.Sprintf("delete statefulset %s orphaning its pods; delete the stopped %s", s.StatefulSet, s.TargetName)
+	}
+	stop := ""
+	if s.Strategy == MS2M {
+		stop = "stop " + s.Pod + "; "
+	}
+	return fmt.Sprintf("%sdelete statefulset %s orphaning its pods; delete pod %s", stop, s.StatefulSet, s.Pod)
+}
+
+func (restore) Describe(s PlanStep) string {
+	if s.StatefulSet != "" && !isMemberName(s.StatefulSet, s.TargetName) {
+		return fmt.Sprintf("restore shadow pod %s on %s (no member name, no pod-name label); it replays while %s serves", s.TargetName, s.TargetNode, s.Pod)
+	}
+	return fmt.Sprintf("restore pod %s on %s", s.TargetName, s.TargetNode)
+}
+
+func (adopt) Describe(s PlanStep) string {
+	return fmt.Sprintf("re-create statefulset %s from its saved spec, adopting %s", s.StatefulSet, s.TargetName)
+}
+
+func (replay) Describe(s PlanStep) string {
+	if s.inPlace() {
+		return fmt.Sprintf("replay to %s's last message (limit %s)", s.Pod, s.ReplayTimeout)
+	}
+	return fmt.Sprintf("replay buffered messages until %s has caught up (limit %s)", s.TargetName, s.ReplayTimeout)
+}
+
+func (sw switchover) Describe(s PlanStep) string {
+	switch {
+	case s.Strategy == StopAndCopy:
+		return fmt.Sprintf("%s resumes %s", s.TargetName, s.queue())
+	case s.inPlace():
+		return fmt.Sprintf("%s takes over %s", s.TargetName, s.queue())
+	}
+	return fmt.Sprintf("stop %s; %s replays to its last message and takes over %s", s.Pod, s.TargetName, s.queue())
+}
+
+func (handover) Describe(s PlanStep) string {
+	return (switchover{}).Describe(s) + " (the migration can still go back)"
+}
+
+func (cleanup) Describe(s PlanStep) string {
+	var gone []string
+	if !s.inPlace() {
+		gone = append(gone, "pod "+s.Pod)
+	}
+	if s.Strategy == MS2M {
+		gone = append(gone, "the replay queue")
+	}
+	if s.DeleteImages && s.Transfer != Direct {
+		gone = append(gone, "the checkpoint images")
+	}
+	return "delete " + strings.Join(gone, " and ")
+}
+
+// Describe describes the phase in its stage: the final stage moves the
+// shadow into the StatefulSet's name on the target node.
+func (st inStage) Describe(s PlanStep) string {
+	if st.onFinal {
+		s.Pod, s.TargetName, s.SourceNode = s.TargetName, s.Pod, s.TargetNode
+		s.Strategy = MS2M
+	}
+	line := st.Phase.Describe(s)
+	if line == "" {
+		return ""
+	}
+	return "[" + st.stage + "] " + line
 }

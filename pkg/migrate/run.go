@@ -49,9 +49,7 @@ func Run(ctx context.Context, cfg Config, deps Deps, hooks Hooks) (*report.Recor
 		ID: cfg.ID, Strategy: string(cfg.Strategy), Mode: string(cfg.Mode), Namespace: cfg.Namespace, Pod: cfg.Pod,
 		TargetNode: cfg.TargetNode, Labels: cfg.Labels, Outcome: report.Running,
 	}
-	if cfg.StatefulSet != "" && cfg.Mode == Shadow {
-		cfg.TargetName = ShadowName(cfg.Pod) // the first stage restores the shadow
-	}
+	cfg = stagedConfig(cfg) // the first stage of shadow mode restores the shadow
 	m := newMigration(cfg, deps, hooks, &State{}, rec)
 	defer m.closeBroker()
 	phases := Phases(cfg.Strategy, cfg.StatefulSet != "", cfg.Mode)

@@ -12,6 +12,9 @@ import (
 // Phase is one step of a migration.
 type Phase interface {
 	Name() report.PhaseName
+	// Describe says what Run will do, for the dry-run plan ("" for
+	// nothing worth a line): the plan is built from the very list that runs.
+	Describe(s PlanStep) string
 	// Run does the phase's work.
 	Run(ctx context.Context, m *Migration) error
 	// Rollback undoes what Run did, as far as it got; it must be safe to call

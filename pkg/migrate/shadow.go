@@ -148,3 +148,6 @@ func (r resumeReturned) Run(ctx context.Context, m *Migration) error {
 
 // Rollback has nothing to undo: the return is committed once it resumes.
 func (resumeReturned) Rollback(context.Context, *Migration) error { return nil }
+
+// Describe: the return is a rollback's, never planned.
+func (resumeReturned) Describe(PlanStep) string { return "" }
