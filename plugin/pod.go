@@ -214,7 +214,7 @@ func (o *PodOptions) Validate() error {
 	if !slices.Contains(migrate.Strategies, migrate.Strategy(o.Strategy)) {
 		return fmt.Errorf("--strategy must be one of %v, not %q", migrate.Strategies, o.Strategy)
 	}
-	if o.stsArg != nil && !slices.Contains(migrate.Modes, migrate.Mode(o.Mode)) {
+	if o.stsArg != nil && !slices.Contains(migrate.Modes, migrate.StatefulSetMode(o.Mode)) {
 		return fmt.Errorf("--mode must be one of %v, not %q", migrate.Modes, o.Mode)
 	}
 	if o.ControlPort < 0 || o.ControlPort > 65535 {
@@ -279,7 +279,7 @@ func (o *PodOptions) configure(pod *corev1.Pod) error {
 	c.TargetNode = o.To
 	c.TargetName = firstOf(o.TargetName, targetName(pod, c.ID))
 	if c.StatefulSet != "" {
-		c.TargetName, c.Mode = pod.Name, migrate.Mode(o.Mode)
+		c.TargetName, c.Mode = pod.Name, migrate.StatefulSetMode(o.Mode)
 	}
 	c.Transfer = migrate.Transfer(firstOf(o.Transfer, string(migrate.ViaRegistry)))
 	if c.Transfer != migrate.Direct {

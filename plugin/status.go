@@ -55,7 +55,7 @@ func newStatus(o *RootOptions) *status {
 func (s *status) hooks(crashAt string) migrate.Hooks {
 	started := s.phaseStarted
 	if crashAt != "" {
-		started = func(p report.Phase) {
+		started = func(p report.PhaseTiming) {
 			if crashAt == string(p.Name) || crashAt == string(p.Name)+"/"+p.Stage {
 				s.printLine(failMark + " " + p.Label() + ": killed by --inject-crash")
 				if self, err := os.FindProcess(os.Getpid()); err == nil {
@@ -80,7 +80,7 @@ func (s *status) hooks(crashAt string) migrate.Hooks {
 	}
 }
 
-func (s *status) phaseStarted(p report.Phase) {
+func (s *status) phaseStarted(p report.PhaseTiming) {
 	s.mu.Lock()
 	s.phase, s.started = p.Label(), time.Now()
 	s.mu.Unlock()
@@ -108,7 +108,7 @@ func (s *status) spin(stop <-chan struct{}) {
 	}
 }
 
-func (s *status) phaseFinished(p report.Phase, took time.Duration, err error) {
+func (s *status) phaseFinished(p report.PhaseTiming, took time.Duration, err error) {
 	if s.stop != nil {
 		close(s.stop)
 		s.done.Wait()

@@ -31,23 +31,23 @@ const (
 // Strategies lists the valid strategies.
 var Strategies = []Strategy{MS2M, StopAndCopy}
 
-// Mode is how a StatefulSet pod moves.
-type Mode string
+// StatefulSetMode is how a StatefulSet pod moves (ms2m.Mode is what an application instance is doing).
+type StatefulSetMode string
 
 // Modes.
 const (
 	// Sequential is the paper's: the source goes away before its restored
 	// copy exists under the same name, so downtime spans the restore.
-	Sequential Mode = "sequential"
+	Sequential StatefulSetMode = "sequential"
 	// Shadow restores a differently named shadow copy on the target while
 	// the source serves, hands the queue to it, then moves the shadow into
 	// the StatefulSet's name on the same node the same way: two switchovers,
 	// each a gap of milliseconds.
-	Shadow Mode = "shadow"
+	Shadow StatefulSetMode = "shadow"
 )
 
 // Modes lists the valid StatefulSet modes.
-var Modes = []Mode{Sequential, Shadow}
+var Modes = []StatefulSetMode{Sequential, Shadow}
 
 // ShadowName names the shadow copy of a StatefulSet pod. It does not end in
 // -ORDINAL, so the StatefulSet controller never takes it for a member.
@@ -90,7 +90,7 @@ type Config struct {
 	// StatefulSet names the pod's StatefulSet: the pod keeps its name,
 	// ordinal and labels, moving in Mode.
 	StatefulSet string
-	Mode        Mode
+	Mode        StatefulSetMode
 
 	Transfer         Transfer
 	ImageRepository  string // where checkpoint images are pushed (ViaRegistry)

@@ -78,8 +78,8 @@ type Deps struct {
 type Hooks struct {
 	// PhaseStarted and PhaseFinished get the phase's name and stage (a
 	// StatefulSet pod's shadow mode runs phases once per stage).
-	PhaseStarted  func(p report.Phase)
-	PhaseFinished func(p report.Phase, took time.Duration, err error)
+	PhaseStarted  func(p report.PhaseTiming)
+	PhaseFinished func(p report.PhaseTiming, took time.Duration, err error)
 	// Progress reports a step inside a phase, e.g. replay progress.
 	Progress func(name report.PhaseName, message string)
 	// RollbackStarted is called once before the rollbacks run.

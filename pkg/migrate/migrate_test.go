@@ -237,7 +237,7 @@ func TestInterruptRollsBack(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var rolledBack bool
 	hooks := migrate.Hooks{
-		PhaseStarted: func(p report.Phase) {
+		PhaseStarted: func(p report.PhaseTiming) {
 			if p.Name == report.Replay {
 				go func() { time.Sleep(50 * time.Millisecond); cancel() }()
 			}

@@ -25,7 +25,7 @@ func TestPlanIsWhatRuns(t *testing.T) {
 		c.Transfer = transfer
 		return c
 	}
-	sts := func(s migrate.Strategy, mode migrate.Mode) migrate.Config { return stsConfig(s, mode) }
+	sts := func(s migrate.Strategy, mode migrate.StatefulSetMode) migrate.Config { return stsConfig(s, mode) }
 	pod := func(t *testing.T) *migratetest.World { return migratetest.NewWorld(t) }
 	set := func(t *testing.T) *migratetest.World { return migratetest.NewStatefulSetWorld(t) }
 	for _, c := range []tc{

@@ -22,7 +22,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/runtime"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/runtimesupport"
 )
 
 // preflight checks everything it can before anything changes.
@@ -151,10 +151,10 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 		return fmt.Errorf("node %s is cordoned; uncordon it or pick another node", m.TargetNode)
 	}
 	m.targetNode = target
-	if s := runtime.Parse(source.Status.NodeInfo.ContainerRuntimeVersion); !s.Checkpoint {
+	if s := runtimesupport.Parse(source.Status.NodeInfo.ContainerRuntimeVersion); !s.Checkpoint {
 		return fmt.Errorf("source node %s cannot checkpoint: %s", m.SourceNode, s.Why)
 	}
-	if s := runtime.Parse(target.Status.NodeInfo.ContainerRuntimeVersion); !s.Restore {
+	if s := runtimesupport.Parse(target.Status.NodeInfo.ContainerRuntimeVersion); !s.Restore {
 		return fmt.Errorf("target node %s cannot restore checkpoints: %s", m.TargetNode, s.Why)
 	}
 	return nil

@@ -33,7 +33,7 @@ func crashHooks(n int, steps *int) migrate.Hooks {
 		}
 	}
 	return migrate.Hooks{
-		PhaseStarted: func(p report.Phase) {
+		PhaseStarted: func(p report.PhaseTiming) {
 			counting = counting || p.Name != report.Preflight
 			step()
 		},
@@ -140,7 +140,7 @@ func TestRecoverFromACrashAtEveryStep(t *testing.T) {
 func TestRecoverStatefulSetFromACrashAtEveryStep(t *testing.T) {
 	for _, tc := range []struct {
 		strategy migrate.Strategy
-		mode     migrate.Mode
+		mode     migrate.StatefulSetMode
 	}{{migrate.MS2M, migrate.Sequential}, {migrate.StopAndCopy, migrate.Sequential}, {migrate.MS2M, migrate.Shadow}} {
 		steps := crashSteps(t, migratetest.NewStatefulSetWorld, stsConfig(tc.strategy, tc.mode))
 		for n := 1; n <= steps; n++ {
@@ -181,7 +181,7 @@ func TestSecondMigrationRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := tc.world(t)
 			var second error
-			hooks := migrate.Hooks{PhaseStarted: func(p report.Phase) {
+			hooks := migrate.Hooks{PhaseStarted: func(p report.PhaseTiming) {
 				if p.Name == report.Checkpoint {
 					before := len(w.Changes())
 					_, second = migrate.Run(context.Background(), tc.again(), w.Deps(), migrate.Hooks{})

@@ -11,7 +11,7 @@ import (
 
 // Phases returns the phase list of a strategy, for a bare pod or (with
 // statefulSet) a StatefulSet pod in mode.
-func Phases(s Strategy, statefulSet bool, mode Mode) []Phase {
+func Phases(s Strategy, statefulSet bool, mode StatefulSetMode) []Phase {
 	if statefulSet && mode == Shadow {
 		return shadowPhases()
 	}

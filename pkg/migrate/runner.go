@@ -77,7 +77,7 @@ func (m *Migration) committed() bool {
 // that says where.
 func (m *Migration) runPhase(ctx context.Context, i int, p Phase) error {
 	name := p.Name()
-	rec := report.Phase{Name: name, Running: true}
+	rec := report.PhaseTiming{Name: name, Running: true}
 	if s, ok := p.(interface{ Stage() string }); ok {
 		rec.Stage = s.Stage()
 	}

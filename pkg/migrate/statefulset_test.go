@@ -19,7 +19,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
-func stsConfig(s migrate.Strategy, mode migrate.Mode) migrate.Config {
+func stsConfig(s migrate.Strategy, mode migrate.StatefulSetMode) migrate.Config {
 	cfg := testConfig(s)
 	cfg.Pod, cfg.TargetName, cfg.StatefulSet, cfg.Mode = "consumer-0", "consumer-0", "consumer", mode
 	cfg.ReplayTimeout, cfg.PhaseTimeout = 300*time.Millisecond, 2*time.Second
@@ -90,7 +90,7 @@ func consumer1(t *testing.T, w *migratetest.World) *corev1.Pod {
 func TestStatefulSetModes(t *testing.T) {
 	for _, tc := range []struct {
 		strategy migrate.Strategy
-		mode     migrate.Mode
+		mode     migrate.StatefulSetMode
 		phases   string
 	}{
 		{migrate.MS2M, migrate.Sequential, "preflight prepare checkpoint image detach restore adopt replay switchover cleanup"},
@@ -147,7 +147,7 @@ func TestStatefulSetRollbackAtEveryPhase(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		strategy migrate.Strategy
-		mode     migrate.Mode
+		mode     migrate.StatefulSetMode
 		failures []failure
 	}{
 		{migrate.MS2M, migrate.Sequential, []failure{
@@ -220,7 +220,7 @@ func TestVolumePreflight(t *testing.T) {
 	rwo, rwx := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
 	for _, tc := range []struct {
 		name   string
-		mode   migrate.Mode
+		mode   migrate.StatefulSetMode
 		volume corev1.VolumeSource
 		pv     corev1.PersistentVolumeSpec
 		want   string // "" means accepted

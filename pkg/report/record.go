@@ -60,8 +60,8 @@ const (
 	Cleanup PhaseName = "cleanup"
 )
 
-// Phase is the timing of one phase.
-type Phase struct {
+// PhaseTiming is the timing of one phase (migrate.Phase is the phase itself).
+type PhaseTiming struct {
 	Name PhaseName `json:"name"`
 	// Stage tells repeated phases apart: a StatefulSet pod's shadow mode
 	// runs them once into the shadow and once into the final pod.
@@ -119,7 +119,7 @@ const (
 var runtimeSteps = []StepName{CheckpointCall, PodRunning}
 
 // Label names the phase with its stage, if any.
-func (p Phase) Label() string {
+func (p PhaseTiming) Label() string {
 	if p.Stage == "" {
 		return string(p.Name)
 	}
@@ -131,16 +131,16 @@ type Record struct {
 	ID       string `json:"id"`
 	Strategy string `json:"strategy"`
 	// Mode is a StatefulSet pod's: sequential or shadow.
-	Mode       string    `json:"mode,omitempty"`
-	Namespace  string    `json:"namespace"`
-	Pod        string    `json:"pod"`
-	TargetPod  string    `json:"targetPod,omitempty"`
-	SourceNode string    `json:"sourceNode"`
-	TargetNode string    `json:"targetNode"`
-	StartedAt  time.Time `json:"startedAt"`
-	Outcome    Outcome   `json:"outcome"`
-	Error      string    `json:"error,omitempty"`
-	Phases     []Phase   `json:"phases"`
+	Mode       string        `json:"mode,omitempty"`
+	Namespace  string        `json:"namespace"`
+	Pod        string        `json:"pod"`
+	TargetPod  string        `json:"targetPod,omitempty"`
+	SourceNode string        `json:"sourceNode"`
+	TargetNode string        `json:"targetNode"`
+	StartedAt  time.Time     `json:"startedAt"`
+	Outcome    Outcome       `json:"outcome"`
+	Error      string        `json:"error,omitempty"`
+	Phases     []PhaseTiming `json:"phases"`
 	// TotalMillis is migration start to target restored and synchronised
 	// (the end of the switchover); 0 when it did not get there.
 	TotalMillis int64 `json:"totalMillis"`
@@ -220,13 +220,13 @@ type Broker struct {
 }
 
 // Phase returns the named phase's timing, if it ran.
-func (r *Record) Phase(name PhaseName) (Phase, bool) {
+func (r *Record) Phase(name PhaseName) (PhaseTiming, bool) {
 	for _, p := range r.Phases {
 		if p.Name == name {
 			return p, true
 		}
 	}
-	return Phase{}, false
+	return PhaseTiming{}, false
 }
 
 // CriticalPathMillis is the first checkpoint's start to the first restored

@@ -13,7 +13,7 @@ func storedRecord(id string, age time.Duration, outcome Outcome) *Record {
 	return &Record{
 		ID: id, Strategy: "ms2m", Namespace: "default", Pod: "consumer", SourceNode: "node-a", TargetNode: "node-b",
 		StartedAt: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC).Add(-age), Outcome: outcome,
-		Phases: []Phase{{Name: Preflight, DurationMillis: 100, Steps: []Step{{Name: AgentsReady, DurationMillis: 90}}}},
+		Phases: []PhaseTiming{{Name: Preflight, DurationMillis: 100, Steps: []Step{{Name: AgentsReady, DurationMillis: 90}}}},
 	}
 }
 

@@ -136,7 +136,7 @@ func everyStep(chosen []crashCase, statefulSet bool) []crashCase {
 		return chosen
 	}
 	var all []crashCase
-	modes := []migrate.Mode{""}
+	modes := []migrate.StatefulSetMode{""}
 	if statefulSet {
 		modes = migrate.Modes
 	}

@@ -151,7 +151,7 @@ func Record(w io.Writer, r *report.Record, o Options) error {
 
 // stepLabel names a step, with its container where the phase did it for
 // more than one, and its throughput where it moved data.
-func stepLabel(p report.Phase, st report.Step) string {
+func stepLabel(p report.PhaseTiming, st report.Step) string {
 	label := string(st.Name)
 	containers := map[string]bool{}
 	for _, other := range p.Steps {

@@ -22,7 +22,7 @@ func sampleRecord() *report.Record {
 	return &report.Record{
 		ID: "x7k2p", Strategy: "ms2m", Namespace: "default", Pod: "consumer", TargetPod: "consumer-x7k2p",
 		SourceNode: "node-a", TargetNode: "node-b", StartedAt: t0, Outcome: report.Succeeded,
-		Phases: []report.Phase{
+		Phases: []report.PhaseTiming{
 			{Name: report.Preflight, StartMillis: 0, DurationMillis: 120},
 			{Name: report.Prepare, StartMillis: 120, DurationMillis: 80},
 			{Name: report.Checkpoint, StartMillis: 200, DurationMillis: 450, Steps: []report.Step{
@@ -55,15 +55,15 @@ func cutoffRecord() *report.Record {
 func shadowRecord() *report.Record {
 	r := sampleRecord()
 	r.ID, r.Pod, r.TargetPod, r.Mode = "s4d0w", "consumer-0", "consumer-0", "shadow"
-	var phases []report.Phase
+	var phases []report.PhaseTiming
 	start := int64(120)
 	add := func(stage string, names ...report.PhaseName) {
 		for _, n := range names {
-			phases = append(phases, report.Phase{Name: n, Stage: stage, StartMillis: start, DurationMillis: 400})
+			phases = append(phases, report.PhaseTiming{Name: n, Stage: stage, StartMillis: start, DurationMillis: 400})
 			start += 400
 		}
 	}
-	phases = append(phases, report.Phase{Name: report.Preflight, DurationMillis: 120})
+	phases = append(phases, report.PhaseTiming{Name: report.Preflight, DurationMillis: 120})
 	add("shadow", report.Prepare, report.Checkpoint, report.Image, report.Restore, report.Replay, report.Switchover)
 	add("final", report.Prepare, report.Checkpoint, report.Image, report.Detach, report.Restore, report.Adopt, report.Replay, report.Switchover, report.Cleanup)
 	r.Phases, r.TotalMillis = phases, start-400
@@ -77,7 +77,7 @@ func rolledBackRecord() *report.Record {
 		ID: "q9w8e", Strategy: "stop-and-copy", Namespace: "default", Pod: "consumer",
 		SourceNode: "node-a", TargetNode: "node-c", StartedAt: t0.Add(-3 * time.Hour), Outcome: report.RolledBack,
 		Error: "restore: restored container app: CreateContainerError: criu failed",
-		Phases: []report.Phase{
+		Phases: []report.PhaseTiming{
 			{Name: report.Preflight, DurationMillis: 100, RolledBack: true},
 			{Name: report.Stop, StartMillis: 100, DurationMillis: 40, RolledBack: true},
 			{Name: report.Checkpoint, StartMillis: 140, DurationMillis: 500, RolledBack: true},

@@ -1,7 +1,7 @@
-// Package runtime tells from a node's reported container runtime whether it
+// Package runtimesupport tells from a node's reported container runtime whether it
 // can checkpoint and restore containers, so preflight can refuse a migration
 // before anything is changed.
-package runtime
+package runtimesupport
 
 import (
 	"fmt"
