@@ -57,10 +57,6 @@ func (o *RootOptions) renderOptions(cw *colorprofile.Writer) render.Options {
 	return render.Options{Colour: cw.Profile >= colorprofile.ANSI, Now: time.Now()}
 }
 
-func (o *PodOptions) printRecord(r *report.Record) error {
-	return o.RootOptions.printRecord(r, o.Output)
-}
-
 // printRecord prints r as data in format, or as the breakdown.
 func (o *RootOptions) printRecord(r *report.Record, format string) error {
 	if format != "" {
@@ -71,8 +67,7 @@ func (o *RootOptions) printRecord(r *report.Record, format string) error {
 }
 
 // printPlan describes what the migration would do, after a passing preflight.
-func (o *PodOptions) printPlan(source *corev1.Pod) error {
-	c := o.config
+func (o *migrationFlags) printPlan(c migrate.Config, source *corev1.Pod) error {
 	if o.Output != "" {
 		images := map[string]string{}
 		for _, ctr := range source.Spec.Containers {

@@ -1,11 +1,13 @@
 package plugin
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 )
@@ -64,10 +66,19 @@ annotations and requirements applies; RBAC additionally needs get, delete and
 create on statefulsets, and get on persistentvolumeclaims and
 persistentvolumes for pods with claims.`
 
+// StsOptions are the options of kubectl migrate sts.
+type StsOptions struct {
+	migrationFlags
+
+	Mode    string
+	Ordinal int
+
+	statefulSet string
+}
+
 // NewCmdSts returns kubectl migrate sts.
 func NewCmdSts(root *RootOptions) *cobra.Command {
-	o := &PodOptions{RootOptions: root}
-	var ordinal int
+	o := &StsOptions{migrationFlags: migrationFlags{RootOptions: root}}
 	cmd := &cobra.Command{
 		Use:               "sts NAME-ORDINAL --to NODE",
 		Aliases:           []string{"statefulset"},
@@ -78,16 +89,36 @@ func NewCmdSts(root *RootOptions) *cobra.Command {
 		ValidArgsFunction: completePods(root),
 		RunE:              runE(o),
 	}
-	o.addFlags(cmd, false)
-	cmd.Flags().IntVar(&ordinal, "ordinal", -1, "the pod's ordinal, with sts/NAME")
+	o.add(cmd)
+	cmd.Flags().IntVar(&o.Ordinal, "ordinal", -1, "the pod's ordinal, with sts/NAME")
 	cmd.Flags().StringVar(&o.Mode, "mode", string(migrate.Sequential), "sequential (the source goes before its copy exists) or shadow (through a shadow copy, near-zero downtime)")
 	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{string(migrate.Sequential), string(migrate.Shadow)}, cobra.ShellCompDirectiveNoFileComp))
-	o.stsArg = func(arg string) error {
-		name, pod, err := parseStsArg(arg, ordinal)
-		o.config.StatefulSet, o.config.Pod = name, pod
+	return cmd
+}
+
+// Complete reads NAME-ORDINAL or sts/NAME --ordinal N.
+func (o *StsOptions) Complete(args []string) error {
+	name, pod, err := parseStsArg(args[0], o.Ordinal)
+	if err != nil {
 		return err
 	}
-	return cmd
+	o.statefulSet = name
+	return o.complete(pod)
+}
+
+// Validate checks the flags before anything talks to the cluster.
+func (o *StsOptions) Validate() error { return o.validate(o) }
+
+// Run migrates the StatefulSet pod.
+func (o *StsOptions) Run(ctx context.Context) error { return o.run(ctx, o) }
+
+// toConfig is the engine's config for migrating the StatefulSet pod (nil:
+// the flags alone), which keeps its name.
+func (o *StsOptions) toConfig(pod *corev1.Pod, id string) (migrate.Config, error) {
+	c, err := o.migrationFlags.toConfig(pod, id)
+	c.StatefulSet, c.Mode, c.TargetName = o.statefulSet, migrate.StatefulSetMode(o.Mode), o.pod
+	c.Transfer = migrate.ViaRegistry
+	return c, err
 }
 
 // parseStsArg reads NAME-ORDINAL, or sts/NAME with --ordinal.

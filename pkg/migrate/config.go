@@ -8,6 +8,7 @@ package migrate
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -127,60 +128,17 @@ type Config struct {
 
 // Validate checks what can be checked without the cluster.
 func (c Config) Validate() error {
-	var errs []error
+	errs := []error{c.ValidateChoices()}
 	if c.Pod == "" {
 		errs = append(errs, errors.New("a pod name is required"))
 	}
-	if c.TargetNode == "" {
-		errs = append(errs, errors.New("--to NODE is required"))
-	}
-	switch c.Strategy {
-	case MS2M, StopAndCopy:
-	default:
-		errs = append(errs, fmt.Errorf("unknown strategy %q; use one of %v", c.Strategy, Strategies))
-	}
-	switch c.Transfer {
-	case ViaRegistry, "":
-		if c.ImageRepository == "" {
-			errs = append(errs, errors.New("--registry is required (or the ms2m.io/registry annotation): where checkpoint images are pushed; or pass --transfer direct"))
-		}
-	case Direct:
-		if c.StatefulSet != "" {
-			errs = append(errs, errors.New("--transfer direct applies to kubectl migrate pod: a StatefulSet pod's rollback restores its source from the checkpoint image, which must then be pullable on the source node too; use a registry"))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("unknown transfer %q; use one of %v", c.Transfer, Transfers))
+	if c.Transfer != Direct && c.ImageRepository == "" {
+		errs = append(errs, errors.New("--registry is required (or the ms2m.io/registry annotation): where checkpoint images are pushed; or pass --transfer direct"))
 	}
 	if c.Broker.URL == "" || c.Broker.Exchange == "" || c.Broker.Queue == "" {
 		errs = append(errs, errors.New("broker URL, exchange and queue are required: set --broker-url/--exchange/--queue or the ms2m.io/* annotations on the pod"))
 	}
-	if c.ControlPort <= 0 || c.ControlPort > 65535 {
-		errs = append(errs, fmt.Errorf("control port %d is not a port", c.ControlPort))
-	}
-	for name, d := range map[string]time.Duration{"--timeout": c.Timeout, "--replay-timeout": c.ReplayTimeout, "--phase-timeout": c.PhaseTimeout} {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be positive", name))
-		}
-	}
-	if c.ReplayMax < 0 || c.Cutoff < 0 {
-		errs = append(errs, errors.New("--replay-max and --cutoff must not be negative"))
-	}
-	if c.ReplayMax > 0 && c.Cutoff > 0 {
-		errs = append(errs, errors.New("give --replay-max (cutoff from measured rates) or --cutoff (a fixed one), not both"))
-	}
 	if c.StatefulSet != "" {
-		if c.ReplayMax > 0 || c.Cutoff > 0 {
-			errs = append(errs, errors.New("--replay-max and --cutoff apply to kubectl migrate pod: a StatefulSet pod's source stops before its final copy exists"))
-		}
-		switch c.Mode {
-		case Sequential:
-		case Shadow:
-			if c.Strategy != MS2M {
-				errs = append(errs, errors.New("--mode shadow replays into a live shadow copy; it needs --strategy ms2m"))
-			}
-		default:
-			errs = append(errs, fmt.Errorf("unknown mode %q; use one of %v", c.Mode, Modes))
-		}
 		if c.TargetName != c.Pod {
 			errs = append(errs, errors.New("a StatefulSet pod keeps its name"))
 		}
@@ -189,11 +147,63 @@ func (c Config) Validate() error {
 	} else if c.TargetName == c.Pod {
 		errs = append(errs, fmt.Errorf("--target-name %s is the source's own name; the restored pod needs another", c.TargetName))
 	}
-	if c.Mode != "" && c.StatefulSet == "" {
-		errs = append(errs, errors.New("--mode applies to StatefulSet pods: use kubectl migrate sts"))
+	return errors.Join(errs...)
+}
+
+// ValidateChoices checks what the flags alone decide (the choices, their
+// combinations, the limits), so the CLI refuses bad input before it talks
+// to the cluster, by the same rules the engine applies.
+func (c Config) ValidateChoices() error {
+	var errs []error
+	if c.TargetNode == "" {
+		errs = append(errs, fmt.Errorf("--to NODE is required: the node to move pod %s to", c.Pod))
+	}
+	if !slices.Contains(Strategies, c.Strategy) {
+		errs = append(errs, fmt.Errorf("--strategy must be one of %v, not %q", Strategies, c.Strategy))
+	}
+	if c.Transfer != "" && !slices.Contains(Transfers, c.Transfer) {
+		errs = append(errs, fmt.Errorf("--transfer must be one of %v, not %q", Transfers, c.Transfer))
+	}
+	if c.Transfer == Direct && c.StatefulSet != "" {
+		errs = append(errs, errors.New("--transfer direct applies to kubectl migrate pod: a StatefulSet pod's rollback restores its source from the checkpoint image, which must then be pullable on the source node too; use a registry"))
+	}
+	if c.ControlPort <= 0 || c.ControlPort > 65535 {
+		errs = append(errs, fmt.Errorf("--control-port %d is not a port", c.ControlPort))
+	}
+	for _, d := range []struct {
+		flag string
+		d    time.Duration
+	}{{"--timeout", c.Timeout}, {"--replay-timeout", c.ReplayTimeout}, {"--phase-timeout", c.PhaseTimeout}} {
+		if d.d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", d.flag))
+		}
+	}
+	if c.ReplayMax < 0 || c.Cutoff < 0 {
+		errs = append(errs, errors.New("--replay-max and --cutoff must not be negative"))
+	}
+	if c.ReplayMax > 0 && c.Cutoff > 0 {
+		errs = append(errs, errors.New("give --replay-max (cutoff from measured rates) or --cutoff (a fixed one), not both"))
 	}
 	if (c.ReplayMax > 0 || c.Cutoff > 0) && c.Strategy != MS2M {
 		errs = append(errs, errors.New("--replay-max and --cutoff only apply to --strategy ms2m, which replays"))
+	}
+	if c.StatefulSet == "" {
+		if c.Mode != "" {
+			errs = append(errs, errors.New("--mode applies to StatefulSet pods: use kubectl migrate sts"))
+		}
+		return errors.Join(errs...)
+	}
+	if c.ReplayMax > 0 || c.Cutoff > 0 {
+		errs = append(errs, errors.New("--replay-max and --cutoff apply to kubectl migrate pod: a StatefulSet pod's source stops before its final copy exists"))
+	}
+	switch c.Mode {
+	case Sequential:
+	case Shadow:
+		if c.Strategy != MS2M {
+			errs = append(errs, errors.New("--mode shadow replays into a live shadow copy; it needs --strategy ms2m"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--mode must be one of %v, not %q", Modes, c.Mode))
 	}
 	return errors.Join(errs...)
 }

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	volumehelpers "k8s.io/component-helpers/storage/volume"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
@@ -82,12 +83,9 @@ func (preflight) Run(ctx context.Context, m *Migration) error {
 }
 
 func checkSourcePod(ctx context.Context, m *Migration) error {
-	pod, err := m.Client.CoreV1().Pods(m.Namespace).Get(ctx, m.Pod, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("pod %s not found in namespace %s; check the name and -n", m.Pod, m.Namespace)
-	}
+	pod, err := GetSourcePod(ctx, m.Client, m.Namespace, m.Pod, m.ID)
 	if err != nil {
-		return fmt.Errorf("get pod %s: %w", m.Pod, err)
+		return err
 	}
 	if pod.DeletionTimestamp != nil {
 		return fmt.Errorf("pod %s is being deleted", m.Pod)
@@ -127,6 +125,23 @@ func checkSourcePod(ctx context.Context, m *Migration) error {
 	}
 	m.Record.SourceNode = m.SourceNode
 	return nil
+}
+
+// GetSourcePod reads the pod to migrate; a missing one is explained, and
+// pointed at recovery if a migration that did not end (other than self)
+// holds it.
+func GetSourcePod(ctx context.Context, client kubernetes.Interface, namespace, name, self string) (*corev1.Pod, error) {
+	pod, err := client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		if id, held := Holder(ctx, client, namespace, name); held && id != self {
+			return nil, fmt.Errorf("pod %s is not there while migration %s, which did not end, holds it; finish or undo that migration: %s", name, id, RecoverCommand(namespace, id))
+		}
+		return nil, fmt.Errorf("pod %s not found in namespace %s; check the name and -n", name, namespace)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get pod %s: %w", name, err)
+	}
+	return pod, nil
 }
 
 func checkTargetNode(ctx context.Context, m *Migration) error {

@@ -182,7 +182,7 @@ func TestStatefulSetValidation(t *testing.T) {
 		want   string
 	}{
 		{"shadow needs ms2m", func(c *migrate.Config) { c.Strategy, c.Mode = migrate.StopAndCopy, migrate.Shadow }, "needs --strategy ms2m"},
-		{"unknown mode", func(c *migrate.Config) { c.Mode = "parallel" }, `unknown mode "parallel"`},
+		{"unknown mode", func(c *migrate.Config) { c.Mode = "parallel" }, `--mode must be one of [sequential shadow], not "parallel"`},
 		{"cutoff", func(c *migrate.Config) { c.ReplayMax = time.Second }, "apply to kubectl migrate pod"},
 		{"mode on a bare pod", func(c *migrate.Config) { c.StatefulSet = "" }, "--mode applies to StatefulSet pods"},
 	} {

@@ -1,0 +1,190 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
+)
+
+// migrationFlags are the flags kubectl migrate pod and sts share, and what
+// the two commands do alike: read the pod, turn flags and the pod's
+// annotations into the engine's config, migrate, print.
+type migrationFlags struct {
+	*RootOptions
+
+	To                string
+	Containers        []string
+	Strategy          string
+	Registry          string
+	RegistrySecret    string
+	InsecureRegistry  bool
+	AgentImage        string
+	BrokerURL         string
+	Exchange          string
+	Queue             string
+	ControlPort       int
+	ReplayTimeout     time.Duration
+	PhaseTimeout      time.Duration
+	CheckpointTimeout time.Duration
+	Timeout           time.Duration
+	DryRun            bool
+	KeepOnFailure     bool
+	DeleteImage       bool
+	Labels            []string
+	Output            string
+	InjectFailure     string
+	InjectCrash       string
+
+	namespace string
+	pod       string
+	labels    map[string]string
+}
+
+// migrationCommand is pod's or sts's options: the shared flags and the
+// config they make for a pod.
+type migrationCommand interface {
+	toConfig(pod *corev1.Pod, id string) (migrate.Config, error)
+}
+
+func (f *migrationFlags) add(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.To, "to", "", "target node (required)")
+	fs.StringSliceVarP(&f.Containers, "container", "c", nil, "containers to migrate (default: all)")
+	fs.StringVar(&f.Strategy, "strategy", string(migrate.MS2M), "ms2m or stop-and-copy")
+	fs.StringVar(&f.Registry, "registry", "", "repository for checkpoint images, e.g. registry.example:5000/checkpoints (default: the ms2m.io/registry annotation)")
+	fs.StringVar(&f.RegistrySecret, "registry-secret", "", "dockerconfigjson secret to push and pull with (default: the pod's first imagePullSecret)")
+	fs.BoolVar(&f.InsecureRegistry, "insecure-registry", false, "allow a plain-HTTP or self-signed registry")
+	fs.StringVar(&f.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent that packs and pushes checkpoints")
+	fs.StringVar(&f.BrokerURL, "broker-url", "", "AMQP URL this machine reaches the broker at (default: the ms2m.io/broker-url annotation)")
+	fs.StringVar(&f.Exchange, "exchange", "", "the workload's fanout exchange (default: the ms2m.io/exchange annotation)")
+	fs.StringVar(&f.Queue, "queue", "", "the pod's primary queue (default: the ms2m.io/queue annotation)")
+	fs.IntVar(&f.ControlPort, "control-port", 0, "port of the MS2M HTTP endpoint (default: the ms2m.io/control-port annotation, else 8080)")
+	fs.DurationVar(&f.ReplayTimeout, "replay-timeout", 5*time.Minute, "how long the target may take to catch up before the migration rolls back")
+	fs.DurationVar(&f.PhaseTimeout, "phase-timeout", 3*time.Minute, "time limit of every other phase")
+	fs.DurationVar(&f.CheckpointTimeout, "checkpoint-timeout", time.Minute, "time the kubelet gives the runtime for one checkpoint")
+	fs.DurationVar(&f.Timeout, "timeout", 15*time.Minute, "time limit of the whole migration (rollback gets its own)")
+	fs.BoolVar(&f.DryRun, "dry-run", false, "run the preflight checks and print the plan; change nothing")
+	fs.BoolVar(&f.KeepOnFailure, "keep-on-failure", false, "leave everything as it is when the migration fails, for debugging")
+	fs.BoolVar(&f.DeleteImage, "delete-image", false, "delete the checkpoint images from the registry after success")
+	fs.StringSliceVar(&f.Labels, "label", nil, "key=value labels stored with the record, to compare runs (e.g. rate=10)")
+	fs.StringVarP(&f.Output, "output", "o", "", "output format of the result: json or yaml (default: the report)")
+	fs.StringVar(&f.InjectFailure, "inject-failure", "", "fail this phase (e.g. replay, or replay/final) after it ran, to test rollback")
+	_ = fs.MarkHidden("inject-failure")
+	fs.StringVar(&f.InjectCrash, "inject-crash", "", "kill this process (SIGKILL) as this phase starts (e.g. restore, or restore/final), to test recovery")
+	_ = fs.MarkHidden("inject-crash")
+	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(f.RootOptions))
+	_ = cmd.RegisterFlagCompletionFunc("strategy", cobra.FixedCompletions([]string{"ms2m", "stop-and-copy"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// complete takes the pod's name and resolves the namespace.
+func (f *migrationFlags) complete(pod string) error {
+	f.pod = pod
+	var err error
+	if f.namespace, _, err = f.ConfigFlags.ToRawKubeConfigLoader().Namespace(); err != nil {
+		return err
+	}
+	f.labels, err = parseLabels(f.Labels)
+	return err
+}
+
+// validate checks what the flags alone decide, with the engine's own rules,
+// before anything talks to the cluster.
+func (f *migrationFlags) validate(mc migrationCommand) error {
+	c, err := mc.toConfig(nil, "")
+	if err != nil {
+		return err
+	}
+	if err := c.ValidateChoices(); err != nil {
+		return err
+	}
+	return validateOutput(f.Output)
+}
+
+// toConfig turns the flags and, where a flag is not set, the pod's
+// annotations into the engine's config for migration id; with pod nil, the
+// flags alone. It is pure: the one place flags become a config.
+func (f *migrationFlags) toConfig(pod *corev1.Pod, id string) (migrate.Config, error) {
+	var a map[string]string
+	var pullSecret string
+	if pod != nil {
+		a = pod.Annotations
+		pullSecret = firstPullSecret(pod)
+	}
+	c := migrate.Config{
+		ID: id, Strategy: migrate.Strategy(f.Strategy), Namespace: f.namespace, Pod: f.pod,
+		Containers: f.Containers, TargetNode: f.To,
+		ImageRepository:  strings.TrimSuffix(firstOf(f.Registry, a[migrate.RegistryAnnotation]), "/"),
+		RegistrySecret:   firstOf(f.RegistrySecret, pullSecret),
+		InsecureRegistry: f.InsecureRegistry,
+		AgentImage:       f.AgentImage,
+		Broker: migrate.BrokerConfig{
+			URL:      firstOf(f.BrokerURL, a[migrate.BrokerURLAnnotation]),
+			Exchange: firstOf(f.Exchange, a[migrate.ExchangeAnnotation]),
+			Queue:    firstOf(f.Queue, a[migrate.QueueAnnotation]),
+		},
+		ControlPort:       f.ControlPort,
+		CheckpointTimeout: f.CheckpointTimeout, PhaseTimeout: f.PhaseTimeout, ReplayTimeout: f.ReplayTimeout, Timeout: f.Timeout,
+		KeepOnFailure: f.KeepOnFailure, DryRun: f.DryRun, DeleteImages: f.DeleteImage,
+		Labels: f.labels, InjectFailure: f.InjectFailure,
+	}
+	if c.ControlPort == 0 {
+		c.ControlPort = 8080
+		if v, ok := a[migrate.ControlPortAnnotation]; ok {
+			port, err := strconv.Atoi(v)
+			if err != nil {
+				return c, fmt.Errorf("annotation %s=%q is not a port; fix it or pass --control-port", migrate.ControlPortAnnotation, v)
+			}
+			c.ControlPort = port
+		}
+	}
+	return c, nil
+}
+
+// run reads the pod, makes the config, migrates and prints the result.
+func (f *migrationFlags) run(ctx context.Context, mc migrationCommand) error {
+	client, err := f.NewClient()
+	if err != nil {
+		return err
+	}
+	source, err := migrate.GetSourcePod(ctx, client, f.namespace, f.pod, "")
+	if err != nil {
+		return err
+	}
+	cfg, err := mc.toConfig(source, rand.String(5))
+	if err != nil {
+		return err
+	}
+	deps, err := f.NewDeps(ctx, client, cfg, source.Spec.ImagePullSecrets)
+	if err != nil {
+		return err
+	}
+	st := newStatus(f.RootOptions)
+	hint := "the journal is kept; finish or undo the migration with " + migrate.RecoverCommand(cfg.Namespace, cfg.ID)
+	f.recoverHint.Store(&hint)
+	record, err := migrate.Run(ctx, cfg, deps, st.hooks(f.InjectCrash)) // validates cfg
+	if record == nil {
+		return err
+	}
+	if f.DryRun && err == nil {
+		return f.printPlan(cfg, source)
+	}
+	if printErr := f.printRecord(record); printErr != nil && err == nil {
+		err = printErr
+	}
+	return err
+}
+
+func (f *migrationFlags) printRecord(r *report.Record) error {
+	return f.RootOptions.printRecord(r, f.Output)
+}
