@@ -81,9 +81,10 @@ func BenchmarkStrategies(b *testing.B) {
 
 // BenchmarkStateSize migrates a consumer holding about 2 MiB, 64 MiB and
 // 512 MiB of state, through the registry and directly, side by side, and
-// reports the critical path and each data step's throughput; as a baseline
+// reports the critical path and each data step's throughput; as baselines
 // it uploads the same number of bytes to the same registry as one plain
-// blob, in the same run.
+// blob, and sends them over one plain TCP connection from node-a's network
+// to node-b's, in the same run.
 //
 //	go test -tags e2e -run '^$' -bench StateSize -benchtime 1x ./test/e2e
 func BenchmarkStateSize(b *testing.B) {
@@ -120,6 +121,10 @@ func BenchmarkStateSize(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(took.Milliseconds()), "raw-upload-ms")
+			if took, err = rawNodeCopy(archive); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(took.Milliseconds()), "raw-node-copy-ms")
 			b.ReportMetric(float64(archive>>20), "archive-MiB")
 		})
 	}
