@@ -2,8 +2,12 @@ package plugin
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -19,7 +23,16 @@ const reportExample = `  # List the migrations recorded in the current namespace
   # One migration's per-phase breakdown (an ID prefix of 3+ characters will do)
   kubectl migrate report x7k2p
 
-  # As data, e.g. to compare strategies across runs
+  # Compare strategies: the runs labelled rate=10, one bar per strategy (medians)
+  kubectl migrate report --compare -l rate=10 --group-by strategy
+
+  # Two runs side by side
+  kubectl migrate report --compare x7k2p q9w8e
+
+  # Every run as CSV (phases, steps, downtime, totals, broker figures), for a spreadsheet or a plot
+  kubectl migrate report -o csv > runs.csv
+
+  # As data
   kubectl migrate report -o json`
 
 // ReportOptions are the options of kubectl migrate report.
@@ -27,9 +40,13 @@ type ReportOptions struct {
 	*RootOptions
 	AllNamespaces bool
 	Output        string
+	Compare       bool
+	Selector      string
+	GroupBy       string
 
 	namespace string
-	id        string
+	ids       []string
+	selector  labels.Selector
 }
 
 // NewCmdReport returns kubectl migrate report.
@@ -44,24 +61,36 @@ sub-process breakdown: each phase's duration, its share of the whole and a
 proportional bar, one stacked bar of the whole migration coloured by phase,
 and downtime against total migration time.
 
+With --compare, draw the selected migrations side by side (the IDs given,
+or those matching -l, which selects on the labels given with --label and on
+strategy, mode and outcome): one stacked bar per migration, or with
+--group-by KEY one per value of KEY (the group's medians), coloured by phase
+as the single breakdown and drawn to one scale. -o csv writes the selection
+(or the list) with every phase and step in milliseconds, one row per run.
+
 Records are ConfigMaps labelled migrate.ms2m.io/record in the migrated pod's
 namespace, so any machine with access to the cluster sees them.`,
 		Example: reportExample,
-		Args:    cobra.MaximumNArgs(1),
+		Args:    cobra.ArbitraryArgs,
 		RunE:    runE(o),
 	}
-	cmd.Flags().BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "list migrations in all namespaces")
-	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: json or yaml (default: a table or the breakdown)")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	f := cmd.Flags()
+	f.BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "list migrations in all namespaces")
+	f.StringVarP(&o.Output, "output", "o", "", "output format: json, yaml or csv (default: a table or the breakdown)")
+	f.BoolVar(&o.Compare, "compare", false, "draw the selected migrations side by side")
+	f.StringVarP(&o.Selector, "selector", "l", "", "select migrations by label (e.g. rate=10,strategy=ms2m)")
+	f.StringVar(&o.GroupBy, "group-by", "", "with --compare, one bar per value of this label (or strategy, mode, outcome): the group's medians")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml", "csv"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
 // Complete resolves the namespace and client.
 func (o *ReportOptions) Complete(args []string) error {
-	if len(args) == 1 {
-		o.id = args[0]
-	}
+	o.ids = args
 	var err error
+	if o.selector, err = labels.Parse(o.Selector); err != nil {
+		return fmt.Errorf("-l %q is not a label selector: %w", o.Selector, err)
+	}
 	if o.namespace, _, err = o.ConfigFlags.ToRawKubeConfigLoader().Namespace(); err != nil {
 		return err
 	}
@@ -72,9 +101,19 @@ func (o *ReportOptions) Complete(args []string) error {
 }
 
 // Validate checks the flags.
-func (o *ReportOptions) Validate() error { return validateOutput(o.Output) }
+func (o *ReportOptions) Validate() error {
+	switch {
+	case len(o.ids) > 1 && !o.Compare:
+		return errors.New("give one migration ID, or --compare to draw several side by side")
+	case o.GroupBy != "" && !o.Compare:
+		return errors.New("--group-by applies to --compare")
+	case o.Output != "" && o.Output != "csv" && validateOutput(o.Output) != nil:
+		return fmt.Errorf("--output must be json, yaml or csv, not %q", o.Output)
+	}
+	return nil
+}
 
-// Run prints the list or one record.
+// Run prints the list, one record, or the comparison.
 func (o *ReportOptions) Run(ctx context.Context) error {
 	client, err := o.NewClient()
 	if err != nil {
@@ -82,27 +121,61 @@ func (o *ReportOptions) Run(ctx context.Context) error {
 	}
 	store := report.Store{Client: client}
 	cw := o.colourWriter(o.Out)
-	if o.id == "" {
-		records, err := store.List(ctx, o.namespace)
+	if len(o.ids) == 1 && !o.Compare {
+		r, err := store.Get(ctx, o.namespace, o.ids[0])
 		if err != nil {
 			return err
 		}
-		for _, r := range records {
-			if r.Outcome == report.Running && !migrate.StillRunning(ctx, client, r.Namespace, r.Pod, r.ID) {
-				r.Outcome = report.Interrupted
-			}
+		switch o.Output {
+		case "":
+			return render.Record(cw, r, o.renderOptions(cw))
+		case "csv":
+			return report.WriteCSV(o.Out, []*report.Record{r})
 		}
-		if o.Output != "" {
-			return printData(o.Out, o.Output, records)
-		}
-		return render.List(cw, records, o.renderOptions(cw))
+		return printData(o.Out, o.Output, r)
 	}
-	r, err := store.Get(ctx, o.namespace, o.id)
+	records, err := o.selected(ctx, store, client)
 	if err != nil {
 		return err
 	}
-	if o.Output != "" {
-		return printData(o.Out, o.Output, r)
+	switch {
+	case o.Output == "csv":
+		return report.WriteCSV(o.Out, records)
+	case o.Output != "":
+		return printData(o.Out, o.Output, records)
+	case o.Compare:
+		return render.Compare(cw, render.GroupBy(records, o.GroupBy), o.renderOptions(cw))
 	}
-	return render.Record(cw, r, o.renderOptions(cw))
+	return render.List(cw, records, o.renderOptions(cw))
+}
+
+// selected are the records named by ID, or else those the selector matches,
+// with migrations that no process runs any more shown as interrupted.
+func (o *ReportOptions) selected(ctx context.Context, store report.Store, client kubernetes.Interface) ([]*report.Record, error) {
+	var records []*report.Record
+	if len(o.ids) > 0 {
+		for _, id := range o.ids {
+			r, err := store.Get(ctx, o.namespace, id)
+			if err != nil {
+				return nil, err
+			}
+			records = append(records, r)
+		}
+	} else {
+		all, err := store.List(ctx, o.namespace)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range all {
+			if o.selector.Matches(labels.Set(r.Facets())) {
+				records = append(records, r)
+			}
+		}
+	}
+	for _, r := range records {
+		if r.Outcome == report.Running && !migrate.StillRunning(ctx, client, r.Namespace, r.Pod, r.ID) {
+			r.Outcome = report.Interrupted
+		}
+	}
+	return records, nil
 }

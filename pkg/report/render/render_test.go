@@ -157,3 +157,29 @@ func TestStackedBarFillsTheWidth(t *testing.T) {
 		}
 	}
 }
+
+func TestCompareGolden(t *testing.T) {
+	a, b, c := sampleRecord(), sampleRecord(), rolledBackRecord()
+	a.Labels, b.Labels, c.Labels = map[string]string{"rate": "10"}, map[string]string{"rate": "10"}, map[string]string{"rate": "4"}
+	b.ID, b.TotalMillis, b.Downtime = "b2b2b", 8000, &report.Downtime{Millis: 90}
+	b.Phases[5].DurationMillis = 4000 // a longer replay
+	for _, tc := range []struct {
+		name  string
+		facet string
+	}{{"compare-runs", ""}, {"compare-by-rate", "rate"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := render(t, colorprofile.NoTTY, func(w *colorprofile.Writer) error {
+				return Compare(w, GroupBy([]*report.Record{a, b, c}, tc.facet), Options{BarWidth: 40})
+			})
+			golden(t, tc.name, out)
+		})
+	}
+}
+
+func TestCSVKeepsEveryRun(t *testing.T) {
+	var buf bytes.Buffer
+	if err := report.WriteCSV(&buf, []*report.Record{sampleRecord(), shadowRecord(), rolledBackRecord()}); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "runs.csv", buf.Bytes())
+}
