@@ -119,4 +119,3 @@ func medianOf(v []int64) int64 {
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
-
