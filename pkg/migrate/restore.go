@@ -80,39 +80,76 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	m.step(report.PodCreate, "", start, 0)
 	m.progress(report.Restore, "pod "+name+" created on "+node)
 	start = time.Now()
-	if _, err := kube.WaitForPod(ctx, m.Client, m.Namespace, name, containersRunning(m.Migrated)); err != nil {
+	// The kubelet may report the containers running only at its next
+	// relist, up to a second after the restored application answers: the
+	// application is asked as soon as the pod has an address, while a watch
+	// on the pod stops the wait if the restore fails.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	podFailed := make(chan error, 1)
+	go func() {
+		_, err := kube.WaitForPod(watchCtx, m.Client, m.Namespace, name, containersRunning(m.Migrated))
+		podFailed <- err
+	}()
+	if _, err := kube.WaitForPod(ctx, m.Client, m.Namespace, name, addressed(m.Migrated)); err != nil {
 		return created, err
 	}
-	m.step(report.PodRunning, "", start, 0)
-	m.progress(report.Restore, "containers running; waiting for the application")
-	start = time.Now()
+	m.progress(report.Restore, "pod has an address; waiting for the restored application")
 	app := m.app(name)
 	// The restored copy answers as soon as its listener is back, possibly
 	// before it has noticed that its broker connection died; it holds only
 	// after reconnecting, so wait for that.
 	var st ms2m.State
-	answered := false
+	var answeredAt time.Time
+	var podErr error
 	err = wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-podFailed:
+			if err != nil && ctx.Err() == nil {
+				podErr = err
+				return false, err
+			}
+		default:
+		}
 		var err error
 		if st, err = m.App.State(ctx, app); err != nil {
 			return false, nil
 		}
-		answered = true
+		if answeredAt.IsZero() {
+			answeredAt = time.Now()
+		}
 		if st.Process != m.SourceState.Process {
 			return false, fmt.Errorf("pod %s started a new process instead of restoring the checkpoint; check the target runtime's restore support", name)
 		}
 		return st.Mode == ms2m.ModeHold, nil
 	})
 	switch {
-	case err != nil && !answered:
+	case podErr != nil:
+		return created, podErr
+	case err != nil && answeredAt.IsZero():
 		return created, fmt.Errorf("the restored application in %s never answered on port %d: %w", name, m.ControlPort, err)
 	case err != nil && st.Process != m.SourceState.Process:
 		return created, err
 	case err != nil:
 		return created, fmt.Errorf("the restored application stayed in %s mode instead of holding after its reconnect; it does not follow the MS2M contract: %w", st.Mode, err)
 	}
-	m.step(report.AppHolding, "", start, 0)
+	// Running is when the restored process first answered: the runtime's
+	// work ends there, whenever the kubelet reports it.
+	m.stepTook(report.PodRunning, "", start, answeredAt.Sub(start), 0)
+	m.step(report.AppHolding, "", answeredAt, 0)
 	return created, nil
+}
+
+// addressed holds once the pod has an address (the pod proxy reaches it),
+// and fails as containersRunning does.
+func addressed(names []string) kube.PodCondition {
+	running := containersRunning(names)
+	return func(pod *corev1.Pod) (bool, error) {
+		if done, err := running(pod); err != nil || done {
+			return done, err
+		}
+		return pod.Status.PodIP != "", nil
+	}
 }
 
 // Rollback deletes the restored pod, unless it holds the only full state: a
