@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
@@ -53,6 +56,18 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 
 func (checkpoint) Rollback(ctx context.Context, m *Migration) error {
 	return m.removeArchives(ctx)
+}
+
+// deleteImage deletes a checkpoint image from the registry, retrying a
+// registry that is briefly away.
+func (m *Migration) deleteImage(ctx context.Context, ref string) error {
+	var err error
+	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 5}
+	_ = wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		err = m.Registry.Delete(ctx, ref)
+		return err == nil, nil
+	})
+	return err
 }
 
 // removeArchives deletes the archives still on the source node: they hold
@@ -103,17 +118,25 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 }
 
 func (packImages) Rollback(ctx context.Context, m *Migration) error {
+	// The archives first: they are on the node, which is up.
+	if err := m.removeArchives(ctx); err != nil {
+		return err
+	}
+	var left []string
 	var errs []error
 	if m.Transfer != Direct { // the target's agent and its images go with the migration
 		for _, ref := range m.Images {
-			if err := m.Registry.Delete(ctx, ref); err != nil {
-				errs = append(errs, err)
+			if err := m.deleteImage(ctx, ref); err != nil {
+				left, errs = append(left, ref), append(errs, err)
 			}
 		}
 	}
 	m.Images = nil
-	if err := m.removeArchives(ctx); err != nil {
-		errs = append(errs, err)
+	if len(left) > 0 {
+		// The restored copy is gone and the source serves: an image the
+		// registry would not delete holds nothing anyone needs, only memory
+		// that must not linger, so it is named for removal by hand.
+		return leftoverError{what: "checkpoint images " + strings.Join(left, ", ") + " (delete them from the registry)", err: errors.Join(errs...)}
 	}
-	return errors.Join(errs...)
+	return nil
 }

@@ -355,3 +355,26 @@ func TestDirectTransferNeedsNoRegistry(t *testing.T) {
 		t.Fatalf("outcome %s", rec.Outcome)
 	}
 }
+
+// TestRollbackWithTheRegistryGone: the target cannot pull because the
+// registry went away, and the rollback cannot delete the pushed image
+// either. The rollback still ends (the source serves, nothing of the
+// migration runs, the archive is gone) and the record names the image to
+// delete by hand.
+func TestRollbackWithTheRegistryGone(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	w.FailAt, w.RegistryDown = report.Restore, true
+	rec, err := migrate.Run(context.Background(), testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{})
+	if err == nil {
+		t.Fatal("the migration succeeded")
+	}
+	if rec.Outcome != report.RolledBack || len(rec.Leftovers) != 1 || !strings.Contains(rec.Leftovers[0], "registry:5000/ckpt/consumer:app-abcde@sha256:abc") {
+		t.Fatalf("outcome %s, leftovers %v", rec.Outcome, rec.Leftovers)
+	}
+	if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
+		t.Fatalf("source not serving: %+v", src)
+	}
+	if len(w.Archives) != 0 || w.Queues["work.ms2m-replay"] || w.Queues["work.ms2m-migration"] {
+		t.Fatalf("left behind: archives %v queues %v", w.Archives, w.Queues)
+	}
+}

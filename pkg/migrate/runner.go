@@ -136,6 +136,17 @@ func (m *Migration) phaseTimeout(name report.PhaseName) time.Duration {
 	return m.PhaseTimeout
 }
 
+// leftoverError is an undo that failed on something nothing depends on any
+// more (a checkpoint image the registry would not delete): the rollback goes
+// on, and the record names it for removal by hand.
+type leftoverError struct {
+	what string
+	err  error
+}
+
+func (e leftoverError) Error() string { return e.what + ": " + e.err.Error() }
+func (e leftoverError) Unwrap() error { return e.err }
+
 // rollback undoes phases in reverse order with a context of its own, so an
 // interrupt that ended the migration does not also stop its rollback. It
 // stops at the first undo step that fails: the steps before it (deleting the
@@ -156,7 +167,15 @@ func (m *Migration) rollback(ctx context.Context, done []Phase, cause error) err
 		if i < len(m.Record.Phases) && m.Record.Phases[i].RolledBack {
 			continue // undone before the process that ran it died
 		}
-		if err := done[i].Rollback(rbCtx, m); err != nil {
+		err := done[i].Rollback(rbCtx, m)
+		var left leftoverError
+		if errors.As(err, &left) {
+			// Nothing depends on it any more: note it and go on undoing.
+			m.Record.Leftovers = append(m.Record.Leftovers, left.what)
+			m.progress(done[i].Name(), "left behind: "+left.Error())
+			err = nil
+		}
+		if err != nil {
 			m.Record.Outcome = report.Failed
 			err = fmt.Errorf("rollback stopped at %s: %w; what it had not undone yet is kept, with the journal: %s", done[i].Name(), err, RecoverCommand(m.Namespace, m.ID))
 			m.Record.Error += "; " + err.Error()

@@ -152,6 +152,10 @@ type Record struct {
 	Images   []string  `json:"images,omitempty"`
 	// ArchiveBytes is the total size of the checkpoint archives.
 	ArchiveBytes int64 `json:"archiveBytes,omitempty"`
+	// Leftovers are what a rollback could not remove although nothing
+	// depends on it any more (e.g. a checkpoint image in a registry that was
+	// down): the source serves, and these wait to be removed by hand.
+	Leftovers []string `json:"leftovers,omitempty"`
 	// Labels tag a run for comparisons across runs (e.g. rate=10).
 	Labels map[string]string `json:"labels,omitempty"`
 	// Journal is the engine's state, kept while the migration may need

@@ -111,27 +111,32 @@ func (l *lab) rolledBackServing(t *testing.T, w *workload.Workload, rec report.R
 	l.nothingLeft(t, w, rec.TargetPod)
 }
 
-// TestFaultRegistryGoneBeforeThePush: the registry stops after preflight
-// checked it, so the push fails; the migration rolls back.
+// TestFaultRegistryGoneBeforeThePush: the registry stops once preflight
+// checked it and the agents run (they pulled their image), so the push
+// fails; the migration rolls back.
 func TestFaultRegistryGoneBeforeThePush(t *testing.T) {
 	l := setup(t)
 	daemon := labDaemons(t)
-	w := l.deploy(t, "10")
+	w := l.deployWith(t, workload.Options{Rate: "10", Ballast: "64Mi"}) // a checkpoint that takes a moment
 	before := waitApplied(t, w, "consumer", 20)
 	cmd, out := l.start(t, w, "pod", "consumer", "--to", "node-b")
-	whenOutput(t, out, "registry ok")
+	whenOutput(t, out, "agents ok")
 	daemon("stop", "registry")
 	rec, err := l.finished(t, w, cmd, out)
 	if err == nil {
 		t.Fatal("the migration succeeded without its registry")
 	}
 	daemon("start", "registry")
+	if p, _ := rec.Phase(report.Image); p.Error == "" {
+		t.Fatalf("the push did not fail: %+v", rec.Phases)
+	}
 	l.rolledBackServing(t, w, rec, before)
 }
 
 // TestFaultRegistryGoneWhileTheTargetPulls: the registry stops as restore
 // starts; the target node cannot pull the checkpoint and the migration rolls
-// back.
+// back; the pushed image, which the registry could not delete, is named in
+// the record.
 func TestFaultRegistryGoneWhileTheTargetPulls(t *testing.T) {
 	l := setup(t)
 	daemon := labDaemons(t)
@@ -145,6 +150,9 @@ func TestFaultRegistryGoneWhileTheTargetPulls(t *testing.T) {
 		t.Fatal("the migration succeeded while its registry was gone")
 	}
 	daemon("start", "registry")
+	if len(rec.Leftovers) != 1 || !strings.Contains(rec.Leftovers[0], rec.Images[0]) {
+		t.Fatalf("leftovers %v, images %v", rec.Leftovers, rec.Images)
+	}
 	l.rolledBackServing(t, w, rec, before)
 }
 

@@ -46,6 +46,9 @@ type World struct {
 	FailNth int
 	failed  map[report.PhaseName]int
 
+	// RegistryDown makes the registry refuse deletes (it went away).
+	RegistryDown bool
+
 	// AfterCheckpoint, if set, runs once the archive exists, before the
 	// kubelet's answer: a test's process can die there.
 	AfterCheckpoint func()
@@ -402,6 +405,9 @@ func (f *fakeRegistry) Delete(_ context.Context, ref string) error {
 	w.record("delete image %s", ref)
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
+	if w.RegistryDown {
+		return errors.New("dial tcp registry:5000: connection refused")
+	}
 	delete(w.Images, ref)
 	return nil
 }

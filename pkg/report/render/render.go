@@ -112,6 +112,9 @@ func Record(w io.Writer, r *report.Record, o Options) error {
 	if r.Error != "" {
 		line("error", r.Error)
 	}
+	for _, l := range r.Leftovers {
+		line("left", l)
+	}
 	b.WriteString("\n")
 
 	elapsed := r.ElapsedMillis()

@@ -76,7 +76,8 @@ func rolledBackRecord() *report.Record {
 	return &report.Record{
 		ID: "q9w8e", Strategy: "stop-and-copy", Namespace: "default", Pod: "consumer",
 		SourceNode: "node-a", TargetNode: "node-c", StartedAt: t0.Add(-3 * time.Hour), Outcome: report.RolledBack,
-		Error: "restore: restored container app: CreateContainerError: criu failed",
+		Error:     "restore: restored container app: CreateContainerError: criu failed",
+		Leftovers: []string{"checkpoint images reg/consumer@sha256:1 (delete them from the registry)"},
 		Phases: []report.PhaseTiming{
 			{Name: report.Preflight, DurationMillis: 100, RolledBack: true},
 			{Name: report.Stop, StartMillis: 100, DurationMillis: 40, RolledBack: true},
