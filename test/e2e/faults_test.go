@@ -108,7 +108,11 @@ func (l *lab) rolledBackServing(t *testing.T, w *workload.Workload, rec report.R
 		t.Fatalf("source not serving after rollback: %+v", st)
 	}
 	checkConservation(t, w, "consumer")
-	l.nothingLeft(t, w, rec.TargetPod)
+	var targets []string
+	if rec.TargetPod != "" {
+		targets = append(targets, rec.TargetPod)
+	}
+	l.nothingLeft(t, w, targets...)
 }
 
 // TestFaultRegistryGoneBeforeThePush: the registry stops once preflight

@@ -87,10 +87,14 @@ func (d dirs) stopDaemon(name string) error {
 	return d.stop(name, 20*time.Second)
 }
 
-// startDaemon starts a stopped daemon again the way it was first started.
+// startDaemon starts a stopped daemon again the way it was first started
+// (one that runs is left as it is).
 func (d dirs) startDaemon(name string) error {
 	if !slices.Contains(restartable, name) {
 		return fmt.Errorf("%s is not one of %v", name, restartable)
+	}
+	if _, ok := d.running(name); ok {
+		return nil
 	}
 	b, err := os.ReadFile(d.launchFile(name))
 	if err != nil {
