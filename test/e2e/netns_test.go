@@ -91,4 +91,3 @@ func (r *repeated) Read(p []byte) (int, error) {
 	r.off = (r.off + n) % len(r.chunk)
 	return n, nil
 }
-
