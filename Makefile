@@ -4,7 +4,7 @@
 LAB_CACHE ?= /var/cache/kubectl-migrate-lab
 KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
-.PHONY: help build lint unit integration e2e bench slow-faults soak crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest
+.PHONY: help build lint unit integration e2e bench eval slow-faults soak crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest
 
 # The linter, pinned, installed into the checkout's bin/ from the module proxy.
 STATICCHECK_VERSION := v0.8.2
@@ -55,6 +55,14 @@ bench: ## the lab benchmarks: strategies, StatefulSet modes, state size (lab, ~2
 slow-faults: ## the slow fault cases: RabbitMQ restarted during replay (lab)
 	go run ./test/lab up
 	eval "$$(go run ./test/lab env)" && E2E_SLOW_FAULTS=1 go test -tags e2e -count=1 -v -timeout 30m -run 'TestFault' ./test/e2e
+
+# The paper's evaluation: every pod strategy at 4, 10 and 16 msg/s, runs
+# interleaved, every run kept in eval/runs.csv, then the figures.
+EVAL_RUNS ?= 10
+eval: ## the evaluation: E2E_EVAL_RUNS (default 10) runs per strategy and rate, eval/runs.csv, figures and summary.md (lab)
+	go run ./test/lab up
+	eval "$$(go run ./test/lab env)" && E2E_EVAL_RUNS=$(EVAL_RUNS) E2E_EVAL_DIR=$(CURDIR)/eval go test -tags e2e -run '^$$' -bench Strategies -benchtime 1x -timeout 180m -v ./test/e2e
+	go run ./test/eval -in eval/runs.csv -out eval
 
 # 20 back-to-back migrations of one live consumer; figures in soak.csv.
 soak: ## 20 back-to-back migrations, conservation after each, counts back to baseline (lab, ~10 min)

@@ -5,7 +5,10 @@ package e2e
 import (
 	cryptorand "crypto/rand"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,8 +31,20 @@ import (
 // at 10 msg/s also with the direct (registry-less) transfer.
 //
 //	go test -tags e2e -run '^$' -bench Strategies -benchtime 1x ./test/e2e
+//
+// For the evaluation (make eval), E2E_EVAL_RUNS sets the runs per cell and
+// E2E_EVAL_DIR where every run's record goes, as runs.csv.
 func BenchmarkStrategies(b *testing.B) {
-	const rounds = 3
+	rounds := 3
+	if n, err := strconv.Atoi(os.Getenv("E2E_EVAL_RUNS")); err == nil && n > 0 {
+		rounds = n
+	}
+	var all []*report.Record
+	defer func() {
+		if dir := os.Getenv("E2E_EVAL_DIR"); dir != "" {
+			writeRuns(b, dir, all)
+		}
+	}()
 	variants := map[string][]string{
 		"ms2m":          {"--strategy", "ms2m"},
 		"stop-and-copy": {"--strategy", "stop-and-copy"},
@@ -49,6 +64,7 @@ func BenchmarkStrategies(b *testing.B) {
 			for i := 0; i < rounds; i++ {
 				for _, name := range names {
 					rec := benchMigrate(b, rate, name, variants[name]...)
+					all = append(all, &rec)
 					if figures[name] == nil {
 						figures[name] = map[string][]float64{}
 					}
@@ -128,6 +144,22 @@ func BenchmarkStateSize(b *testing.B) {
 			b.ReportMetric(float64(archive>>20), "archive-MiB")
 		})
 	}
+}
+
+// writeRuns writes records to dir/runs.csv (report.WriteCSV), every run.
+func writeRuns(b *testing.B, dir string, records []*report.Record) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, "runs.csv"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := report.WriteCSV(f, records); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%d runs in %s", len(records), f.Name())
 }
 
 // rawUpload pushes size random bytes to the registry as one blob: what the

@@ -1,0 +1,352 @@
+// Command eval draws the evaluation from the runs' CSV (kubectl migrate
+// report -o csv, or what the lab benchmark writes with E2E_EVAL_DIR): the
+// paper's figures — downtime and total migration time per strategy and
+// message rate (box plots: median, quartiles, spread, every migrationRun kept) and
+// the per-phase breakdown per strategy (stacked median phases) — as PNG and
+// SVG, and a summary table of our reductions beside the paper's.
+//
+//	go migrationRun ./test/eval -in eval/runs.csv -out eval
+package main
+
+import (
+	"encoding/csv"
+	"errors"
+	"flag"
+	"fmt"
+	"image/color"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+func main() {
+	in := flag.String("in", "eval/runs.csv", "the runs, as kubectl migrate report -o csv writes them")
+	out := flag.String("out", "eval", "directory for the figures and summary.md")
+	flag.Parse()
+	if err := run(*in, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "eval:", err)
+		os.Exit(1)
+	}
+}
+
+func run(in, out string) error {
+	f, err := os.Open(in)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	runs, err := readRuns(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", in, err)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	cells := group(runs)
+	for _, fig := range []struct {
+		name, title string
+		value       func(migrationRun) (float64, bool)
+	}{
+		{"downtime", "Downtime per strategy and rate", func(r migrationRun) (float64, bool) { return r.downtime, r.hasDowntime }},
+		{"total", "Total migration time per strategy and rate", func(r migrationRun) (float64, bool) { return r.total, r.total > 0 }},
+	} {
+		if err := boxes(cells, fig.title, fig.value, filepath.Join(out, fig.name)); err != nil {
+			return err
+		}
+	}
+	if err := phases(cells, filepath.Join(out, "phases")); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(out, "summary.md"), []byte(summary(cells)), 0o644)
+}
+
+// migrationRun is one migration of the CSV.
+type migrationRun struct {
+	variant, rate   string
+	outcome         string
+	downtime, total float64 // ms
+	hasDowntime     bool
+	phases          map[string]float64 // ms, by column name without phase_ and _ms
+	phaseOrder      []string
+}
+
+// readRuns reads the CSV report.WriteCSV writes; a migrationRun's variant is its
+// variant label, else its strategy (and mode).
+func readRuns(r io.Reader) ([]migrationRun, error) {
+	rows, err := csv.NewReader(r).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) < 2 {
+		return nil, errors.New("no runs")
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[h] = i
+	}
+	get := func(row []string, name string) string {
+		if i, ok := col[name]; ok && i < len(row) {
+			return row[i]
+		}
+		return ""
+	}
+	var phaseCols []string
+	for _, h := range rows[0] {
+		if strings.HasPrefix(h, "phase_") {
+			phaseCols = append(phaseCols, h)
+		}
+	}
+	var runs []migrationRun
+	for _, row := range rows[1:] {
+		r := migrationRun{variant: get(row, "label_variant"), rate: get(row, "label_rate"), outcome: get(row, "outcome"), phases: map[string]float64{}}
+		if r.variant == "" {
+			r.variant = strings.TrimSuffix(get(row, "strategy")+"/"+get(row, "mode"), "/")
+		}
+		if r.rate == "" {
+			r.rate = "?"
+		}
+		r.total, _ = strconv.ParseFloat(get(row, "total_ms"), 64)
+		if d := get(row, "downtime_ms"); d != "" {
+			r.downtime, _ = strconv.ParseFloat(d, 64)
+			r.hasDowntime = true
+		}
+		for _, c := range phaseCols {
+			if v := get(row, c); v != "" {
+				name := strings.TrimSuffix(strings.TrimPrefix(c, "phase_"), "_ms")
+				r.phases[name], _ = strconv.ParseFloat(v, 64)
+				r.phaseOrder = append(r.phaseOrder, name)
+			}
+		}
+		runs = append(runs, r)
+	}
+	return runs, nil
+}
+
+// cell is every migrationRun of one variant at one rate.
+type cell struct {
+	variant, rate string
+	runs          []migrationRun
+}
+
+func (c cell) label() string { return c.variant + "\n" + c.rate + " msg/s" }
+
+// group puts runs in cells, ordered by rate (numerically) then variant in
+// order of first appearance.
+func group(runs []migrationRun) []cell {
+	var variants []string
+	index := map[[2]string]int{}
+	var cells []cell
+	for _, r := range runs {
+		if !slices.Contains(variants, r.variant) {
+			variants = append(variants, r.variant)
+		}
+		k := [2]string{r.variant, r.rate}
+		i, ok := index[k]
+		if !ok {
+			i = len(cells)
+			index[k] = i
+			cells = append(cells, cell{variant: r.variant, rate: r.rate})
+		}
+		cells[i].runs = append(cells[i].runs, r)
+	}
+	rate := func(s string) float64 { v, _ := strconv.ParseFloat(s, 64); return v }
+	sort.SliceStable(cells, func(i, j int) bool {
+		if rate(cells[i].rate) != rate(cells[j].rate) {
+			return rate(cells[i].rate) < rate(cells[j].rate)
+		}
+		return slices.Index(variants, cells[i].variant) < slices.Index(variants, cells[j].variant)
+	})
+	return cells
+}
+
+// palette colours variants alike across figures.
+var palette = []color.Color{
+	color.RGBA{0x34, 0x98, 0xdb, 0xff}, color.RGBA{0xc0, 0x39, 0x2b, 0xff}, color.RGBA{0x2e, 0xcc, 0x71, 0xff},
+	color.RGBA{0xf1, 0xc4, 0x0f, 0xff}, color.RGBA{0x9b, 0x59, 0xb6, 0xff}, color.RGBA{0xe6, 0x7e, 0x22, 0xff},
+	color.RGBA{0x16, 0xa0, 0x85, 0xff}, color.RGBA{0x7f, 0x8c, 0x8d, 0xff}, color.RGBA{0xe8, 0x43, 0x93, 0xff},
+	color.RGBA{0x95, 0xa5, 0xa6, 0xff}, color.RGBA{0xd3, 0x54, 0x00, 0xff},
+}
+
+func variantColor(cells []cell, variant string) color.Color {
+	var seen []string
+	for _, c := range cells {
+		if !slices.Contains(seen, c.variant) {
+			seen = append(seen, c.variant)
+		}
+	}
+	return palette[slices.Index(seen, variant)%len(palette)]
+}
+
+// boxes draws one box per cell of value (in seconds), PNG and SVG.
+func boxes(cells []cell, title string, value func(migrationRun) (float64, bool), base string) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = "seconds"
+	var names []string
+	for i, c := range cells {
+		var vs plotter.Values
+		for _, r := range c.runs {
+			if v, ok := value(r); ok {
+				vs = append(vs, v/1000)
+			}
+		}
+		names = append(names, c.label())
+		if len(vs) == 0 {
+			continue
+		}
+		b, err := plotter.NewBoxPlot(vg.Points(18), float64(i), vs)
+		if err != nil {
+			return err
+		}
+		b.FillColor = variantColor(cells, c.variant)
+		p.Add(b)
+	}
+	p.NominalX(names...)
+	p.Y.Min = 0
+	return save(p, base, len(cells))
+}
+
+// phases draws, per cell, its median phases stacked (seconds).
+func phases(cells []cell, base string) error {
+	p := plot.New()
+	p.Title.Text = "Per-phase breakdown (medians)"
+	p.Y.Label.Text = "seconds"
+	var order []string
+	for _, c := range cells {
+		for _, r := range c.runs {
+			for _, name := range r.phaseOrder {
+				if !slices.Contains(order, name) {
+					order = append(order, name)
+				}
+			}
+		}
+	}
+	var below *plotter.BarChart
+	for k, name := range order {
+		vs := make(plotter.Values, len(cells))
+		for i, c := range cells {
+			var all []float64
+			for _, r := range c.runs {
+				if v, ok := r.phases[name]; ok {
+					all = append(all, v/1000)
+				}
+			}
+			vs[i] = median(all)
+		}
+		bars, err := plotter.NewBarChart(vs, vg.Points(18))
+		if err != nil {
+			return err
+		}
+		bars.Color = palette[k%len(palette)]
+		bars.LineStyle.Width = 0
+		if below != nil {
+			bars.StackOn(below)
+		}
+		p.Add(bars)
+		p.Legend.Add(name, bars)
+		below = bars
+	}
+	names := make([]string, len(cells))
+	for i, c := range cells {
+		names[i] = c.label()
+	}
+	p.NominalX(names...)
+	p.Legend.Top = true
+	p.Y.Max *= 1.3 // room for the legend
+	return save(p, base, len(cells))
+}
+
+func save(p *plot.Plot, base string, n int) error {
+	p.X.Min, p.X.Max = -0.6, float64(n)-0.4 // every box or bar whole
+	width := vg.Length(max(6, float64(n)*1.1)) * vg.Inch
+	for _, ext := range []string{".png", ".svg"} {
+		if err := p.Save(width, 5*vg.Inch, base+ext); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// paper are the seed paper's headline reductions, for the summary.
+const paper = `The paper: MS2M cuts downtime by 96.99–97.18 % against stop-and-copy; the
+threshold cutoff at 16 msg/s cuts total time by 36.08 %.`
+
+// summary is a table of medians per cell, with MS2M's downtime against
+// stop-and-copy's and the cutoff's total against MS2M's at the same rate.
+func summary(cells []cell) string {
+	var b strings.Builder
+	b.WriteString("| rate | strategy | runs | succeeded | median downtime | median total | vs stop-and-copy (downtime) | vs ms2m (total) |\n|---|---|---|---|---|---|---|---|\n")
+	med := func(c cell, f func(migrationRun) (float64, bool)) (float64, bool) {
+		var all []float64
+		for _, r := range c.runs {
+			if v, ok := f(r); ok {
+				all = append(all, v)
+			}
+		}
+		return median(all), len(all) > 0
+	}
+	down := func(r migrationRun) (float64, bool) { return r.downtime, r.hasDowntime && r.outcome == "succeeded" }
+	total := func(r migrationRun) (float64, bool) { return r.total, r.total > 0 && r.outcome == "succeeded" }
+	find := func(rate, variant string) (cell, bool) {
+		for _, c := range cells {
+			if c.rate == rate && c.variant == variant {
+				return c, true
+			}
+		}
+		return cell{}, false
+	}
+	for _, c := range cells {
+		ok := 0
+		for _, r := range c.runs {
+			if r.outcome == "succeeded" {
+				ok++
+			}
+		}
+		d, hasD := med(c, down)
+		t, hasT := med(c, total)
+		vsSC, vsMS2M := "", ""
+		if sc, found := find(c.rate, "stop-and-copy"); found && hasD && c.variant != "stop-and-copy" {
+			if scd, ok := med(sc, down); ok && scd > 0 {
+				vsSC = fmt.Sprintf("%+.1f %%", 100*(d-scd)/scd)
+			}
+		}
+		if ms, found := find(c.rate, "ms2m"); found && hasT && c.variant != "ms2m" && c.variant != "stop-and-copy" {
+			if mst, ok := med(ms, total); ok && mst > 0 {
+				vsMS2M = fmt.Sprintf("%+.1f %%", 100*(t-mst)/mst)
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s | %s |\n", c.rate, c.variant, len(c.runs), ok, ms(d, hasD), ms(t, hasT), vsSC, vsMS2M)
+	}
+	b.WriteString("\n" + paper + "\n")
+	return b.String()
+}
+
+func ms(v float64, ok bool) string {
+	if !ok {
+		return "–"
+	}
+	if v < 1000 {
+		return fmt.Sprintf("%.0f ms", v)
+	}
+	return fmt.Sprintf("%.2f s", v/1000)
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+func record(id, strategy, variant, rate string, downtime, total int64, replay int64) *report.Record {
+	return &report.Record{
+		ID: id, Strategy: strategy, Namespace: "ns", Pod: "consumer", SourceNode: "node-a", TargetNode: "node-b",
+		StartedAt: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC), Outcome: report.Succeeded,
+		TotalMillis: total, Downtime: &report.Downtime{Millis: downtime},
+		Labels: map[string]string{"variant": variant, "rate": rate},
+		Phases: []report.PhaseTiming{
+			{Name: report.Preflight, DurationMillis: 1000},
+			{Name: report.Checkpoint, StartMillis: 1000, DurationMillis: 200},
+			{Name: report.Restore, StartMillis: 1200, DurationMillis: 1000},
+			{Name: report.Replay, StartMillis: 2200, DurationMillis: replay},
+		},
+	}
+}
+
+// TestEvaluationFromCSV: the figures exist in both formats, and the
+// summary has the medians and the reductions computed from the same runs.
+func TestEvaluationFromCSV(t *testing.T) {
+	var csv bytes.Buffer
+	records := []*report.Record{
+		record("a1", "ms2m", "ms2m", "10", 50, 5000, 2000), record("a2", "ms2m", "ms2m", "10", 52, 6000, 2500), record("a3", "ms2m", "ms2m", "10", 54, 7000, 3000),
+		record("b1", "stop-and-copy", "stop-and-copy", "10", 1000, 2500, 0), record("b2", "stop-and-copy", "stop-and-copy", "10", 1300, 2600, 0),
+		record("c1", "ms2m", "cutoff", "10", 900, 3000, 1000),
+		record("d1", "ms2m", "ms2m", "4", 51, 3000, 500),
+	}
+	if err := report.WriteCSV(&csv, records); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if keep := os.Getenv("EVAL_KEEP"); keep != "" {
+		dir = keep // to look at the figures
+	}
+	in := filepath.Join(dir, "runs.csv")
+	if err := os.WriteFile(in, csv.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(in, dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"downtime", "total", "phases"} {
+		for _, ext := range []string{".png", ".svg"} {
+			if fi, err := os.Stat(filepath.Join(dir, name+ext)); err != nil || fi.Size() < 1000 {
+				t.Errorf("%s%s: %v", name, ext, err)
+			}
+		}
+	}
+	sum, err := os.ReadFile(filepath.Join(dir, "summary.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| 4 | ms2m | 1 | 1 | 51 ms | 3.00 s |",
+		"| 10 | ms2m | 3 | 3 | 52 ms | 6.00 s | -95.5 % |", // 52 against (1000+1300)/2
+		"| 10 | cutoff | 1 | 1 | 900 ms | 3.00 s | -21.7 % | -50.0 % |",
+	} {
+		if !strings.Contains(string(sum), want) {
+			t.Errorf("summary lacks %q:\n%s", want, sum)
+		}
+	}
+}
