@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -82,17 +83,31 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	start = time.Now()
 	// The kubelet may report the containers running only at its next
 	// relist, up to a second after the restored application answers: the
-	// application is asked as soon as the pod has an address, while a watch
-	// on the pod stops the wait if the restore fails.
+	// application is asked as soon as the pod has an address, while the
+	// same watch on the pod stops the wait if the restore fails.
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	podFailed := make(chan error, 1)
+	addressed := make(chan struct{})
+	var once sync.Once
+	running := containersRunning(m.Migrated)
 	go func() {
-		_, err := kube.WaitForPod(watchCtx, m.Client, m.Namespace, name, containersRunning(m.Migrated))
+		_, err := kube.WaitForPod(watchCtx, m.Client, m.Namespace, name, func(pod *corev1.Pod) (bool, error) {
+			done, err := running(pod)
+			if done || pod != nil && pod.Status.PodIP != "" {
+				once.Do(func() { close(addressed) })
+			}
+			return done, err
+		})
 		podFailed <- err
 	}()
-	if _, err := kube.WaitForPod(ctx, m.Client, m.Namespace, name, addressed(m.Migrated)); err != nil {
-		return created, err
+	select {
+	case <-addressed:
+	case err := <-podFailed:
+		if err != nil {
+			return created, err
+		}
+		// Running, so addressed too.
 	}
 	m.progress(report.Restore, "pod has an address; waiting for the restored application")
 	app := m.app(name)
@@ -138,18 +153,6 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	m.stepTook(report.PodRunning, "", start, answeredAt.Sub(start), 0)
 	m.step(report.AppHolding, "", answeredAt, 0)
 	return created, nil
-}
-
-// addressed holds once the pod has an address (the pod proxy reaches it),
-// and fails as containersRunning does.
-func addressed(names []string) kube.PodCondition {
-	running := containersRunning(names)
-	return func(pod *corev1.Pod) (bool, error) {
-		if done, err := running(pod); err != nil || done {
-			return done, err
-		}
-		return pod.Status.PodIP != "", nil
-	}
 }
 
 // Rollback deletes the restored pod, unless it holds the only full state: a
