@@ -56,58 +56,57 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		mux.Handle("/v2/", h)
 		mux.Handle(receivePath, touched(h, touch))
 	}
-	mux.HandleFunc("POST "+packPath, func(w http.ResponseWriter, r *http.Request) {
-		touch()
-		var req PackRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, "malformed pack request: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		res, err := Pack(r.Context(), req, reg(req.Insecure))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(res)
-	})
-	mux.HandleFunc("POST "+pullPath, func(w http.ResponseWriter, r *http.Request) {
-		touch()
-		var req pullRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, "malformed pull request: "+err.Error(), http.StatusBadRequest)
-			return
-		}
+	mux.Handle("POST "+packPath, jsonCall(touch, "pack", func(ctx context.Context, req PackRequest) (PackResult, error) {
+		return Pack(ctx, req, reg(req.Insecure))
+	}))
+	mux.Handle("POST "+pullPath, jsonCall(touch, "pull", func(ctx context.Context, req pullRequest) (PullResult, error) {
 		if _, err := os.Stat(runtimeSocketPath); err != nil {
-			http.Error(w, "this agent has no runtime socket: "+err.Error(), http.StatusNotImplemented)
-			return
+			return PullResult{}, statusError{http.StatusNotImplemented, "this agent has no runtime socket: " + err.Error()}
 		}
-		res, err := pullImages(r.Context(), runtimeSocketPath, req.Images)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(res)
-	})
-	mux.HandleFunc("POST "+removePath, func(w http.ResponseWriter, r *http.Request) {
-		touch()
-		var req removeRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, "malformed remove request: "+err.Error(), http.StatusBadRequest)
-			return
-		}
+		return pullImages(ctx, runtimeSocketPath, req.Images)
+	}))
+	mux.Handle("POST "+removePath, jsonCall(touch, "remove", func(_ context.Context, req removeRequest) (struct{}, error) {
 		var errs []error
 		for _, a := range req.Archives {
 			errs = append(errs, Remove(a))
 		}
-		if err := errors.Join(errs...); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+		return struct{}{}, errors.Join(errs...)
+	}))
+	return mux, nil
+}
+
+// statusError is an error answered with its own HTTP status.
+type statusError struct {
+	status int
+	msg    string
+}
+
+func (e statusError) Error() string { return e.msg }
+
+// jsonCall serves one of the agent's calls: it touches the idle timer,
+// decodes the JSON request, and answers do's result as JSON or its error
+// (500, or a statusError's status).
+func jsonCall[Req, Res any](touch func(), what string, do func(context.Context, Req) (Res, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		touch()
+		var req Req
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, "malformed "+what+" request: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		_, _ = w.Write([]byte("ok"))
+		res, err := do(r.Context(), req)
+		if err != nil {
+			status := http.StatusInternalServerError
+			var se statusError
+			if errors.As(err, &se) {
+				status = se.status
+			}
+			http.Error(w, err.Error(), status)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(res)
 	})
-	return mux, nil
 }
 
 // touched calls touch before each request h serves.
