@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -160,29 +161,10 @@ func TestFaultRegistryGoneWhileTheTargetPulls(t *testing.T) {
 	l.rolledBackServing(t, w, rec, before)
 }
 
-// TestFaultTargetDeletedDuringReplay: someone deletes the restored pod while
-// it replays; the migration rolls back and the source never stopped.
-func TestFaultTargetDeletedDuringReplay(t *testing.T) {
-	l := setup(t)
-	w := l.deploy(t, "16") // a longer replay
-	before := waitApplied(t, w, "consumer", 20)
-	cmd, out := l.start(t, w, "pod", "consumer", "--to", "node-b")
-	l.whenPhase(t, w, report.Replay, out)
-	rec := l.onlyRecord(t, w)
-	if err := l.client.CoreV1().Pods(w.Namespace).Delete(context.Background(), rec.TargetPod, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
-		t.Fatal(err)
-	}
-	final, err := l.finished(t, w, cmd, out)
-	if err == nil {
-		t.Fatal("the migration succeeded without its target")
-	}
-	l.rolledBackServing(t, w, final, before)
-}
-
-// TestFaultTargetKilledDuringReplay: the restored process dies while it
-// replays; its container comes back from the checkpoint, holding, and no
-// longer gains on the source: the migration rolls back.
-func TestFaultTargetKilledDuringReplay(t *testing.T) {
+// faultDuringReplay migrates a live consumer at 16 msg/s (a longer replay),
+// does fault to the restored pod as replay runs, and requires the migration
+// to roll back with the source serving and nothing lost or left.
+func faultDuringReplay(t *testing.T, fault func(l *lab, target *corev1.Pod)) {
 	l := setup(t)
 	w := l.deploy(t, "16")
 	before := waitApplied(t, w, "consumer", 20)
@@ -193,14 +175,33 @@ func TestFaultTargetKilledDuringReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(containerProcess(t, string(target.UID), "ms2m-consumer"), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	fault(l, target)
 	final, err := l.finished(t, w, cmd, out)
 	if err == nil {
-		t.Fatal("the migration succeeded although its target died during replay")
+		t.Fatal("the migration succeeded although its target failed during replay")
 	}
 	l.rolledBackServing(t, w, final, before)
+}
+
+// TestFaultTargetDeletedDuringReplay: someone deletes the restored pod while
+// it replays; the migration rolls back and the source never stopped.
+func TestFaultTargetDeletedDuringReplay(t *testing.T) {
+	faultDuringReplay(t, func(l *lab, target *corev1.Pod) {
+		if err := l.client.CoreV1().Pods(target.Namespace).Delete(context.Background(), target.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestFaultTargetKilledDuringReplay: the restored process dies while it
+// replays; its container comes back from the checkpoint, holding, and no
+// longer gains on the source: the migration rolls back.
+func TestFaultTargetKilledDuringReplay(t *testing.T) {
+	faultDuringReplay(t, func(_ *lab, target *corev1.Pod) {
+		if err := syscall.Kill(containerProcess(t, string(target.UID), "ms2m-consumer"), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // TestFaultSourceKilledBeforeTheSwitchover: the source's process dies after
