@@ -11,9 +11,10 @@ import (
 
 // artifact is one cached build: made once, reused until its pin changes.
 type artifact struct {
-	name  string
-	stamp string // names the pin; a new pin rebuilds
-	build func(d dirs, repo string) error
+	name    string
+	stamp   string // names the pin; a new pin rebuilds
+	build   func(d dirs, repo string) error
+	runtime string // built only for this runtime's lane ("" for every lane)
 }
 
 func goBuild(dir string, env []string, args ...string) error {
@@ -43,31 +44,45 @@ var artifacts = []artifact{
 		return goBuild(filepath.Join(repo, "test/lab/k8s"), nil, "-ldflags", "-s -w "+strings.Join(ld, " "), "-o", filepath.Join(d.cache, "bin")+"/",
 			"k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager",
 			"k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes/cmd/kubelet")
-	}},
+	}, ""},
 	{"kubectl", "kubectl-" + kubernetesVersion, func(d dirs, repo string) error {
 		return goBuild(filepath.Join(repo, "test/kubectl"), nil, "-o", d.bin("kubectl"), ".")
-	}},
+	}, ""},
 	{"etcd", "etcd-" + etcdVersion, func(d dirs, repo string) error {
 		return goBuild(filepath.Join(repo, "test/lab/etcd"), nil, "-o", d.bin("etcd"), "go.etcd.io/etcd/server/v3")
-	}},
+	}, ""},
 	{"rootfs", "rootfs-trixie-criu-sid", func(d dirs, repo string) error {
 		_ = os.RemoveAll(d.rootfs())
 		return script(repo, "rootfs.sh", d.rootfs())
-	}},
+	}, ""},
 	{"cri-o", "crio-" + crioVersion, func(d dirs, repo string) error {
 		return script(repo, "crio.sh", d.rootfs(), d.cache, crioVersion, filepath.Join(d.cache, "bin"))
-	}},
+	}, "crio"},
+	{"containerd", "containerd-" + containerdVersion, func(d dirs, repo string) error {
+		return goBuild(filepath.Join(repo, "test/lab/containerd"), nil,
+			"-ldflags", "-s -w -X github.com/containerd/containerd/v2/version.Version="+containerdVersion,
+			"-o", filepath.Join(d.cache, "bin")+"/",
+			"github.com/containerd/containerd/v2/cmd/containerd", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2")
+	}, "containerd"},
 	{"runc-wrapper", "runc-wrapper-1", func(d dirs, repo string) error {
 		return goBuild(repo, nil, "-o", d.bin("runc-wrapper"), "./test/lab/runc-wrapper")
-	}},
+	}, ""},
 }
 
-// ensureBuilds builds what is missing, in order (CRI-O builds in the rootfs).
+// ensureBuilds builds what the lab's runtime lane is missing, in order
+// (CRI-O builds in the rootfs).
 func (d dirs) ensureBuilds(repo string, logf func(string, ...any)) error {
+	rt, err := d.runtime()
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Join(d.cache, "bin"), 0o755); err != nil {
 		return err
 	}
 	for _, a := range artifacts {
+		if a.runtime != "" && a.runtime != rt.name {
+			continue
+		}
 		stamp := filepath.Join(d.cache, "stamps", a.stamp)
 		if _, err := os.Stat(stamp); err == nil {
 			continue

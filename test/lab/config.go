@@ -10,6 +10,7 @@ const (
 	kubernetesVersion = "1.34.4" // test/lab/k8s/go.mod pins the same
 	etcdVersion       = "3.6.6"  // test/lab/etcd/go.mod pins the same
 	crioVersion       = "1.34.0"
+	containerdVersion = "2.3.7" // test/lab/containerd/go.mod pins the same
 )
 
 // Lab addresses. Everything lives in network namespaces the lab creates, on

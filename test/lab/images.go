@@ -63,12 +63,16 @@ func (d dirs) pushImages(ctx context.Context, repo string) error {
 // IfNotPresent, so a node would otherwise keep running what it pulled
 // first. An image a running container uses stays, and is named.
 func (d dirs) evictImages(ctx context.Context) error {
+	rt, err := d.runtime()
+	if err != nil {
+		return err
+	}
 	for _, n := range nodes {
-		pid, ok := d.running(n.Name + "-crio")
+		pid, ok := d.running(rt.daemon(n))
 		if !ok {
 			continue
 		}
-		conn, err := grpc.NewClient(fmt.Sprintf("unix:///proc/%d/root/run/crio/crio.sock", pid), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(fmt.Sprintf("unix:///proc/%d/root%s", pid, rt.socket), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			return err
 		}

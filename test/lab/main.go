@@ -1,5 +1,5 @@
 // Command lab runs a real two-node Kubernetes cluster on this machine, with
-// CRI-O, runc and CRIU on each node, a registry and a RabbitMQ, all inside
+// CRI-O (or containerd, with LAB_RUNTIME=containerd), runc and CRIU on each node, a registry and a RabbitMQ, all inside
 // network namespaces it creates, so kubectl-migrate can be proven on real
 // kubelets, a real runtime and real checkpoints.
 //
@@ -12,6 +12,7 @@
 //	go run ./test/lab images  rebuild and push the lab's images; the running nodes drop their copies
 //	go run ./test/lab demo    up, then migrate the sample workload and report
 //	go run ./test/lab build   only build what is missing
+//	go run ./test/lab restore NODE on|off  containerd lane: turn a node's restore opt-in on or off
 //
 // It must run as root, from the repository's root.
 package main
@@ -27,8 +28,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 2 || len(os.Args) > 3 || (len(os.Args) == 3) != (os.Args[1] == "stop" || os.Args[1] == "start") {
-		fmt.Fprintln(os.Stderr, "usage: go run ./test/lab up|down|status|env|images|demo|build, or stop|start DAEMON ("+strings.Join(restartable, ", ")+")")
+	if len(os.Args) < 2 || len(os.Args) > 3 || len(os.Args) > 4 || (len(os.Args) > 2) != (os.Args[1] == "stop" || os.Args[1] == "start" || os.Args[1] == "restore") {
+		fmt.Fprintln(os.Stderr, "usage: go run ./test/lab up|down|status|env|images|demo|build, stop|start DAEMON ("+strings.Join(restartable, ", ")+"), or restore NODE on|off")
 		os.Exit(2)
 	}
 	d := labDirs()
@@ -41,7 +42,13 @@ func main() {
 	case "status":
 		err = d.status()
 	case "env":
-		d.printEnv()
+		err = d.printEnv()
+	case "restore":
+		if len(os.Args) != 4 {
+			err = errors.New("usage: go run ./test/lab restore NODE on|off")
+		} else {
+			err = d.setRestore(os.Args[2], os.Args[3])
+		}
 	case "build":
 		t0 := time.Now()
 		if err = d.ensureBuilds(".", logf); err == nil {
@@ -49,10 +56,14 @@ func main() {
 		}
 	case "demo":
 		err = d.demo()
-	case "stop":
-		err = d.stopDaemon(os.Args[2])
-	case "start":
-		err = d.startDaemon(os.Args[2])
+	case "stop", "start":
+		if len(os.Args) != 3 {
+			err = fmt.Errorf("usage: go run ./test/lab %s DAEMON", os.Args[1])
+		} else if os.Args[1] == "stop" {
+			err = d.stopDaemon(os.Args[2])
+		} else {
+			err = d.startDaemon(os.Args[2])
+		}
 	case "images":
 		if err = d.pushImages(context.Background(), "."); err == nil {
 			err = d.evictImages(context.Background())
@@ -81,8 +92,12 @@ func (d dirs) up() error {
 	if _, err := os.Stat("test/lab/k8s/go.mod"); err != nil {
 		return errors.New("run it from the repository's root: go run ./test/lab up")
 	}
+	rt, err := d.runtime()
+	if err != nil {
+		return err
+	}
 	if d.healthy() == nil {
-		logf("already up; kubeconfig %s", d.kubeconfig())
+		logf("already up with %s; kubeconfig %s", rt.name, d.kubeconfig())
 		return nil
 	}
 	if err := d.down(); err != nil { // clear whatever a half-finished run left
@@ -100,6 +115,9 @@ func (d dirs) up() error {
 		if err := os.MkdirAll(d.state(sub), 0o755); err != nil {
 			return err
 		}
+	}
+	if err := os.WriteFile(d.state("runtime"), []byte(rt.name+"\n"), 0o644); err != nil {
+		return err
 	}
 	steps := []struct {
 		name string
@@ -126,7 +144,7 @@ func (d dirs) up() error {
 		}
 		logf("%s ready after %s", s.name, time.Since(ts).Round(100*time.Millisecond))
 	}
-	logf("up in %s (builds %s, start %s); kubeconfig %s", time.Since(t0).Round(time.Second),
+	logf("up with %s in %s (builds %s, start %s); kubeconfig %s", rt.name, time.Since(t0).Round(time.Second),
 		built.Sub(t0).Round(time.Second), time.Since(built).Round(time.Second), d.kubeconfig())
 	return nil
 }

@@ -25,33 +25,33 @@ func (d dirs) nodeUp(n labNode) error {
 			return err
 		}
 	}
-	files, err := nodeFiles(d, n)
+	rt, err := d.runtime()
+	if err != nil {
+		return err
+	}
+	files, err := nodeFiles(d, n, rt)
 	if err != nil {
 		return err
 	}
 	if err := writeFiles(filepath.Join(base, "upper"), files); err != nil {
 		return err
 	}
-	if err := d.nodeMountNamespace(n); err != nil {
+	if err := d.nodeMountNamespace(n, rt); err != nil {
 		return fmt.Errorf("%s: mount namespace: %w", n.Name, err)
 	}
 	if err := makeCgroupRoot("klab-" + n.Name); err != nil {
 		return fmt.Errorf("%s: cgroups: %w", n.Name, err)
 	}
-	env := []string{"PATH=/opt/lab/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"}
-	if err := d.start(n.Name+"-crio", d.inNode(n, "/opt/lab/bin/crio", "--log-level", "info"), env); err != nil {
-		return err
-	}
-	if err := waitFor(n.Name+" CRI-O socket", time.Minute, func() error {
-		_, err := os.Stat(filepath.Join("/proc", d.pidOf(n.Name+"-crio"), "root", "run/crio/crio.sock"))
-		return err
-	}); err != nil {
+	if err := d.startRuntime(rt, n, nodeEnv); err != nil {
 		return err
 	}
 	return d.start(n.Name+"-kubelet", d.inNode(n, "/opt/lab/bin/kubelet",
 		"--config=/etc/kubernetes/kubelet.yaml", "--kubeconfig=/etc/kubernetes/kubelet.kubeconfig",
-		"--hostname-override="+n.Name, "--node-ip="+n.IP, "--v=1"), env)
+		"--hostname-override="+n.Name, "--node-ip="+n.IP, "--v=1"), nodeEnv)
 }
+
+// nodeEnv is the environment of a node's daemons.
+var nodeEnv = []string{"PATH=/opt/lab/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"}
 
 func (d dirs) pidOf(name string) string {
 	pid, _ := d.running(name)
@@ -65,7 +65,7 @@ func (d dirs) inNode(n labNode, argv ...string) []string {
 
 // nodeMountNamespace creates the node's persistent mount namespace (bound to
 // a file) and pivots it into the overlay root.
-func (d dirs) nodeMountNamespace(n labNode) error {
+func (d dirs) nodeMountNamespace(n labNode, rt nodeRuntime) error {
 	base := d.node(n)
 	nsDir := filepath.Join(base, "ns")
 	if mounted(nsDir) {
@@ -89,8 +89,8 @@ func (d dirs) nodeMountNamespace(n labNode) error {
 	script := strings.Join([]string{
 		"set -e",
 		fmt.Sprintf("mount -t overlay overlay -o lowerdir=%s,upperdir=%s/upper,workdir=%s/work %s", d.rootfs(), base, base, r),
-		fmt.Sprintf("mkdir -p %[1]s/var/lib/containers %[1]s/var/lib/kubelet %[1]s/var/log %[1]s/opt/lab/bin %[1]s/oldroot", r),
-		fmt.Sprintf("mount --bind %s/containers %s/var/lib/containers", base, r),
+		fmt.Sprintf("mkdir -p %[1]s%[2]s %[1]s/var/lib/kubelet %[1]s/var/log %[1]s/opt/lab/bin %[1]s/oldroot", r, rt.storage),
+		fmt.Sprintf("mount --bind %s/containers %s%s", base, r, rt.storage),
 		// rshared: the kubelet's volume mounts must propagate into containers.
 		fmt.Sprintf("mount --bind %s/kubelet %s/var/lib/kubelet && mount --make-rshared %s/var/lib/kubelet", base, r, r),
 		fmt.Sprintf("mount --bind %s/log %s/var/log", base, r),
@@ -127,7 +127,8 @@ func mounted(path string) bool {
 
 func (d dirs) nodeDown(n labNode) []error {
 	var errs []error
-	for _, p := range []string{n.Name + "-kubelet", n.Name + "-crio"} {
+	// Both runtimes' names: down must work whatever the lab came up with.
+	for _, p := range []string{n.Name + "-kubelet", runtimes["crio"].daemon(n), runtimes["containerd"].daemon(n)} {
 		if err := d.stop(p, 15*time.Second); err != nil {
 			errs = append(errs, err)
 		}

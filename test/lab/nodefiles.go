@@ -2,15 +2,14 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 )
 
 // nodeFiles are written into a node's overlay upper directory before its
 // root is mounted, so they appear in the node's /etc.
-func nodeFiles(d dirs, n labNode) (map[string]string, error) {
+func nodeFiles(d dirs, n labNode, rt nodeRuntime) (map[string]string, error) {
 	ca, err := os.ReadFile(d.pki("ca.crt"))
 	if err != nil {
 		return nil, err
@@ -19,31 +18,7 @@ func nodeFiles(d dirs, n labNode) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]string{
-		"/etc/crio/crio.conf.d/10-lab.conf": fmt.Sprintf(`[crio]
-log_dir = "/var/log/crio/pods"
-[crio.api]
-listen = "/var/run/crio/crio.sock"
-[crio.runtime]
-cgroup_manager = "cgroupfs"
-conmon_cgroup = "pod"
-default_runtime = "runc"
-enable_criu_support = true
-pinns_path = "/opt/lab/bin/pinns"
-[crio.runtime.runtimes.runc]
-runtime_path = "/opt/lab/bin/runc-wrapper"
-runtime_type = "oci"
-monitor_path = "/usr/bin/conmon"
-allowed_annotations = ["org.criu.config"]
-[crio.image]
-pause_image = "%s/kubectl-migrate/pause:lab"
-pause_command = "/usr/local/bin/pause"
-# localhost: a warm agent's registry, for transfers without one (--transfer direct)
-insecure_registries = ["%s", "localhost:%d"]
-[crio.network]
-network_dir = "/etc/cni/net.d"
-plugin_dirs = ["/usr/lib/cni"]
-`, registry, registry, agent.DirectPort),
+	files := map[string]string{
 		"/etc/containers/policy.json": `{"default":[{"type":"insecureAcceptAnything"}]}` + "\n",
 		"/etc/cni/net.d/10-klab.conflist": fmt.Sprintf(`{"cniVersion":"1.0.0","name":"klab","plugins":[{"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":false,"hairpinMode":true,"ipam":{"type":"host-local","ranges":[[{"subnet":"%s","gateway":"%s"}]],"routes":[{"dst":"0.0.0.0/0"}]}}]}
 `, n.PodCIDR, n.Gateway),
@@ -57,7 +32,7 @@ plugin_dirs = ["/usr/lib/cni"]
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 cgroupRoot: /klab-%s
-containerRuntimeEndpoint: unix:///var/run/crio/crio.sock
+containerRuntimeEndpoint: unix://%s
 address: %s
 port: 10250
 readOnlyPort: 0
@@ -81,10 +56,13 @@ evictionHard:
   imagefs.available: "1%%"
 featureGates:
   ContainerCheckpoint: true
-`, n.Name, n.IP),
+`, n.Name, rt.socket, n.IP),
 		"/etc/resolv.conf": "nameserver 127.0.0.1\n",
 		"/etc/hostname":    n.Name + "\n",
-	}, nil
+	}
+	// The lab's nodes restore: an opt-in is on until a test turns it off.
+	maps.Copy(files, rt.files(n, true))
+	return files, nil
 }
 
 func writeFiles(root string, files map[string]string) error {

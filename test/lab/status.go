@@ -11,16 +11,25 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-var daemons = func() []string {
+// daemons are the processes a lab that is up runs.
+func (d dirs) daemons() ([]string, error) {
+	rt, err := d.runtime()
+	if err != nil {
+		return nil, err
+	}
 	names := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "registry", "rabbitmq"}
 	for _, n := range nodes {
-		names = append(names, n.Name+"-crio", n.Name+"-kubelet")
+		names = append(names, rt.daemon(n), n.Name+"-kubelet")
 	}
-	return names
-}()
+	return names, nil
+}
 
 // healthy reports why the lab is not fully up, or nil.
 func (d dirs) healthy() error {
+	daemons, err := d.daemons()
+	if err != nil {
+		return err
+	}
 	for _, name := range daemons {
 		if _, ok := d.running(name); !ok {
 			return fmt.Errorf("%s is not running", name)
@@ -63,6 +72,10 @@ func (d dirs) waitNodesReady(timeout time.Duration) error {
 }
 
 func (d dirs) status() error {
+	daemons, err := d.daemons()
+	if err != nil {
+		return err
+	}
 	for _, name := range daemons {
 		if pid, ok := d.running(name); ok {
 			fmt.Printf("%-24s running (PID %d)\n", name, pid)
@@ -78,8 +91,13 @@ func (d dirs) status() error {
 	return nil
 }
 
-func (d dirs) printEnv() {
+func (d dirs) printEnv() error {
+	rt, err := d.runtime()
+	if err != nil {
+		return err
+	}
 	fmt.Printf("export KUBECONFIG=%s\n", d.kubeconfig())
+	fmt.Printf("export LAB_RUNTIME=%s\n", rt.name)
 	fmt.Printf("export LAB_REGISTRY=%s\n", registry)
 	fmt.Printf("export LAB_BROKER_URL=amqp://guest:guest@%s:%s/\n", labIP, amqpPort)
 	fmt.Printf("export LAB_KUBECTL=%s\n", d.bin("kubectl"))
@@ -87,4 +105,5 @@ func (d dirs) printEnv() {
 	// Each node's kubelet state is at $LAB_RUN/NODE/kubelet (checkpoint
 	// archives in checkpoints/), for tests that check nothing is left.
 	fmt.Printf("export LAB_RUN=%s\n", d.run)
+	return nil
 }
