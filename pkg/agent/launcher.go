@@ -119,6 +119,23 @@ func (l Launcher) Prepull(ctx context.Context, podName, node string, images []st
 	return err
 }
 
+// Runtime asks node's warm agent what the node's runtime says of itself.
+func (l Launcher) Runtime(ctx context.Context, node string) (RuntimeInfo, error) {
+	warm, ok := l.Serving.pod(node)
+	if !ok || !warm.runtime {
+		return RuntimeInfo{}, fmt.Errorf("no agent on %s reaches its runtime", node)
+	}
+	out, err := l.call(ctx, warm, http.MethodPost, runtimePath, struct{}{})
+	if err != nil {
+		return RuntimeInfo{}, err
+	}
+	var info RuntimeInfo
+	if err := json.Unmarshal(out, &info); err != nil {
+		return RuntimeInfo{}, fmt.Errorf("agent on %s answered %q: %w", node, out, err)
+	}
+	return info, nil
+}
+
 // run creates the agent pod, waits for it to finish and deletes it, returning
 // its termination message.
 func (l Launcher) run(ctx context.Context, podName, node string, args []string) (string, error) {

@@ -62,6 +62,34 @@ func pullImages(ctx context.Context, socket string, images []string) (PullResult
 	return res, nil
 }
 
+// RuntimeInfo is what a node's runtime says of itself over CRI.
+type RuntimeInfo struct {
+	Name    string `json:"name"`    // e.g. "containerd"
+	Version string `json:"version"` // e.g. "v2.3.7"
+	// Config is the runtime's configuration as its verbose status reports
+	// it (JSON; runtimesupport.Support.WithConfig reads it), or "".
+	Config string `json:"config,omitempty"`
+}
+
+// runtimeInfo asks the runtime at socket for its version and configuration.
+func runtimeInfo(ctx context.Context, socket string) (RuntimeInfo, error) {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return RuntimeInfo{}, err
+	}
+	defer conn.Close()
+	client := criv1.NewRuntimeServiceClient(conn)
+	v, err := client.Version(ctx, &criv1.VersionRequest{})
+	if err != nil {
+		return RuntimeInfo{}, fmt.Errorf("ask the runtime its version: %w", err)
+	}
+	st, err := client.Status(ctx, &criv1.StatusRequest{Verbose: true})
+	if err != nil {
+		return RuntimeInfo{}, fmt.Errorf("ask the runtime its status: %w", err)
+	}
+	return RuntimeInfo{Name: v.GetRuntimeName(), Version: v.GetRuntimeVersion(), Config: st.GetInfo()["config"]}, nil
+}
+
 // RuntimeSocket is the CRI socket of the runtime a node reports in its
 // nodeInfo.containerRuntimeVersion ("cri-o://1.34.0"), or "" if unknown.
 func RuntimeSocket(version string) string {

@@ -60,3 +60,43 @@ func TestPullImagesThroughTheRuntime(t *testing.T) {
 		t.Fatal("runtime sockets")
 	}
 }
+
+// fakeRuntime answers Version and a verbose Status the way containerd does.
+type fakeRuntime struct {
+	criv1.UnimplementedRuntimeServiceServer
+	config string
+}
+
+func (f fakeRuntime) Version(context.Context, *criv1.VersionRequest) (*criv1.VersionResponse, error) {
+	return &criv1.VersionResponse{RuntimeName: "containerd", RuntimeVersion: "v2.3.7"}, nil
+}
+
+func (f fakeRuntime) Status(_ context.Context, req *criv1.StatusRequest) (*criv1.StatusResponse, error) {
+	res := &criv1.StatusResponse{Status: &criv1.RuntimeStatus{}}
+	if req.Verbose {
+		res.Info = map[string]string{"config": f.config}
+	}
+	return res, nil
+}
+
+// TestRuntimeInfoReadsTheVerboseStatus: the configuration is only in the
+// verbose answer; the agent must ask for it.
+func TestRuntimeInfoReadsTheVerboseStatus(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "cri.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	criv1.RegisterRuntimeServiceServer(srv, fakeRuntime{config: `{"enableExperimentalRestoreViaCreate":false}`})
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+
+	info, err := runtimeInfo(context.Background(), socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Name != "containerd" || info.Version != "v2.3.7" || info.Config != `{"enableExperimentalRestoreViaCreate":false}` {
+		t.Fatalf("%+v", info)
+	}
+}

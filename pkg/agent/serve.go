@@ -20,10 +20,11 @@ const ServePort = 8090
 
 // Paths a serving agent answers.
 const (
-	healthPath = "/healthz"
-	packPath   = "/pack"
-	removePath = "/remove"
-	pullPath   = "/pull"
+	healthPath  = "/healthz"
+	packPath    = "/pack"
+	removePath  = "/remove"
+	pullPath    = "/pull"
+	runtimePath = "/runtime"
 )
 
 // removeRequest names the archives (or archive patterns) to remove.
@@ -60,10 +61,16 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		return Pack(ctx, req, reg(req.Insecure))
 	}))
 	mux.Handle("POST "+pullPath, jsonCall(touch, "pull", func(ctx context.Context, req pullRequest) (PullResult, error) {
-		if _, err := os.Stat(runtimeSocketPath); err != nil {
-			return PullResult{}, statusError{http.StatusNotImplemented, "this agent has no runtime socket: " + err.Error()}
+		if err := haveRuntimeSocket(); err != nil {
+			return PullResult{}, err
 		}
 		return pullImages(ctx, runtimeSocketPath, req.Images)
+	}))
+	mux.Handle("POST "+runtimePath, jsonCall(touch, "runtime", func(ctx context.Context, _ struct{}) (RuntimeInfo, error) {
+		if err := haveRuntimeSocket(); err != nil {
+			return RuntimeInfo{}, err
+		}
+		return runtimeInfo(ctx, runtimeSocketPath)
 	}))
 	mux.Handle("POST "+removePath, jsonCall(touch, "remove", func(_ context.Context, req removeRequest) (struct{}, error) {
 		var errs []error
@@ -73,6 +80,14 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		return struct{}{}, errors.Join(errs...)
 	}))
 	return mux, nil
+}
+
+// haveRuntimeSocket says why this agent cannot reach its node's runtime.
+func haveRuntimeSocket() error {
+	if _, err := os.Stat(runtimeSocketPath); err != nil {
+		return statusError{http.StatusNotImplemented, "this agent has no runtime socket: " + err.Error()}
+	}
+	return nil
 }
 
 // statusError is an error answered with its own HTTP status.

@@ -30,6 +30,9 @@ type Packer interface {
 	Remove(ctx context.Context, podName, node string, archives []string) error
 	// Prepull makes node pull images (the base images restore builds on).
 	Prepull(ctx context.Context, podName, node string, images []string) error
+	// Runtime is what node's runtime says of itself, asked through node's
+	// warm agent (started with a RuntimeSocket).
+	Runtime(ctx context.Context, node string) (agent.RuntimeInfo, error)
 }
 
 // Broker manages queues.

@@ -268,6 +268,12 @@ func TestPreflightRefusals(t *testing.T) {
 			n.Status.NodeInfo.ContainerRuntimeVersion = "containerd://2.4.0"
 			_, _ = w.Client.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
 		}, "cannot restore checkpoints"},
+		{"containerd target with restore left at its default", func(w *migratetest.World, _ *migrate.Config) {
+			n, _ := w.Client.CoreV1().Nodes().Get(context.Background(), "node-b", metav1.GetOptions{})
+			n.Status.NodeInfo.ContainerRuntimeVersion = "containerd://2.3.7"
+			_, _ = w.Client.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
+			w.RuntimeConfig = map[string]string{"node-b": `{"enableCRIU":true,"enableExperimentalRestoreViaCreate":false}`}
+		}, "enable_experimental_restore_via_create = true"},
 		{"replay queue exists", func(w *migratetest.World, _ *migrate.Config) { w.Queues["work.ms2m-replay"] = true }, "already exists"},
 		{"app not serving", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Mode = ms2m.ModeHold }, "hold mode"},
 	} {

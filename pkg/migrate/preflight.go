@@ -387,6 +387,9 @@ func (m *Migration) startAgents(ctx context.Context) error {
 			return err
 		}
 		targetReady = time.Now()
+		if err := m.checkTargetRestores(ctx); err != nil {
+			return err
+		}
 		if m.Transfer == Direct {
 			probe := fmt.Sprintf("localhost:%d/%s", agent.DirectPort, agent.ProbeImage)
 			if err := m.Packer.Prepull(ctx, probePuller, m.TargetNode, []string{probe}); err != nil {
@@ -407,6 +410,28 @@ func (m *Migration) startAgents(ctx context.Context) error {
 		m.stepTook(report.BasePull, "", pullStart, pulled.Sub(pullStart), 0)
 	}
 	return err
+}
+
+// checkTargetRestores asks the target's runtime, through its agent,
+// whether its configuration lets it restore: a runtime whose restore is
+// opt-in (containerd 2.2.7+/2.3.4+, CRI-O patch releases from September
+// 2026) and left at its default is refused here, before the checkpoint,
+// with the setting to change. A runtime that does not say keeps the
+// verdict its version gave.
+func (m *Migration) checkTargetRestores(ctx context.Context) error {
+	version := m.targetNode.Status.NodeInfo.ContainerRuntimeVersion
+	if agent.RuntimeSocket(version) == "" {
+		return nil
+	}
+	info, err := m.Packer.Runtime(ctx, m.TargetNode)
+	if err != nil {
+		m.progress(report.Preflight, "the target's runtime did not say whether it restores ("+err.Error()+"); going by its version")
+		return nil
+	}
+	if s := runtimesupport.Parse(version).WithConfig(info.Config); !s.Restore {
+		return fmt.Errorf("target node %s cannot restore checkpoints: %s", m.TargetNode, s.Why)
+	}
+	return nil
 }
 
 func checkRegistry(ctx context.Context, m *Migration) error {

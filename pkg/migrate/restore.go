@@ -15,6 +15,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/runtimesupport"
 )
 
 // appPollInterval paces polls of an application's state, which has no watch.
@@ -105,7 +106,7 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	case <-addressed:
 	case err := <-podFailed:
 		if err != nil {
-			return created, err
+			return created, m.explainRestoreFailure(ctx, node, err)
 		}
 		// Running, so addressed too.
 	}
@@ -140,7 +141,7 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	})
 	switch {
 	case podErr != nil:
-		return created, podErr
+		return created, m.explainRestoreFailure(ctx, node, podErr)
 	case err != nil && answeredAt.IsZero():
 		return created, fmt.Errorf("the restored application in %s never answered on port %d: %w", name, m.ControlPort, err)
 	case err != nil && st.Process != m.SourceState.Process:
@@ -177,6 +178,20 @@ func (restore) Rollback(ctx context.Context, m *Migration) error {
 	}
 	m.Target, m.TargetRequested = nil, false
 	return nil
+}
+
+// explainRestoreFailure names the setting when node's runtime refused the
+// restore itself (restore is opt-in on some runtimes) and preflight could
+// not tell beforehand.
+func (m *Migration) explainRestoreFailure(ctx context.Context, node string, err error) error {
+	n, getErr := m.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if getErr != nil {
+		return err
+	}
+	if why, ok := runtimesupport.ExplainRestoreFailure(n.Status.NodeInfo.ContainerRuntimeVersion, err.Error()); ok {
+		return fmt.Errorf("node %s: %s (%w)", node, why, err)
+	}
+	return err
 }
 
 // containersRunning holds once every named container runs, and fails fast on

@@ -28,7 +28,7 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 2 || len(os.Args) > 3 || len(os.Args) > 4 || (len(os.Args) > 2) != (os.Args[1] == "stop" || os.Args[1] == "start" || os.Args[1] == "restore") {
+	if len(os.Args) < 2 || len(os.Args) > 4 || (len(os.Args) > 2) != (os.Args[1] == "stop" || os.Args[1] == "start" || os.Args[1] == "restore") {
 		fmt.Fprintln(os.Stderr, "usage: go run ./test/lab up|down|status|env|images|demo|build, stop|start DAEMON ("+strings.Join(restartable, ", ")+"), or restore NODE on|off")
 		os.Exit(2)
 	}

@@ -49,6 +49,10 @@ type World struct {
 	// RegistryDown makes the registry refuse deletes (it went away).
 	RegistryDown bool
 
+	// RuntimeConfig is what a node's runtime reports as its configuration
+	// (a verbose CRI status's "config"), by node; absent: it reports none.
+	RuntimeConfig map[string]string
+
 	// AfterCheckpoint, if set, runs once the archive exists, before the
 	// kubelet's answer: a test's process can die there.
 	AfterCheckpoint func()
@@ -258,6 +262,17 @@ func (f *fakePacker) Release(context.Context) error {
 	return nil
 }
 
+func (f *fakePacker) Runtime(_ context.Context, node string) (agent.RuntimeInfo, error) {
+	w := (*World)(f)
+	w.record("ask the runtime on %s", node)
+	n, err := w.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		return agent.RuntimeInfo{}, err
+	}
+	name, version, _ := strings.Cut(n.Status.NodeInfo.ContainerRuntimeVersion, "://")
+	return agent.RuntimeInfo{Name: name, Version: version, Config: w.RuntimeConfig[node]}, nil
+}
+
 func (f *fakePacker) Prepull(_ context.Context, podName, node string, images []string) error {
 	(*World)(f).record("prepull %v on %s", images, node)
 	for _, img := range images {
@@ -419,7 +434,7 @@ func (w *World) Changes() []string {
 	defer w.Mu.Unlock()
 	var changes []string
 	for _, c := range w.Calls {
-		if !strings.HasPrefix(c, "prepull ") && !strings.HasPrefix(c, "warm agent ") && c != "release agents" {
+		if !strings.HasPrefix(c, "prepull ") && !strings.HasPrefix(c, "ask the runtime ") && !strings.HasPrefix(c, "warm agent ") && c != "release agents" {
 			changes = append(changes, c)
 		}
 	}
