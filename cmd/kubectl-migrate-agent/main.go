@@ -26,7 +26,8 @@ const usage = `usage:
   kubectl-migrate-agent pack --archive PATH --container NAME --image REF [--insecure] [--keep-archive]
   kubectl-migrate-agent remove PATH...
   kubectl-migrate-agent install DIR   (copy this static binary into DIR)
-  kubectl-migrate-agent noop          (exit 0: run from another image to pull it)`
+  kubectl-migrate-agent noop          (exit 0: run from another image to pull it)
+  kubectl-migrate-agent canary        (kubectl migrate check's stand-in workload: state on port 8092)`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -68,6 +69,8 @@ func run(ctx context.Context, args []string) (string, error) {
 		}
 		out, err := json.Marshal(res)
 		return string(out), err
+	case "canary":
+		return "", agent.RunCanary(ctx, agent.CanaryPort)
 	case "install":
 		if len(args) != 2 {
 			return "", fmt.Errorf("install needs a directory\n%s", usage)

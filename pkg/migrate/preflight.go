@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -275,34 +275,45 @@ var statefulSetPermissions = []permission{
 }
 
 func checkPermissions(ctx context.Context, m *Migration) error {
-	var missing []error
+	missing, err := MissingPermissions(ctx, m.Client, m.Namespace, m.StatefulSet != "")
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing permissions, grant them with RBAC: %s", strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+// MissingPermissions lists, each with why, the accesses a migration in
+// namespace (of a StatefulSet pod, with statefulSet) needs and the caller
+// lacks, as the API server's SelfSubjectAccessReviews answer.
+func MissingPermissions(ctx context.Context, client kubernetes.Interface, namespace string, statefulSet bool) ([]string, error) {
+	var missing []string
 	needed := permissions
-	if m.StatefulSet != "" {
+	if statefulSet {
 		needed = append(slices.Clone(permissions), statefulSetPermissions...)
 	}
 	for _, p := range needed {
 		attrs := &authzv1.ResourceAttributes{Group: p.group, Verb: p.verb, Resource: p.resource, Subresource: p.subresource}
 		if p.namespaced {
-			attrs.Namespace = m.Namespace
+			attrs.Namespace = namespace
 		}
-		review, err := m.Client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
+		review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
 			&authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: attrs}},
 			metav1.CreateOptions{})
 		if err != nil {
-			return fmt.Errorf("check permissions: %w", err)
+			return nil, fmt.Errorf("check permissions: %w", err)
 		}
 		if !review.Status.Allowed {
 			res := p.resource
 			if p.subresource != "" {
 				res += "/" + p.subresource
 			}
-			missing = append(missing, fmt.Errorf("%s %s (%s)", p.verb, res, p.why))
+			missing = append(missing, fmt.Sprintf("%s %s (%s)", p.verb, res, p.why))
 		}
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("missing permissions, grant them with RBAC: %w", errors.Join(missing...))
-	}
-	return nil
+	return missing, nil
 }
 
 func checkTargetName(ctx context.Context, m *Migration) error {

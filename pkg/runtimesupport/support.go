@@ -51,6 +51,10 @@ func Parse(runtimeVersion string) Support {
 		s.Why = fmt.Sprintf("unrecognised runtime %q", runtimeVersion)
 		return s
 	}
+	if strings.EqualFold(version, "unknown") {
+		s.Why = "the kubelet does not know its runtime's version (" + runtimeVersion + "): the runtime restarted or is unreachable; wait until kubectl get node -o wide shows its version, then try again"
+		return s
+	}
 	major, minor, patch, ok := parseVersion(version)
 	if !ok {
 		s.Why = fmt.Sprintf("unrecognised %s version %q", name, version)

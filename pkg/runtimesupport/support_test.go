@@ -28,6 +28,7 @@ func TestParse(t *testing.T) {
 		{"containerd://1.7.20", false, false, ""},
 		{"docker://27.0.0", false, false, ""},
 		{"garbage", false, false, ""},
+		{"containerd://Unknown", false, false, ""}, // the kubelet while its runtime restarts
 		{"cri-o://v1.30.2-dev", true, true, ""},
 	} {
 		s := Parse(tc.in)

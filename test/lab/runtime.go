@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 )
@@ -183,5 +186,24 @@ func (d dirs) setRestore(nodeName, value string) error {
 	if err := d.stop(rt.daemon(*node), 20*time.Second); err != nil {
 		return err
 	}
-	return d.startRuntime(rt, *node, nodeEnv)
+	if err := d.startRuntime(rt, *node, nodeEnv); err != nil {
+		return err
+	}
+	// The kubelet reports the runtime's version as "Unknown" until it has
+	// reconnected: done once it shows the version again.
+	client, err := d.adminClient()
+	if err != nil {
+		return err
+	}
+	want := "containerd://" + containerdVersion
+	return waitFor(nodeName+" reporting "+want, time.Minute, func() error {
+		n, err := client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got := n.Status.NodeInfo.ContainerRuntimeVersion; got != want {
+			return fmt.Errorf("it reports %s", got)
+		}
+		return nil
+	})
 }

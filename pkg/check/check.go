@@ -1,0 +1,515 @@
+// Package check proves, in seconds and without a user's workload, that a
+// migration between two nodes can work: a canary (the agent image in canary
+// mode, holding a TCP connection) is checkpointed on one node, pushed, and
+// restored on the other as the same process. Each link a migration relies
+// on is reported with what was seen and, when it fails, the remedy; the
+// canary, its image and archive and the agents are removed again.
+package check
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/runtimesupport"
+)
+
+// Config is what to check.
+type Config struct {
+	ID        string // names the canary and its image
+	Namespace string
+	From, To  string // nodes
+	// ImageRepository, RegistrySecret and InsecureRegistry are the
+	// registry settings the migrations will use.
+	ImageRepository  string
+	RegistrySecret   string
+	InsecureRegistry bool
+	AgentImage       string
+}
+
+// Status is a link's outcome.
+type Status string
+
+const (
+	OK      Status = "ok"
+	Failed  Status = "failed"
+	Skipped Status = "skipped" // an earlier link failed
+)
+
+// Link is one thing a migration between the nodes relies on.
+type Link struct {
+	Name   string `json:"name"`
+	Status Status `json:"status"`
+	// Detail is what was seen; Remedy, for a failed link, what to change.
+	Detail string `json:"detail,omitempty"`
+	Remedy string `json:"remedy,omitempty"`
+	Millis int64  `json:"millis"`
+}
+
+// Result is the whole check.
+type Result struct {
+	From  string `json:"from"`
+	To    string `json:"to"`
+	Links []Link `json:"links"`
+	// Image is the canary's checkpoint image, deleted again by cleanup.
+	Image  string `json:"image,omitempty"`
+	Millis int64  `json:"millis"`
+}
+
+// OK reports whether every link held.
+func (r Result) OK() bool {
+	for _, l := range r.Links {
+		if l.Status != OK {
+			return false
+		}
+	}
+	return len(r.Links) > 0
+}
+
+// Link names, in the order they are checked.
+const (
+	LinkPermissions    = "permissions"
+	LinkNodes          = "nodes"
+	LinkAgents         = "agent image"
+	LinkRuntimeRestore = "runtime restore"
+	LinkCanary         = "canary"
+	LinkCheckpoint     = "checkpoint"
+	LinkPush           = "registry push"
+	LinkPull           = "node pull"
+	LinkRestore        = "restore"
+	LinkSameProcess    = "same process"
+	LinkCleanup        = "cleanup"
+)
+
+// failure is a failed link's detail and remedy.
+type failure struct{ detail, remedy string }
+
+func (f failure) Error() string { return f.detail }
+
+func fail(remedy, format string, args ...any) error {
+	return failure{detail: fmt.Sprintf(format, args...), remedy: remedy}
+}
+
+// checker runs the links in order; after a failure the rest are skipped.
+type checker struct {
+	cfg    Config
+	deps   migrate.Deps
+	result Result
+	failed bool
+	// Hook, if set, sees each link as it ends (progress).
+	hook func(Link)
+
+	agentPods int
+	canary    *corev1.Pod // running on From
+	archive   string
+	image     string
+	restored  string // pod name on To
+	before    ms2m.State
+}
+
+// Run checks cfg's two nodes with deps (a migration's: client, kubelet,
+// agents, application and registry clients); hook, if not nil, sees each
+// link as it ends. It cleans up whatever it created, whatever happens.
+func Run(ctx context.Context, cfg Config, deps migrate.Deps, hook func(Link)) Result {
+	c := &checker{cfg: cfg, deps: deps, result: Result{From: cfg.From, To: cfg.To}, hook: hook}
+	start := time.Now()
+	c.link(LinkPermissions, func() (string, error) { return c.permissions(ctx) })
+	c.link(LinkNodes, func() (string, error) { return c.nodes(ctx) })
+	c.link(LinkAgents, func() (string, error) { return c.agents(ctx) })
+	c.link(LinkRuntimeRestore, func() (string, error) { return c.runtimeRestore(ctx) })
+	c.link(LinkCanary, func() (string, error) { return c.startCanary(ctx) })
+	c.link(LinkCheckpoint, func() (string, error) { return c.checkpoint(ctx) })
+	c.link(LinkPush, func() (string, error) { return c.push(ctx) })
+	restored := make(chan restoreOutcome, 1)
+	c.link(LinkPull, func() (string, error) { return c.pull(ctx, restored) })
+	c.link(LinkRestore, func() (string, error) { out := <-restored; return out.detail, out.err })
+	c.link(LinkSameProcess, func() (string, error) { return c.sameProcess(ctx) })
+	c.failed = false // cleanup runs whatever happened before
+	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	c.link(LinkCleanup, func() (string, error) { return c.cleanup(cleanupCtx) })
+	c.result.Millis = time.Since(start).Milliseconds()
+	return c.result
+}
+
+func (c *checker) link(name string, fn func() (string, error)) {
+	l := Link{Name: name, Status: Skipped}
+	if !c.failed {
+		start := time.Now()
+		detail, err := fn()
+		l.Millis = time.Since(start).Milliseconds()
+		l.Status, l.Detail = OK, detail
+		if err != nil {
+			l.Status, l.Detail = Failed, err.Error()
+			var f failure
+			if errors.As(err, &f) {
+				l.Detail, l.Remedy = f.detail, f.remedy
+			}
+			c.failed = true
+		}
+	}
+	c.result.Links = append(c.result.Links, l)
+	if c.hook != nil {
+		c.hook(l)
+	}
+}
+
+func (c *checker) nextPod() string {
+	c.agentPods++
+	return fmt.Sprintf("kubectl-migrate-check-%s-%c", c.cfg.ID, 'a'+c.agentPods-1)
+}
+
+func (c *checker) permissions(ctx context.Context) (string, error) {
+	missing, err := migrate.MissingPermissions(ctx, c.deps.Client, c.cfg.Namespace, false)
+	if err != nil {
+		return "", err
+	}
+	if len(missing) > 0 {
+		return "", fail("grant them with RBAC (a Role in "+c.cfg.Namespace+", and a ClusterRole for nodes/proxy)", "missing: %s", strings.Join(missing, "; "))
+	}
+	return "pods, pods/proxy, nodes/proxy, configmaps in " + c.cfg.Namespace, nil
+}
+
+func (c *checker) nodes(ctx context.Context) (string, error) {
+	var seen []string
+	for _, n := range []struct {
+		name, role string
+		need       func(runtimesupport.Support) bool
+	}{
+		{c.cfg.From, "source", func(s runtimesupport.Support) bool { return s.Checkpoint }},
+		{c.cfg.To, "target", func(s runtimesupport.Support) bool { return s.Restore }},
+	} {
+		node, err := c.deps.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return "", fail("list nodes with kubectl get nodes", "node %s not found", n.name)
+		}
+		if err != nil {
+			return "", err
+		}
+		if !ready(node) {
+			return "", fail("pick a Ready node", "node %s is not Ready", n.name)
+		}
+		if n.role == "target" && node.Spec.Unschedulable {
+			return "", fail("uncordon it or pick another node", "node %s is cordoned", n.name)
+		}
+		version := node.Status.NodeInfo.ContainerRuntimeVersion
+		if s := runtimesupport.Parse(version); !n.need(s) {
+			return "", fail(s.Why, "%s node %s runs %s", n.role, n.name, version)
+		}
+		seen = append(seen, n.name+" "+version)
+	}
+	return strings.Join(seen, ", "), nil
+}
+
+func (c *checker) agents(ctx context.Context) (string, error) {
+	target, err := c.deps.Client.CoreV1().Nodes().Get(ctx, c.cfg.To, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	// Both at once: each takes seconds to start.
+	var g errgroup.Group
+	for _, n := range []struct {
+		node, pod string
+		opts      agent.WarmOptions
+	}{
+		{c.cfg.From, c.nextPod(), agent.WarmOptions{}},
+		{c.cfg.To, c.nextPod(), agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(target.Status.NodeInfo.ContainerRuntimeVersion)}},
+	} {
+		g.Go(func() error {
+			if err := c.deps.Packer.Warm(ctx, n.pod, n.node, n.opts); err != nil {
+				return fail(agentRemedy(err, c.cfg.Namespace), "node %s cannot run %s: %v", n.node, c.cfg.AgentImage, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return "", err
+	}
+	return c.cfg.AgentImage + " runs on both nodes", nil
+}
+
+// agentRemedy tells a Pod Security refusal from an image the node cannot
+// pull or run.
+func agentRemedy(err error, namespace string) string {
+	if strings.Contains(err.Error(), "violates PodSecurity") {
+		return "the agent needs root and the kubelet's checkpoint directory (hostPath): run in a namespace whose Pod Security level is privileged (label pod-security.kubernetes.io/enforce=privileged on " + namespace + ", or pick one with -n)"
+	}
+	return "pass --agent-image with an image both nodes can pull and run"
+}
+
+func (c *checker) runtimeRestore(ctx context.Context) (string, error) {
+	node, err := c.deps.Client.CoreV1().Nodes().Get(ctx, c.cfg.To, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	version := node.Status.NodeInfo.ContainerRuntimeVersion
+	s := runtimesupport.Parse(version)
+	info, err := c.deps.Packer.Runtime(ctx, c.cfg.To)
+	if err != nil {
+		return fmt.Sprintf("%s did not report its configuration (%v); going by its version", version, err), nil
+	}
+	s = s.WithConfig(info.Config)
+	if !s.Restore {
+		return "", fail(s.Why, "node %s: %s %s does not restore", c.cfg.To, info.Name, info.Version)
+	}
+	if s.Configured && s.OptIn != "" {
+		return fmt.Sprintf("%s %s on %s: restore is opted in", info.Name, info.Version, c.cfg.To), nil
+	}
+	return fmt.Sprintf("%s %s on %s restores by default", info.Name, info.Version, c.cfg.To), nil
+}
+
+func (c *checker) canaryApp(pod string) appctl.Target {
+	return appctl.Target{Namespace: c.cfg.Namespace, Pod: pod, Port: agent.CanaryPort}
+}
+
+func (c *checker) startCanary(ctx context.Context) (string, error) {
+	pod := agent.CanaryPod(c.cfg.Namespace, "kubectl-migrate-canary-"+c.cfg.ID, c.cfg.From, c.cfg.AgentImage, c.labels())
+	if _, err := c.deps.Client.CoreV1().Pods(c.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return "", fail(agentRemedy(err, c.cfg.Namespace), "create the canary on %s: %v", c.cfg.From, err)
+	}
+	running, err := kube.WaitForPod(ctx, c.deps.Client, c.cfg.Namespace, pod.Name, running("canary"))
+	if running != nil {
+		c.canary = running
+	} else {
+		c.canary = pod // for cleanup
+	}
+	if err != nil {
+		return "", fmt.Errorf("the canary on %s did not run: %w", c.cfg.From, err)
+	}
+	// It answers once it pinged over its connection: that is the state
+	// the checkpoint must carry.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		st, err := c.deps.App.State(ctx, c.canaryApp(pod.Name))
+		c.before = st
+		return err == nil && st.LastSeq > 0, nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("the canary on %s runs but does not answer through the API server's pod proxy on port %d: %w", c.cfg.From, agent.CanaryPort, err)
+	}
+	return fmt.Sprintf("%s on %s, process %s, holding a TCP connection", pod.Name, c.cfg.From, c.before.Process), nil
+}
+
+func (c *checker) labels() map[string]string {
+	return map[string]string{"app.kubernetes.io/name": "kubectl-migrate-check", migrate.MigrationLabel: "check-" + c.cfg.ID}
+}
+
+func (c *checker) checkpoint(ctx context.Context) (string, error) {
+	path, err := c.deps.Checkpointer.Checkpoint(ctx, c.cfg.From, c.cfg.Namespace, c.canary.Name, "canary", time.Minute)
+	if err != nil {
+		return "", fail(checkpointRemedy(err), "%v", err)
+	}
+	c.archive = path
+	st, err := c.deps.App.State(ctx, c.canaryApp(c.canary.Name))
+	if err == nil {
+		c.before = st // what the restored copy must go on from
+	}
+	return fmt.Sprintf("kubelet checkpoint API and CRIU on %s: %s", c.cfg.From, path), nil
+}
+
+// checkpointRemedy names what to change for the ways a checkpoint fails.
+func checkpointRemedy(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "TCP socket") || strings.Contains(msg, "tcp-established"):
+		return "CRIU refused the canary's established TCP connection: put tcp-close (or tcp-established) in /etc/criu/runc.conf on every node"
+	case strings.Contains(msg, "feature gate"):
+		return "turn on the kubelet feature gate ContainerCheckpoint (on by default since Kubernetes 1.30) on the source node"
+	case strings.Contains(msg, "nodes/proxy"):
+		return "grant create on nodes/proxy (a ClusterRole)"
+	}
+	return "check the runtime's log on the source node: it needs checkpoint support and CRIU installed"
+}
+
+func (c *checker) push(ctx context.Context) (string, error) {
+	ref := migrate.CheckpointImage(c.cfg.ImageRepository, c.canary.Name, "canary", c.cfg.ID)
+	res, err := c.deps.Packer.Pack(ctx, c.nextPod(), c.cfg.From, agent.PackRequest{Archive: c.archive, Container: "canary", Image: ref, Insecure: c.cfg.InsecureRegistry})
+	if err != nil {
+		remedy := "pass --registry with a repository the agent can push to, --registry-secret with a dockerconfigjson secret it may use, or --insecure-registry for plain HTTP"
+		return "", fail(remedy, "the agent on %s could not push %s: %v", c.cfg.From, ref, err)
+	}
+	c.archive, c.image = "", res.Image // the agent removed the archive once pushed
+	c.result.Image = res.Image
+	return fmt.Sprintf("%s (%d KiB) with the agent's credentials", res.Image, res.ArchiveBytes/1024), nil
+}
+
+type restoreOutcome struct {
+	detail string
+	err    error
+}
+
+// pull creates the restored canary on To and waits until its image is
+// pulled (the node reached the registry) and then until it runs (the
+// runtime restored it); the second verdict goes to the restore link.
+func (c *checker) pull(ctx context.Context, restored chan<- restoreOutcome) (string, error) {
+	source, err := c.deps.Client.CoreV1().Pods(c.cfg.Namespace).Get(ctx, c.canary.Name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	bases := migrate.BaseImages(source)
+	if err := c.deps.Packer.Prepull(ctx, c.nextPod(), c.cfg.To, []string{bases["canary"]}); err != nil {
+		return "", fail("pass --agent-image with an image the target node can pull", "node %s cannot pull the canary's base image %s: %v", c.cfg.To, bases["canary"], err)
+	}
+	c.restored = "kubectl-migrate-canary-" + c.cfg.ID + "-restored"
+	pod := migrate.TargetPod(source, c.restored, c.cfg.To, "check-"+c.cfg.ID, map[string]string{"canary": c.image}, c.cfg.RegistrySecret)
+	pod.Labels = c.labels()
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
+	if _, err := c.deps.Client.CoreV1().Pods(c.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("create the restored canary on %s: %w", c.cfg.To, err)
+	}
+	start := time.Now()
+	_, err = kube.WaitForPod(ctx, c.deps.Client, c.cfg.Namespace, c.restored, func(p *corev1.Pod) (bool, error) {
+		if p == nil {
+			return false, errors.New("the restored canary was deleted")
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; kube.PullFailed(w) {
+				return false, fail("let the node's runtime pull from the registry (CRI-O: registries.conf or insecure_registries; containerd: a hosts.toml under its config_path), or pass --registry-secret with a pull secret",
+					"node %s cannot pull %s: %s: %s", c.cfg.To, c.image, w.Reason, w.Message)
+			}
+			if cs.ImageID != "" || cs.State.Running != nil || kube.StartFailed(cs.State.Waiting) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return "", err
+	}
+	go func() {
+		_, err := kube.WaitForPod(ctx, c.deps.Client, c.cfg.Namespace, c.restored, running("canary"))
+		if err != nil {
+			msg := err.Error()
+			if why, ok := runtimesupport.ExplainRestoreFailure(c.runtimeOf(ctx, c.cfg.To), msg); ok {
+				err = fail(why, "node %s: %s", c.cfg.To, msg)
+			} else {
+				err = fail("the runtime's log on "+c.cfg.To+" has CRIU's reason (restore.log); the target needs CRIU and the same CPU features as the source", "node %s: %s", c.cfg.To, msg)
+			}
+		}
+		restored <- restoreOutcome{detail: fmt.Sprintf("%s running on %s after %s", c.restored, c.cfg.To, time.Since(start).Round(time.Millisecond)), err: err}
+	}()
+	return fmt.Sprintf("%s pulled the checkpoint image", c.cfg.To), nil
+}
+
+func (c *checker) runtimeOf(ctx context.Context, node string) string {
+	n, err := c.deps.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return n.Status.NodeInfo.ContainerRuntimeVersion
+}
+
+func (c *checker) sameProcess(ctx context.Context) (string, error) {
+	var st ms2m.State
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if st, err = c.deps.App.State(ctx, c.canaryApp(c.restored)); err != nil {
+			return false, nil
+		}
+		if st.Process != c.before.Process {
+			return false, fail("the runtime created a new container instead of restoring the checkpoint: check its restore support and that the checkpoint image's annotations reach it",
+				"the restored canary is process %s, not %s", st.Process, c.before.Process)
+		}
+		return st.LastSeq > c.before.LastSeq, nil
+	})
+	if err != nil {
+		var f failure
+		if errors.As(err, &f) {
+			return "", err
+		}
+		if st.Process == "" {
+			return "", fmt.Errorf("the restored canary does not answer on port %d: %w", agent.CanaryPort, err)
+		}
+		return "", fail("CRIU's TCP handling: with tcp-close in /etc/criu/runc.conf the restored process reconnects",
+			"the restored canary is the same process but its connection does not work again (%d pings, %d at the checkpoint)", st.LastSeq, c.before.LastSeq)
+	}
+	return fmt.Sprintf("process %s went on from %d to %d pings on %s (its connection reconnected %d time(s))", st.Process, c.before.LastSeq, st.LastSeq, c.cfg.To, st.Reconnects), nil
+}
+
+// cleanup removes the canaries, the checkpoint image, a left archive and
+// the agents.
+func (c *checker) cleanup(ctx context.Context) (string, error) {
+	var errs, left []string
+	for _, name := range []string{c.restored, canaryName(c.canary)} {
+		if name == "" {
+			continue
+		}
+		if err := kube.DeleteAndWait(ctx, c.deps.Client, c.cfg.Namespace, name, ptr.To[int64](0)); err != nil {
+			errs, left = append(errs, err.Error()), append(left, "pod "+name)
+		}
+	}
+	if c.archive != "" {
+		if err := c.deps.Packer.Remove(ctx, c.nextPod(), c.cfg.From, []string{c.archive}); err != nil {
+			errs, left = append(errs, err.Error()), append(left, c.archive+" on "+c.cfg.From)
+		}
+	}
+	if c.image != "" {
+		if err := c.deps.Registry.Delete(ctx, c.image); err != nil {
+			errs, left = append(errs, err.Error()), append(left, "image "+c.image)
+		}
+	}
+	if err := c.deps.Packer.Release(ctx); err != nil {
+		errs, left = append(errs, err.Error()), append(left, "agent pods labelled "+migrate.MigrationLabel+"=check-"+c.cfg.ID)
+	}
+	if len(left) > 0 {
+		return "", fail("remove them by hand: "+strings.Join(left, ", "), "left behind: %s", strings.Join(errs, "; "))
+	}
+	return "canaries, checkpoint image and agents removed", nil
+}
+
+func canaryName(p *corev1.Pod) string {
+	if p == nil {
+		return ""
+	}
+	return p.Name
+}
+
+// running holds once container runs, and fails on states that will not
+// get there.
+func running(container string) kube.PodCondition {
+	return func(p *corev1.Pod) (bool, error) {
+		if p == nil {
+			return false, errors.New("the pod was deleted")
+		}
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			return false, fmt.Errorf("the pod ended (%s): %s", p.Status.Phase, p.Status.Message)
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name != container {
+				continue
+			}
+			if cs.State.Running != nil {
+				return true, nil
+			}
+			if t := cs.State.Terminated; t != nil {
+				return false, fmt.Errorf("container %s exited: %s %s", container, t.Reason, t.Message)
+			}
+			if w := cs.State.Waiting; kube.StartFailed(w) {
+				return false, fmt.Errorf("container %s: %s: %s", container, w.Reason, w.Message)
+			}
+		}
+		return false, nil
+	}
+}
+
+func ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,155 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/rand"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/check"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report/render"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
+)
+
+const checkExample = `  # Before the first migration from node-a to node-b
+  kubectl migrate check --from node-a --to node-b --registry registry.example:5000/checkpoints
+
+  # A private registry: the credentials the agent pushes with
+  kubectl migrate check --from node-a --to node-b --registry registry.example:5000/checkpoints \
+    --registry-secret regcred
+
+  # Machine-readable, e.g. for a cluster's conformance job
+  kubectl migrate check --from node-a --to node-b --registry registry.example:5000/checkpoints -o json`
+
+// CheckOptions are the options of kubectl migrate check.
+type CheckOptions struct {
+	*RootOptions
+	From, To         string
+	Registry         string
+	RegistrySecret   string
+	InsecureRegistry bool
+	AgentImage       string
+	Timeout          time.Duration
+	Output           string
+
+	namespace string
+}
+
+// NewCmdCheck returns kubectl migrate check.
+func NewCmdCheck(root *RootOptions) *cobra.Command {
+	o := &CheckOptions{RootOptions: root}
+	cmd := &cobra.Command{
+		Use:   "check --from NODE --to NODE --registry REPO",
+		Short: "Prove that a migration between two nodes can work, without a workload",
+		Long: `Prove, in seconds and without touching a workload, that pods can be migrated
+from one node to another: a small canary (the agent image in canary mode, with
+its state in memory and an established TCP connection) is started on --from,
+checkpointed through the kubelet, pushed to --registry by the agent, and
+restored on --to, where it must go on as the same process.
+
+Each link a migration relies on is reported with ✓ or ✗ and, for a ✗, what to
+change: RBAC, the nodes and their runtimes, the agent image (pullable, and
+allowed to run by the namespace's Pod Security level), whether the target's
+runtime restores (containerd 2.2.7+/2.3.4+ and recent CRI-O releases restore
+only when opted in), the kubelet's checkpoint API and CRIU (TCP handling
+included), the registry push with the agent's credentials, the pull by the
+target node, the restore itself. Everything it created is removed again.
+It exits non-zero if any link fails.`,
+		Example: checkExample,
+		Args:    cobra.NoArgs,
+		RunE:    runE(o),
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.From, "from", "", "the node pods will be migrated from (required)")
+	fs.StringVar(&o.To, "to", "", "the node pods will be migrated to (required)")
+	fs.StringVar(&o.Registry, "registry", "", "repository for checkpoint images, as migrations will use it (required)")
+	fs.StringVar(&o.RegistrySecret, "registry-secret", "", "dockerconfigjson secret the agent pushes with and the node pulls with")
+	fs.BoolVar(&o.InsecureRegistry, "insecure-registry", false, "allow a plain-HTTP or self-signed registry")
+	fs.StringVar(&o.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent (also the canary)")
+	fs.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "time limit of the check (cleanup gets its own)")
+	fs.StringVarP(&o.Output, "output", "o", "", "output format: json (default: one line per link)")
+	_ = cmd.RegisterFlagCompletionFunc("from", completeNodes(root))
+	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(root))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// Complete resolves the namespace.
+func (o *CheckOptions) Complete([]string) error {
+	var err error
+	o.namespace, _, err = o.ConfigFlags.ToRawKubeConfigLoader().Namespace()
+	return err
+}
+
+// Validate checks the flags before anything talks to the cluster.
+func (o *CheckOptions) Validate() error {
+	switch {
+	case o.From == "" || o.To == "":
+		return errors.New("give both nodes: kubectl migrate check --from NODE --to NODE")
+	case o.From == o.To:
+		return fmt.Errorf("--from and --to are both %s; give two nodes", o.From)
+	case strings.TrimSpace(o.Registry) == "":
+		return errors.New("give --registry, the repository migrations push checkpoint images to (e.g. registry.example:5000/checkpoints)")
+	case o.Timeout <= 0:
+		return fmt.Errorf("--timeout must be positive, not %s", o.Timeout)
+	case o.Output != "" && o.Output != "json":
+		return fmt.Errorf("--output must be json, not %q", o.Output)
+	}
+	return nil
+}
+
+// errCheckFailed makes the exit status non-zero once the result is printed.
+var errCheckFailed = errors.New("the check failed; see the ✗ above")
+
+// Run checks the two nodes and prints every link.
+func (o *CheckOptions) Run(ctx context.Context) error {
+	client, err := o.NewClient()
+	if err != nil {
+		return err
+	}
+	id := rand.String(5)
+	cfg := check.Config{
+		ID: id, Namespace: o.namespace, From: o.From, To: o.To,
+		ImageRepository: strings.TrimSuffix(o.Registry, "/"), RegistrySecret: o.RegistrySecret,
+		InsecureRegistry: o.InsecureRegistry, AgentImage: o.AgentImage,
+	}
+	// The agents carry the check's label, so that cleanup finds them.
+	deps, err := o.NewDeps(ctx, client, migrate.Config{
+		ID: "check-" + id, Namespace: o.namespace, AgentImage: o.AgentImage,
+		RegistrySecret: o.RegistrySecret, InsecureRegistry: o.InsecureRegistry,
+	}, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	// Links are printed as they end: the human form on stdout, or, with
+	// -o json, as progress on stderr.
+	w := o.colourWriter(o.Out)
+	if o.Output == "json" {
+		w = o.colourWriter(o.ErrOut)
+	}
+	quiet := o.Output == "json" && o.Quiet
+	if !quiet {
+		fmt.Fprintln(w, render.CheckHeader(o.From, o.To))
+	}
+	result := check.Run(ctx, cfg, deps, func(l check.Link) {
+		if !quiet {
+			fmt.Fprintln(w, render.CheckLink(l))
+		}
+	})
+	if o.Output == "json" {
+		err = printData(o.Out, "json", result)
+	} else {
+		fmt.Fprintln(w, render.CheckVerdict(result))
+	}
+	if err == nil && !result.OK() {
+		err = errCheckFailed
+	}
+	return err
+}

@@ -1,0 +1,167 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/check"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+)
+
+// runCheck runs kubectl migrate check in a namespace of its own, with the
+// lab's registry and agent image; args come last and so win.
+func (l *lab) runCheck(t *testing.T, from, to string, args ...string) (check.Result, string, error) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "check-"}}
+	ns, err := l.client.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
+	argv := append([]string{"migrate", "check", "-n", ns.Name, "--from", from, "--to", to,
+		"--registry", l.registry + "/checkpoints", "--insecure-registry",
+		"--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab", "-o", "json"}, args...)
+	cmd := exec.Command(l.kubectl, argv...)
+	cmd.Env = append(os.Environ(), "PATH="+l.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	t.Logf("kubectl %s:\n%s", strings.Join(argv, " "), stderr.String())
+	var res check.Result
+	if jerr := json.Unmarshal(out, &res); jerr != nil {
+		t.Fatalf("not a check result: %v\n%s", jerr, out)
+	}
+	l.checkLeftNothing(t, ns.Name, res)
+	return res, stderr.String(), err
+}
+
+// checkLeftNothing: no pod in the check's namespace, no archive on either
+// node, no checkpoint image in the registry.
+func (l *lab) checkLeftNothing(t *testing.T, ns string, res check.Result) {
+	t.Helper()
+	pods, err := l.client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(pods.Items) != 0 {
+		t.Fatalf("check left pods in %s: %v %v", ns, len(pods.Items), err)
+	}
+	for _, node := range []string{"node-a", "node-b"} {
+		archives, _ := filepath.Glob(filepath.Join(env(t, "LAB_RUN"), node, "kubelet", "checkpoints", "*_"+ns+"-*"))
+		if len(archives) != 0 {
+			t.Fatalf("check left archives on %s: %v", node, archives)
+		}
+	}
+	if res.Image != "" {
+		ref, err := name.ParseReference(res.Image, name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := remote.Head(ref); err == nil {
+			t.Fatalf("check left its checkpoint image %s", res.Image)
+		}
+	}
+}
+
+func link(res check.Result, name string) check.Link {
+	for _, l := range res.Links {
+		if l.Name == name {
+			return l
+		}
+	}
+	return check.Link{}
+}
+
+// TestCheckPasses: both ways between the lab's nodes, every link holds and
+// the restored canary is the checkpointed process, pinging again.
+func TestCheckPasses(t *testing.T) {
+	l := setup(t)
+	for _, dir := range [][2]string{{"node-a", "node-b"}, {"node-b", "node-a"}} {
+		res, stderr, err := l.runCheck(t, dir[0], dir[1])
+		if err != nil || !res.OK() {
+			t.Fatalf("check %s → %s: %v\n%+v\n%s", dir[0], dir[1], err, res.Links, stderr)
+		}
+		if d := link(res, check.LinkSameProcess).Detail; !strings.Contains(d, "went on") {
+			t.Fatalf("same process: %q", d)
+		}
+		// Progress on stderr, one line per link.
+		if n := strings.Count(stderr, "✓"); n != len(res.Links) {
+			t.Fatalf("%d progress lines for %d links:\n%s", n, len(res.Links), stderr)
+		}
+	}
+}
+
+// TestCheckUnpullableAgentImage: the agent image link fails naming
+// --agent-image; nothing after it is tried, and nothing is left.
+func TestCheckUnpullableAgentImage(t *testing.T) {
+	l := setup(t)
+	res, _, err := l.runCheck(t, "node-a", "node-b", "--agent-image", l.registry+"/nope/kubectl-migrate-agent:missing")
+	bad := link(res, check.LinkAgents)
+	if err == nil || bad.Status != check.Failed || !strings.Contains(bad.Remedy, "--agent-image") {
+		t.Fatalf("want the agent image link failed naming --agent-image, got %v %+v", err, res.Links)
+	}
+	if link(res, check.LinkCheckpoint).Status != check.Skipped || link(res, check.LinkCleanup).Status != check.OK {
+		t.Fatalf("links after the failure: %+v", res.Links)
+	}
+}
+
+// TestRestoreOptIn (containerd lane): a target whose runtime was left at
+// its default (restore off) fails check with the setting, and a migration
+// to it is refused in preflight with the same setting and nothing changed;
+// with the setting on, both pass.
+func TestRestoreOptIn(t *testing.T) {
+	if os.Getenv("LAB_RUNTIME") != "containerd" {
+		t.Skip("the lab's CRI-O 1.34.0 has no restore opt-in; run on the containerd lane (LAB_RUNTIME=containerd)")
+	}
+	l := setup(t)
+	labRestore(t, "node-b", "off")
+	t.Cleanup(func() { labRestore(t, "node-b", "on") })
+	const setting = "enable_experimental_restore_via_create = true"
+
+	res, _, err := l.runCheck(t, "node-a", "node-b")
+	if bad := link(res, check.LinkRuntimeRestore); err == nil || bad.Status != check.Failed || !strings.Contains(bad.Remedy, setting) {
+		t.Fatalf("want the runtime restore link failed naming %q, got %v %+v", setting, err, res.Links)
+	}
+
+	w := l.deploy(t, "10")
+	before := waitApplied(t, w, "consumer", 10)
+	_, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if last := lines[len(lines)-1]; err == nil || !strings.Contains(last, "preflight") || !strings.Contains(last, setting) {
+		t.Fatalf("want one preflight error line naming %q, got %v:\n%s", setting, err, stderr)
+	}
+	if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary || st.PendingRestore || st.Process != before.Process {
+		t.Fatalf("the source was disturbed: %+v", st)
+	}
+	l.nothingLeft(t, w)
+
+	labRestore(t, "node-b", "on")
+	if res, _, err := l.runCheck(t, "node-a", "node-b"); err != nil || !res.OK() {
+		t.Fatalf("check with restore on: %v %+v", err, res.Links)
+	}
+	rec, _, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
+	if err != nil {
+		t.Fatalf("migration with restore on: %v", err)
+	}
+	l.checkMigrated(t, w, rec, before)
+	checkConservation(t, w, rec.TargetPod)
+}
+
+// labRestore turns a lab node's restore opt-in on or off.
+func labRestore(t *testing.T, node, value string) {
+	t.Helper()
+	cmd := exec.Command("go", "run", "./test/lab", "restore", node, value)
+	cmd.Dir = filepath.Join("..", "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("lab restore %s %s: %v\n%s", node, value, err, out)
+	}
+}
