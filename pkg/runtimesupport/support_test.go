@@ -41,8 +41,9 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// The configurations are what the lab's containerd 2.3.7 reported in a
-// verbose CRI Status, with its restore opt-in off and on.
+// The testdata configurations are what the lab's runtimes reported in a
+// verbose CRI Status: containerd 2.3.7 with its restore opt-in off and on,
+// CRI-O 1.34.0 (which predates its opt-in).
 func TestWithConfig(t *testing.T) {
 	read := func(name string) string {
 		b, err := os.ReadFile("testdata/" + name)
@@ -62,6 +63,7 @@ func TestWithConfig(t *testing.T) {
 		{"containerd 2.4 stays without restore", "containerd://2.4.0", `{"enableExperimentalRestoreViaCreate":true}`, true, false, "removed in 2.4"},
 		{"containerd that does not say", "containerd://2.1.9", "", true, true, ""},
 		{"CRI-O with CRIU off", "cri-o://1.34.0", `{"sandboxImage":"p","crio":{"EnableCriuSupport":false}}`, false, false, "enable_criu_support = true"},
+		{"CRI-O 1.34.0 as the lab's reports itself", "cri-o://1.34.0", read("cri-o-1.34.0.json"), true, true, ""},
 		{"CRI-O 1.34.0 as is", "cri-o://1.34.0", `{"sandboxImage":"p","crio":{"EnableCriuSupport":true}}`, true, true, ""},
 		{"CRI-O reporting checkpoint only", "cri-o://1.34.9", `{"crio":{"EnableCriuSupport":true},"checkpoint_restore":{"container_level_enabled":"checkpoint_only"}}`, true, false, `container_level_enabled = "checkpoint_restore"`},
 		{"CRI-O reporting restore on", "cri-o://1.34.9", `{"crio":{"CheckpointRestore":{"ContainerLevelEnabled":"checkpoint_restore"}}}`, true, true, ""},

@@ -29,7 +29,9 @@ func (l *lab) runCheck(t *testing.T, from, to string, args ...string) (check.Res
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = l.client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = l.client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+	})
 	argv := append([]string{"migrate", "check", "-n", ns.Name, "--from", from, "--to", to,
 		"--registry", l.registry + "/checkpoints", "--insecure-registry",
 		"--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab", "-o", "json"}, args...)

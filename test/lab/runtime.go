@@ -23,7 +23,7 @@ type nodeRuntime struct {
 }
 
 var runtimes = map[string]nodeRuntime{
-	"crio":       {name: "crio", socket: "/var/run/crio/crio.sock", storage: "/var/lib/containers"},
+	"crio":       {name: "crio", socket: "/run/crio/crio.sock", storage: "/var/lib/containers"},
 	"containerd": {name: "containerd", socket: "/run/containerd/containerd.sock", storage: "/var/lib/containerd"},
 }
 
