@@ -91,6 +91,13 @@ func (o *migrationFlags) printPlan(c migrate.Config, source *corev1.Pod) error {
 		fmt.Fprintf(&b, "  %d. %s\n", i+1, step)
 	}
 	b.WriteString("Nothing was changed.\n")
+	// Preflight reads what the API and the runtimes say; only a real
+	// checkpoint and restore prove CRIU, the registry path and the restore.
+	fmt.Fprintf(&b, "Preflight does not checkpoint. To prove a checkpoint, push and restore between these nodes without the workload:\n  kubectl migrate check --from %s --to %s", source.Spec.NodeName, c.TargetNode)
+	if c.Transfer != migrate.Direct && c.ImageRepository != "" {
+		fmt.Fprintf(&b, " --registry %s", c.ImageRepository)
+	}
+	b.WriteString("\n")
 	_, err := io.WriteString(o.Out, b.String())
 	return err
 }

@@ -65,6 +65,11 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		{[]string{"sts", "consumer-0", "--to", "node-b", "--mode", "parallel"}, `--mode must be one of [sequential shadow], not "parallel"`},
 		{[]string{"sts", "consumer", "--to", "node-b"}, `"consumer" is not NAME-ORDINAL`},
 		{[]string{"sts", "sts/consumer", "--to", "node-b"}, "give the pod's ordinal with --ordinal N"},
+		{[]string{"check", "--to", "node-b"}, "give both nodes: kubectl migrate check --from NODE --to NODE"},
+		{[]string{"check", "--from", "node-a", "--to", "node-a", "--registry", "r/c"}, "--from and --to are both node-a"},
+		{[]string{"check", "--from", "node-a", "--to", "node-b"}, "give --registry"},
+		{[]string{"check", "--from", "node-a", "--to", "node-b", "--registry", "r/c", "-o", "yaml"}, "--output must be json"},
+		{[]string{"check", "node-a", "node-b"}, "unknown command"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			w := migratetest.NewWorld(t)
@@ -168,7 +173,7 @@ func TestDryRunPrintsPlanAndChangesNothing(t *testing.T) {
 				t.Fatal(r.err)
 			}
 			out := r.out.String()
-			for _, want := range append(tc.want, "Preflight passed", "Nothing was changed.") {
+			for _, want := range append(tc.want, "Preflight passed", "Nothing was changed.", "kubectl migrate check --from node-a --to node-b") {
 				if !strings.Contains(out, want) {
 					t.Errorf("plan lacks %q:\n%s", want, out)
 				}

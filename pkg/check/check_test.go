@@ -1,0 +1,83 @@
+package check
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
+)
+
+func testConfig() Config {
+	return Config{ID: "abcde", Namespace: "default", From: "node-a", To: "node-b", ImageRepository: "reg:5000/ckpt", AgentImage: "agent:test"}
+}
+
+// statuses lists each link's status, in order.
+func statuses(r Result) string {
+	var s []string
+	for _, l := range r.Links {
+		s = append(s, l.Name+"="+string(l.Status))
+	}
+	return strings.Join(s, " ")
+}
+
+// A failed link stops the check there: later links are skipped, cleanup
+// still runs, and nothing was created.
+func TestFailedLinkSkipsTheRest(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	cfg := testConfig()
+	cfg.To = "node-z"
+	var seen []string
+	r := Run(context.Background(), cfg, w.Deps(), func(l Link) { seen = append(seen, l.Name) })
+	want := "permissions=ok nodes=failed agent image=skipped runtime restore=skipped canary=skipped checkpoint=skipped registry push=skipped node pull=skipped restore=skipped same process=skipped cleanup=ok"
+	if got := statuses(r); got != want || r.OK() {
+		t.Fatalf("links %s\nwant  %s", got, want)
+	}
+	if bad := r.Links[1]; !strings.Contains(bad.Detail, "node-z not found") || !strings.Contains(bad.Remedy, "kubectl get nodes") {
+		t.Fatalf("nodes link: %+v", bad)
+	}
+	if len(seen) != len(r.Links) {
+		t.Fatalf("the hook saw %v", seen)
+	}
+	if changes := w.Changes(); len(changes) != 0 {
+		t.Fatalf("a failed check changed %v", changes)
+	}
+}
+
+// A target whose runtime reports restore off is refused before the
+// canary exists, naming the setting.
+func TestRestoreOffRefusedBeforeTheCanary(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	n, _ := w.Client.CoreV1().Nodes().Get(context.Background(), "node-b", metav1.GetOptions{})
+	n.Status.NodeInfo.ContainerRuntimeVersion = "containerd://2.3.7"
+	_, _ = w.Client.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
+	w.RuntimeConfig = map[string]string{"node-b": `{"enableCRIU":true,"enableExperimentalRestoreViaCreate":false}`}
+	r := Run(context.Background(), testConfig(), w.Deps(), nil)
+	bad := r.Links[3]
+	if bad.Name != LinkRuntimeRestore || bad.Status != Failed || !strings.Contains(bad.Remedy, "enable_experimental_restore_via_create = true") {
+		t.Fatalf("links %s: %+v", statuses(r), bad)
+	}
+	pods, _ := w.Client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kubectl-migrate-check"})
+	if len(pods.Items) != 0 {
+		t.Fatalf("a canary was created: %v", pods.Items)
+	}
+}
+
+func TestRemedies(t *testing.T) {
+	for _, tc := range []struct {
+		got, want string
+	}{
+		{checkpointRemedy(errors.New("criu: Connected TCP socket, consider using --tcp-established")), "tcp-close"},
+		{checkpointRemedy(errors.New("the kubelet has no checkpoint endpoint; enable the kubelet feature gate ContainerCheckpoint")), "ContainerCheckpoint"},
+		{checkpointRemedy(errors.New("dial tcp 10.0.0.1:10250: connection refused")), "runtime's log"},
+		{agentRemedy(errors.New(`pods "x" is forbidden: violates PodSecurity "baseline:latest": hostPath volumes`), "apps"), "pod-security.kubernetes.io/enforce=privileged on apps"},
+		{agentRemedy(errors.New("ErrImagePull"), "apps"), "--agent-image"},
+	} {
+		if !strings.Contains(tc.got, tc.want) {
+			t.Errorf("remedy %q does not name %q", tc.got, tc.want)
+		}
+	}
+}
