@@ -173,7 +173,11 @@ func (o *ReportOptions) selected(ctx context.Context, store report.Store, client
 		}
 	}
 	for _, r := range records {
-		if r.Outcome == report.Running && !migrate.StillRunning(ctx, client, r.Namespace, r.Pod, r.ID) {
+		running := migrate.StillRunning
+		if r.Drain != nil {
+			running = migrate.DrainStillRunning
+		}
+		if r.Outcome == report.Running && !running(ctx, client, r.Namespace, r.Pod, r.ID) {
 			r.Outcome = report.Interrupted
 		}
 	}

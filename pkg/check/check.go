@@ -200,7 +200,7 @@ func (c *checker) nodes(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if !ready(node) {
+		if !migrate.NodeReady(node) {
 			return "", fail("pick a Ready node", "node %s is not Ready", n.name)
 		}
 		if n.role == "target" && node.Spec.Unschedulable {
@@ -503,13 +503,4 @@ func running(container string) kube.PodCondition {
 		}
 		return false, nil
 	}
-}
-
-func ready(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -138,6 +138,18 @@ func renewedAgo(l *coordinationv1.Lease) time.Duration {
 	return time.Since(l.Spec.RenewTime.Time).Round(time.Second)
 }
 
+// Lock takes the lease name (see LeaseName) in namespace for id, naming what
+// it guards in refusals, and renews it until release is called; a drain
+// holds its node's this way while its migrations take their pods' leases.
+func Lock(ctx context.Context, client kubernetes.Interface, namespace, id, name, what string) (release func(context.Context), err error) {
+	l := &leases{client: client, namespace: namespace, id: id}
+	if err := l.acquire(ctx, name, what, false, false); err != nil {
+		return nil, err
+	}
+	l.startRenewing()
+	return l.release, nil
+}
+
 // startRenewing renews the held leases until release or abandon.
 func (l *leases) startRenewing() {
 	if len(l.held) == 0 {
@@ -220,7 +232,17 @@ func ReleaseStaleLeases(ctx context.Context, client kubernetes.Interface, namesp
 // StillRunning reports whether the process running migration id on pod
 // still renews its lease.
 func StillRunning(ctx context.Context, client kubernetes.Interface, namespace, pod, id string) bool {
-	l, err := client.CoordinationV1().Leases(namespace).Get(ctx, LeaseName("pod", pod), metav1.GetOptions{})
+	return leaseHeldBy(ctx, client, namespace, LeaseName("pod", pod), id)
+}
+
+// DrainStillRunning reports whether drain id of node still runs (its
+// process renews the node's lease).
+func DrainStillRunning(ctx context.Context, client kubernetes.Interface, namespace, node, id string) bool {
+	return leaseHeldBy(ctx, client, namespace, LeaseName("node", node), id)
+}
+
+func leaseHeldBy(ctx context.Context, client kubernetes.Interface, namespace, name, id string) bool {
+	l, err := client.CoordinationV1().Leases(namespace).Get(ctx, name, metav1.GetOptions{})
 	return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == id && leaseFresh(l, time.Now()) && !holderGone(l.Annotations[HostAnnotation])
 }
 

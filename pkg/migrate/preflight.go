@@ -159,7 +159,7 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 	if err != nil {
 		return fmt.Errorf("get node %s: %w", m.TargetNode, err)
 	}
-	if !nodeReady(target) {
+	if !NodeReady(target) {
 		return fmt.Errorf("node %s is not Ready; pick a Ready node", m.TargetNode)
 	}
 	if target.Spec.Unschedulable {
@@ -243,7 +243,8 @@ func checkClaim(ctx context.Context, m *Migration, claim string) error {
 	return nil
 }
 
-func nodeReady(n *corev1.Node) bool {
+// NodeReady reports whether n's Ready condition is true.
+func NodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue

@@ -28,7 +28,45 @@ const (
 	// Interrupted is how kubectl migrate report shows a migration that did
 	// not end and that no process runs any more; it is never saved.
 	Interrupted Outcome = "interrupted"
+	// NotStarted is a drain's move that it did not get to (it was
+	// interrupted, or stopped at a failure with --fail-fast).
+	NotStarted Outcome = "not-started"
 )
+
+// DrainStrategy is the Strategy of a drain's record.
+const DrainStrategy = "drain"
+
+// Drain is what a node drain (kubectl migrate node) did: one move per
+// migratable pod, each with its own migration record, and the pods it left.
+type Drain struct {
+	Moves   []DrainMove `json:"moves"`
+	Skipped []DrainSkip `json:"skipped,omitempty"`
+	// Evicted are the pods handed to the eviction API (--evict-rest).
+	Evicted []string `json:"evicted,omitempty"`
+	// Uncordoned: the drain stopped early and gave the node back.
+	Uncordoned bool `json:"uncordoned,omitempty"`
+}
+
+// DrainMove is one pod's migration within a drain.
+type DrainMove struct {
+	Namespace   string `json:"namespace"`
+	Pod         string `json:"pod"`
+	StatefulSet string `json:"statefulSet,omitempty"`
+	Target      string `json:"target"`
+	// Migration is the pod's migration ID (its own record), once started.
+	Migration      string  `json:"migration,omitempty"`
+	Outcome        Outcome `json:"outcome"`
+	Error          string  `json:"error,omitempty"`
+	DowntimeMillis int64   `json:"downtimeMillis,omitempty"`
+	TotalMillis    int64   `json:"totalMillis,omitempty"`
+}
+
+// DrainSkip is a pod a drain left where it was.
+type DrainSkip struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Reason    string `json:"reason"`
+}
 
 // RecoverCommand is the command that finishes or undoes migration id.
 func RecoverCommand(namespace, id string) string {
@@ -158,6 +196,9 @@ type Record struct {
 	Leftovers []string `json:"leftovers,omitempty"`
 	// Labels tag a run for comparisons across runs (e.g. rate=10).
 	Labels map[string]string `json:"labels,omitempty"`
+	// Drain is set on a node drain's record (Strategy DrainStrategy, Pod
+	// the node).
+	Drain *Drain `json:"drain,omitempty"`
 	// Journal is the engine's state, kept while the migration may need
 	// finishing or undoing (pkg/migrate reads and writes it).
 	Journal json.RawMessage `json:"-"`

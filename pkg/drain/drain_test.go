@@ -1,0 +1,280 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+func node(name string, cpu string, labels map[string]string, taints ...corev1.Taint) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec:       corev1.NodeSpec{Taints: taints},
+		Status: corev1.NodeStatus{
+			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("8Gi")},
+		},
+	}
+}
+
+// pod is a running MS2M pod on node-a requesting cpu; mutate adjusts it.
+func pod(name, cpu string, mutate ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "apps", Labels: map[string]string{"app": name},
+			Annotations: map[string]string{migrate.QueueAnnotation: name + ".work"}},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+func ownedBy(kind, name string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.OwnerReferences = []metav1.OwnerReference{{Kind: kind, Name: name, Controller: ptr.To(true), APIVersion: "apps/v1"}}
+	}
+}
+
+func TestPlan(t *testing.T) {
+	gpuTaint := corev1.Taint{Key: "gpu", Value: "yes", Effect: corev1.TaintEffectNoSchedule}
+	client := fake.NewClientset(
+		node("node-a", "4", nil), node("node-b", "2", map[string]string{"zone": "b"}), node("node-c", "8", map[string]string{"zone": "c"}, gpuTaint),
+		pod("bare", "500m"),
+		pod("db-0", "500m", ownedBy("StatefulSet", "db")),
+		pod("web-1", "100m", ownedBy("ReplicaSet", "web")),
+		pod("logs", "100m", ownedBy("DaemonSet", "logs")),
+		pod("plain", "100m", func(p *corev1.Pod) { p.Annotations = nil }),
+		pod("cache", "100m", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		}),
+		pod("gpu-only", "100m", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"zone": "c"} }),
+		pod("gpu-ok", "100m", func(p *corev1.Pod) {
+			p.Spec.NodeSelector = map[string]string{"zone": "c"}
+			p.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}
+		}),
+		pod("huge", "3", func(p *corev1.Pod) { p.Spec.Tolerations = nil }),
+		// Already on node-b, taking room there.
+		pod("other", "1", func(p *corev1.Pod) { p.Spec.NodeName = "node-b" }),
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "apps"},
+			Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db-0"}}}},
+	)
+	plan, err := MakePlan(context.Background(), client, "node-a", PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moves := map[string]Move{}
+	for _, m := range plan.Moves {
+		moves[m.Pod.Name] = m
+	}
+	// node-b has 1 CPU left, node-c (tainted) 8: bare and db-0 fit only on
+	// node-b, 500m each; gpu-ok goes to node-c; huge fits nowhere.
+	for name, want := range map[string]string{"bare": "node-b", "db-0": "node-b", "gpu-ok": "node-c"} {
+		if moves[name].Target != want {
+			t.Errorf("%s → %q, want %s", name, moves[name].Target, want)
+		}
+	}
+	if moves["db-0"].StatefulSet != "db" || len(moves["db-0"].Budgets) != 1 || moves["bare"].StatefulSet != "" {
+		t.Errorf("db-0 %+v, bare %+v", moves["db-0"], moves["bare"])
+	}
+	skipped := map[string]Skip{}
+	for _, s := range plan.Skipped {
+		skipped[s.Pod] = s
+	}
+	for name, want := range map[string]string{
+		"web-1": "controlled by ReplicaSet web", "logs": "DaemonSet", "plain": "not an MS2M workload",
+		"cache": "emptyDir", "gpu-only": "taint gpu=yes:NoSchedule", "huge": "no node fits",
+	} {
+		if !strings.Contains(skipped[name].Reason, want) {
+			t.Errorf("%s skipped for %q, want %q", name, skipped[name].Reason, want)
+		}
+	}
+	if skipped["logs"].Evictable || !skipped["web-1"].Evictable {
+		t.Errorf("evictable: logs %v, web-1 %v", skipped["logs"].Evictable, skipped["web-1"].Evictable)
+	}
+	if len(plan.Moves)+len(plan.Skipped) != 9 {
+		t.Errorf("%d moves and %d skipped, want 9 pods in all", len(plan.Moves), len(plan.Skipped))
+	}
+}
+
+func TestPlanRefusesBadTargets(t *testing.T) {
+	client := fake.NewClientset(node("node-a", "4", nil), node("node-b", "4", nil))
+	for _, tc := range []struct {
+		o    PlanOptions
+		want string
+	}{
+		{PlanOptions{Targets: []string{"node-z"}}, "node node-z (--to) not found"},
+		{PlanOptions{Targets: []string{"node-a"}}, "is the node being drained"},
+	} {
+		if _, err := MakePlan(context.Background(), client, "node-a", tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.o, err, tc.want)
+		}
+	}
+	if _, err := MakePlan(context.Background(), client, "node-q", PlanOptions{}); err == nil || !strings.Contains(err.Error(), "node node-q not found") {
+		t.Errorf("unknown node: %v", err)
+	}
+}
+
+// fakeMigrations records how many run at once, overall and per group.
+type fakeMigrations struct {
+	mu       sync.Mutex
+	running  map[string]int // by StatefulSet or budget
+	now, max int
+	maxOf    map[string]int
+	fail     map[string]bool
+	ids      atomic.Int32
+}
+
+func (f *fakeMigrations) migrate(ctx context.Context, mv Move, id string) (*report.Record, error) {
+	keys := append([]string{"sts:" + mv.StatefulSet}, mv.Budgets...)
+	f.mu.Lock()
+	f.now++
+	f.max = max(f.max, f.now)
+	for _, k := range keys {
+		f.running[k]++
+		f.maxOf[k] = max(f.maxOf[k], f.running[k])
+	}
+	f.mu.Unlock()
+	select {
+	case <-time.After(200 * time.Millisecond): // overlap (saving the record takes a while), so limits are tested
+	case <-ctx.Done():
+	}
+	f.mu.Lock()
+	f.now--
+	for _, k := range keys {
+		f.running[k]--
+	}
+	f.mu.Unlock()
+	if f.fail[mv.Pod.Name] || ctx.Err() != nil {
+		return &report.Record{ID: id, Outcome: report.RolledBack}, errors.New("rolled back")
+	}
+	return &report.Record{ID: id, Outcome: report.Succeeded, TotalMillis: 20, Downtime: &report.Downtime{Millis: 1}}, nil
+}
+
+func newFake() *fakeMigrations {
+	return &fakeMigrations{running: map[string]int{}, maxOf: map[string]int{}, fail: map[string]bool{}}
+}
+
+func (f *fakeMigrations) deps(client *fake.Clientset) Deps {
+	return Deps{Client: client, Records: report.Store{Client: client}, Migrate: f.migrate,
+		NewID: func() string { return fmt.Sprintf("m%d", f.ids.Add(1)) }}
+}
+
+func drainWorld(extra ...runtime.Object) *fake.Clientset {
+	objs := []runtime.Object{node("node-a", "16", nil), node("node-b", "16", nil)}
+	for i := range 3 {
+		objs = append(objs, pod(fmt.Sprintf("db-%d", i), "100m", ownedBy("StatefulSet", "db"), func(p *corev1.Pod) { p.Labels["tier"] = "db" }))
+	}
+	for i := range 4 {
+		objs = append(objs, pod(fmt.Sprintf("bare-%d", i), "100m", func(p *corev1.Pod) { p.Labels["tier"] = "bare" }))
+	}
+	return fake.NewClientset(append(objs, extra...)...)
+}
+
+// The limits hold: parallel overall, one ordinal of a StatefulSet at a
+// time, a budget's allowance; the node ends cordoned and every move is in
+// the record.
+func TestRunKeepsTheLimits(t *testing.T) {
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: "apps"},
+		Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "bare"}}},
+		Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 2}}
+	client := drainWorld(pdb)
+	plan, err := MakePlan(context.Background(), client, "node-a", PlanOptions{})
+	if err != nil || len(plan.Moves) != 7 {
+		t.Fatalf("plan %v: %+v", err, plan)
+	}
+	f := newFake()
+	var started atomic.Int32
+	rec, err := Run(context.Background(), Config{ID: "d1", Namespace: "default", Parallel: 3}, f.deps(client), plan,
+		Hooks{Started: func(Move, string) { started.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.max > 3 || f.maxOf["sts:db"] != 1 || f.maxOf["apps/bare"] > 2 || f.max < 2 {
+		t.Fatalf("at once: %d overall, %d of db, %d of the budget", f.max, f.maxOf["sts:db"], f.maxOf["apps/bare"])
+	}
+	if rec.Outcome != report.Succeeded || started.Load() != 7 || len(rec.Drain.Moves) != 7 {
+		t.Fatalf("record %+v", rec)
+	}
+	for _, m := range rec.Drain.Moves {
+		if m.Migration == "" || m.Outcome != report.Succeeded || m.DowntimeMillis != 1 {
+			t.Fatalf("move %+v", m)
+		}
+	}
+	n, _ := client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+	if !n.Spec.Unschedulable {
+		t.Fatal("node-a is not cordoned after the drain")
+	}
+	saved, err := report.Store{Client: client}.Get(context.Background(), "default", "d1")
+	if err != nil || saved.Drain == nil || saved.Outcome != report.Succeeded {
+		t.Fatalf("saved drain record %v: %+v", err, saved)
+	}
+	leases, _ := client.CoordinationV1().Leases("default").List(context.Background(), metav1.ListOptions{})
+	if len(leases.Items) != 0 {
+		t.Fatal("the drain's lease is left")
+	}
+}
+
+// A failed move does not stop the others; with FailFast it does, and the
+// node, cordoned by the drain, is uncordoned.
+func TestRunFailures(t *testing.T) {
+	for _, failFast := range []bool{false, true} {
+		client := drainWorld()
+		plan, _ := MakePlan(context.Background(), client, "node-a", PlanOptions{})
+		f := newFake()
+		f.fail["bare-0"] = true
+		rec, err := Run(context.Background(), Config{ID: "d2", Namespace: "default", Parallel: 1, FailFast: failFast}, f.deps(client), plan, Hooks{})
+		if err == nil || !strings.Contains(err.Error(), "apps/bare-0 (rolled-back)") || rec.Outcome != report.Failed {
+			t.Fatalf("fail-fast %v: %v, %s", failFast, err, rec.Outcome)
+		}
+		counts := map[report.Outcome]int{}
+		for _, m := range rec.Drain.Moves {
+			counts[m.Outcome]++
+		}
+		n, _ := client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+		if !failFast && (counts[report.Succeeded] != 6 || !n.Spec.Unschedulable) {
+			t.Fatalf("without fail-fast: %v, cordoned %v", counts, n.Spec.Unschedulable)
+		}
+		if failFast && (counts[report.NotStarted] == 0 || n.Spec.Unschedulable || !rec.Drain.Uncordoned) {
+			t.Fatalf("with fail-fast: %v, cordoned %v", counts, n.Spec.Unschedulable)
+		}
+	}
+}
+
+// A budget that allows no disruption holds its pods back, named, while the
+// rest move.
+func TestRunBudgetAllowingNothing(t *testing.T) {
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "strict", Namespace: "apps"},
+		Spec: policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "db"}}}}
+	client := drainWorld(pdb)
+	plan, _ := MakePlan(context.Background(), client, "node-a", PlanOptions{})
+	rec, err := Run(context.Background(), Config{ID: "d3", Namespace: "default", Parallel: 2}, newFake().deps(client), plan, Hooks{})
+	if err == nil {
+		t.Fatal("a drain that left pods behind succeeded")
+	}
+	for _, m := range rec.Drain.Moves {
+		isDB := strings.HasPrefix(m.Pod, "db-")
+		if isDB && (m.Outcome != report.Failed || !strings.Contains(m.Error, "apps/strict allows no disruption")) || !isDB && m.Outcome != report.Succeeded {
+			t.Fatalf("move %+v", m)
+		}
+	}
+}

@@ -1,0 +1,381 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// Config is how to drain.
+type Config struct {
+	ID string
+	// Namespace keeps the drain's record and lease.
+	Namespace string
+	// Parallel migrations at once (≥ 1).
+	Parallel int
+	// FailFast stops starting migrations after the first that fails.
+	FailFast bool
+	// KeepCordoned leaves the node cordoned when the drain stops early.
+	KeepCordoned bool
+	// EvictRest hands the pods that did not move to the eviction API.
+	EvictRest bool
+	// Targets names the target nodes for the record ("" = any).
+	Targets string
+}
+
+// Deps are what a drain drives.
+type Deps struct {
+	Client  kubernetes.Interface
+	Records migrate.RecordStore
+	// Migrate runs one move as migration id and returns its record (the
+	// single-pod engine, configured by the caller from the pod's
+	// annotations and the drain's flags).
+	Migrate func(ctx context.Context, mv Move, id string) (*report.Record, error)
+	// NewID names a move's migration.
+	NewID func() string
+}
+
+// Hooks show progress; either may be nil.
+type Hooks struct {
+	Started  func(mv Move, id string)
+	Finished func(mv Move, result report.DrainMove)
+}
+
+// drainer is one drain in progress.
+type drainer struct {
+	cfg   Config
+	deps  Deps
+	hooks Hooks
+	plan  Plan
+
+	mu  sync.Mutex
+	rec *report.Record
+}
+
+// Run drains plan's node: it takes the node's lease, cordons the node, runs
+// the moves (cfg.Parallel at once, never two pods of one StatefulSet and
+// never more of a PodDisruptionBudget's pods than it allows at the start),
+// and saves the drain's record as it goes. A failed move was rolled back by
+// its migration; the drain goes on unless FailFast. If ctx ends, running
+// migrations roll back (or leave their journals) and the rest do not start.
+// A drain that stops early uncordons the node (unless KeepCordoned or it was
+// cordoned before).
+func Run(ctx context.Context, cfg Config, deps Deps, plan Plan, hooks Hooks) (*report.Record, error) {
+	if cfg.Parallel < 1 {
+		cfg.Parallel = 1
+	}
+	release, err := migrate.Lock(ctx, deps.Client, cfg.Namespace, cfg.ID, migrate.LeaseName("node", plan.Node), "node "+plan.Node)
+	if err != nil {
+		return nil, err
+	}
+	defer release(context.WithoutCancel(ctx))
+	d := &drainer{cfg: cfg, deps: deps, hooks: hooks, plan: plan, rec: &report.Record{
+		ID: cfg.ID, Strategy: report.DrainStrategy, Namespace: cfg.Namespace, Pod: plan.Node,
+		SourceNode: plan.Node, TargetNode: cfg.Targets, StartedAt: time.Now().UTC(), Outcome: report.Running,
+		Drain: &report.Drain{},
+	}}
+	for _, mv := range plan.Moves {
+		d.rec.Drain.Moves = append(d.rec.Drain.Moves, report.DrainMove{Namespace: mv.Pod.Namespace, Pod: mv.Pod.Name, StatefulSet: mv.StatefulSet, Target: mv.Target, Outcome: report.NotStarted})
+	}
+	for _, s := range plan.Skipped {
+		d.rec.Drain.Skipped = append(d.rec.Drain.Skipped, report.DrainSkip{Namespace: s.Namespace, Pod: s.Pod, Reason: s.Reason})
+	}
+	if err := d.save(ctx); err != nil {
+		return nil, err
+	}
+	wasCordoned, err := SetCordon(ctx, deps.Client, plan.Node, true)
+	if err != nil {
+		d.finish(ctx, err)
+		return d.rec, err
+	}
+	stoppedEarly := d.runMoves(ctx)
+	var errs []error
+	if stoppedEarly && !cfg.KeepCordoned && !wasCordoned {
+		_, err := SetCordon(context.WithoutCancel(ctx), deps.Client, plan.Node, false)
+		errs = append(errs, err)
+		d.rec.Drain.Uncordoned = err == nil
+	}
+	if cfg.EvictRest && !stoppedEarly {
+		errs = append(errs, d.evictRest(ctx))
+	}
+	err = errors.Join(errs...)
+	d.finish(context.WithoutCancel(ctx), err)
+	return d.rec, d.outcomeError(err)
+}
+
+// runMoves runs the moves under the limits; it reports whether it stopped
+// before trying them all.
+func (d *drainer) runMoves(ctx context.Context) (stoppedEarly bool) {
+	limits, err := budgetLimits(ctx, d.deps.Client, d.plan.Moves)
+	if err != nil {
+		d.rec.Error = err.Error()
+		return true
+	}
+	var (
+		mu      sync.Mutex
+		cond    = sync.NewCond(&mu)
+		pending = slices.Clone(d.plan.Moves)
+		index   = map[string]int{}
+		busySts = map[string]bool{}
+		inUse   = map[string]int{}
+		stop    bool
+		wg      sync.WaitGroup
+	)
+	for i, mv := range d.plan.Moves {
+		index[mv.Name()] = i
+	}
+	allowed := func(mv Move) bool {
+		if mv.StatefulSet != "" && busySts[mv.Pod.Namespace+"/"+mv.StatefulSet] {
+			return false
+		}
+		for _, b := range mv.Budgets {
+			if inUse[b] >= limits[b] {
+				return false
+			}
+		}
+		return true
+	}
+	running := 0
+	// next waits for a move it may start, or returns false when there is
+	// none left to start.
+	next := func() (Move, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		for {
+			if stop || ctx.Err() != nil || len(pending) == 0 {
+				return Move{}, false
+			}
+			for i, mv := range pending {
+				if allowed(mv) {
+					pending = slices.Delete(pending, i, i+1)
+					if mv.StatefulSet != "" {
+						busySts[mv.Pod.Namespace+"/"+mv.StatefulSet] = true
+					}
+					for _, b := range mv.Budgets {
+						inUse[b]++
+					}
+					running++
+					return mv, true
+				}
+			}
+			if running == 0 {
+				// Nothing runs that could free a budget: what waits is
+				// held by a budget that allows no disruption now.
+				for _, mv := range pending {
+					d.update(ctx, index[mv.Name()], func(m *report.DrainMove) {
+						m.Outcome, m.Error = report.Failed, "its PodDisruptionBudget "+strings.Join(mv.Budgets, ", ")+" allows no disruption now; not migrated"
+					})
+				}
+				pending = nil
+				return Move{}, false
+			}
+			cond.Wait()
+		}
+	}
+	done := func(mv Move, failed bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if mv.StatefulSet != "" {
+			delete(busySts, mv.Pod.Namespace+"/"+mv.StatefulSet)
+		}
+		for _, b := range mv.Budgets {
+			inUse[b]--
+		}
+		running--
+		if failed && d.cfg.FailFast {
+			stop = true
+		}
+		cond.Broadcast()
+	}
+	// A cancelled context must wake the waiting workers.
+	stopWaking := context.AfterFunc(ctx, func() { mu.Lock(); cond.Broadcast(); mu.Unlock() })
+	defer stopWaking()
+	for range d.cfg.Parallel {
+		wg.Go(func() {
+			for {
+				mv, ok := next()
+				if !ok {
+					return
+				}
+				done(mv, !d.move(ctx, mv, index[mv.Name()]))
+			}
+		})
+	}
+	wg.Wait()
+	return stop || ctx.Err() != nil || len(pending) > 0
+}
+
+// move runs one migration and records its outcome; it reports success.
+func (d *drainer) move(ctx context.Context, mv Move, i int) bool {
+	id := d.deps.NewID()
+	d.update(ctx, i, func(m *report.DrainMove) { m.Migration, m.Outcome = id, report.Running })
+	if d.hooks.Started != nil {
+		d.hooks.Started(mv, id)
+	}
+	rec, err := d.deps.Migrate(ctx, mv, id)
+	var result report.DrainMove
+	d.update(ctx, i, func(m *report.DrainMove) {
+		m.Outcome = report.Failed
+		if rec != nil {
+			m.Outcome, m.TotalMillis = rec.Outcome, rec.TotalMillis
+			if rec.Downtime != nil {
+				m.DowntimeMillis = rec.Downtime.Millis
+			}
+		}
+		if err != nil {
+			m.Error = err.Error()
+		}
+		result = *m
+	})
+	if d.hooks.Finished != nil {
+		d.hooks.Finished(mv, result)
+	}
+	return err == nil && result.Outcome == report.Succeeded
+}
+
+// update changes move i of the record and saves it; a save that fails is
+// not fatal to the drain (each migration keeps its own record).
+func (d *drainer) update(ctx context.Context, i int, change func(*report.DrainMove)) {
+	d.mu.Lock()
+	change(&d.rec.Drain.Moves[i])
+	d.mu.Unlock()
+	_ = d.save(context.WithoutCancel(ctx))
+}
+
+func (d *drainer) save(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.deps.Records == nil {
+		return nil
+	}
+	return d.deps.Records.Save(ctx, d.rec)
+}
+
+func (d *drainer) finish(ctx context.Context, err error) {
+	d.mu.Lock()
+	d.rec.Outcome = report.Succeeded
+	for _, m := range d.rec.Drain.Moves {
+		if m.Outcome != report.Succeeded {
+			d.rec.Outcome = report.Failed
+		}
+	}
+	if err != nil {
+		d.rec.Outcome = report.Failed
+		d.rec.Error = strings.TrimSpace(strings.Join([]string{d.rec.Error, err.Error()}, " "))
+	}
+	d.rec.TotalMillis = time.Since(d.rec.StartedAt).Milliseconds()
+	d.mu.Unlock()
+	_ = d.save(ctx)
+}
+
+// outcomeError is the drain's error: err, or which moves did not succeed.
+func (d *drainer) outcomeError(err error) error {
+	var failed []string
+	for _, m := range d.rec.Drain.Moves {
+		if m.Outcome != report.Succeeded {
+			failed = append(failed, m.Namespace+"/"+m.Pod+" ("+string(m.Outcome)+")")
+		}
+	}
+	if len(failed) > 0 {
+		err = errors.Join(err, fmt.Errorf("%d of %d pods did not move: %s", len(failed), len(d.rec.Drain.Moves), strings.Join(failed, ", ")))
+	}
+	return err
+}
+
+// budgetLimits reads how many disruptions each budget allows now.
+func budgetLimits(ctx context.Context, client kubernetes.Interface, moves []Move) (map[string]int, error) {
+	limits := map[string]int{}
+	for _, mv := range moves {
+		for _, b := range mv.Budgets {
+			if _, ok := limits[b]; ok {
+				continue
+			}
+			ns, name, _ := strings.Cut(b, "/")
+			pdb, err := client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("read PodDisruptionBudget %s: %w", b, err)
+			}
+			limits[b] = int(pdb.Status.DisruptionsAllowed)
+		}
+	}
+	return limits, nil
+}
+
+// SetCordon marks node unschedulable (or schedulable) and reports whether
+// it already was.
+func SetCordon(ctx context.Context, client kubernetes.Interface, node string, unschedulable bool) (bool, error) {
+	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("get node %s: %w", node, err)
+	}
+	was := n.Spec.Unschedulable
+	if was == unschedulable {
+		return was, nil
+	}
+	patch := fmt.Appendf(nil, `{"spec":{"unschedulable":%t}}`, unschedulable)
+	if _, err := client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return was, fmt.Errorf("cordon node %s (needs patch on nodes): %w", node, err)
+	}
+	return was, nil
+}
+
+// evictRest evicts what did not move, as kubectl drain does: pods that may
+// be evicted and failed moves (rolled back, so still on the node), retrying
+// while a budget refuses, and waits until they are gone.
+func (d *drainer) evictRest(ctx context.Context) error {
+	var names []types.NamespacedName
+	for _, s := range d.plan.Skipped {
+		if s.Evictable {
+			names = append(names, types.NamespacedName{Namespace: s.Namespace, Name: s.Pod})
+		}
+	}
+	for _, m := range d.rec.Drain.Moves {
+		if m.Outcome == report.RolledBack || m.Outcome == report.NotStarted {
+			names = append(names, types.NamespacedName{Namespace: m.Namespace, Name: m.Pod})
+		}
+	}
+	var errs []error
+	for _, n := range names {
+		err := wait.PollUntilContextTimeout(ctx, 5*time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			err := d.deps.Client.PolicyV1().Evictions(n.Namespace).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Namespace: n.Namespace}})
+			switch {
+			case err == nil, apierrors.IsNotFound(err):
+				return true, nil
+			case apierrors.IsTooManyRequests(err): // a budget says not now
+				return false, nil
+			}
+			return false, err
+		})
+		if err == nil {
+			waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			_, err = kube.WaitForPod(waitCtx, d.deps.Client, n.Namespace, n.Name, gone)
+			cancel()
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("evict %s: %w", n, err))
+			continue
+		}
+		d.mu.Lock()
+		d.rec.Drain.Evicted = append(d.rec.Drain.Evicted, n.String())
+		d.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+func gone(p *corev1.Pod) (bool, error) { return p == nil, nil }
