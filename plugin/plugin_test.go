@@ -70,6 +70,12 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		{[]string{"check", "--from", "node-a", "--to", "node-b"}, "give --registry"},
 		{[]string{"check", "--from", "node-a", "--to", "node-b", "--registry", "r/c", "-o", "yaml"}, "--output must be json"},
 		{[]string{"check", "node-a", "node-b"}, "unknown command"},
+		{[]string{"node"}, "give the node to drain"},
+		{[]string{"node", "node-a", "--to", "node-a"}, "--to node-a is the node being drained"},
+		{[]string{"node", "node-a", "--to", "node-b", "--to-selector", "pool=x"}, "give --to or --to-selector, not both"},
+		{[]string{"node", "node-a", "--parallel", "0"}, "--parallel must be at least 1"},
+		{[]string{"node", "node-a", "--mode", "parallel"}, `--mode must be one of [sequential shadow], not "parallel"`},
+		{[]string{"node", "node-a", "--to-selector", "pool in (x"}, "is not a label selector"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			w := migratetest.NewWorld(t)

@@ -92,10 +92,13 @@ func totalText(r *report.Record) string {
 	return FormatMillis(r.TotalMillis)
 }
 
-// Record writes one migration in detail: the paper's sub-process
+// Record writes one migration in detail (a drain's record as Drain does): the paper's sub-process
 // latency breakdown as a table with proportional bars, a stacked bar of the
 // whole migration coloured by phase, and downtime against total time.
 func Record(w io.Writer, r *report.Record, o Options) error {
+	if r.Drain != nil {
+		return Drain(w, r, o)
+	}
 	var b strings.Builder
 	target := r.TargetPod
 	if target == "" {

@@ -1,0 +1,394 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/rand"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/drain"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report/render"
+)
+
+const nodeExample = `  # See what a drain of node-a would do: which pod goes where, how, and what stays
+  kubectl migrate node node-a --to node-b --dry-run
+
+  # Drain node-a onto node-b, two migrations at once
+  kubectl migrate node node-a --to node-b --parallel 2
+
+  # Any node labelled pool=stateful; StatefulSet pods through a shadow copy
+  kubectl migrate node node-a --to-selector pool=stateful --mode shadow
+
+  # Then hand what cannot move to the eviction API, as kubectl drain would
+  kubectl migrate node node-a --to node-b --evict-rest`
+
+// NodeOptions are the options of kubectl migrate node.
+type NodeOptions struct {
+	migrationFlags
+
+	ToSelector   string
+	Parallel     int
+	Mode         string
+	FailFast     bool
+	EvictRest    bool
+	KeepCordoned bool
+
+	node          string
+	allNamespaces bool
+	selector      labels.Selector
+}
+
+// NewCmdNode returns kubectl migrate node.
+func NewCmdNode(root *RootOptions) *cobra.Command {
+	o := &NodeOptions{migrationFlags: migrationFlags{RootOptions: root}}
+	cmd := &cobra.Command{
+		Use:   "node NODE [--to NODE | --to-selector LABELS]",
+		Short: "Drain a node by live-migrating what can move",
+		Long: `Drain a node the way kubectl drain does, but move the stateful consumers
+alive instead of evicting them: the node is cordoned, and every migratable pod
+on it is migrated with its in-memory state, bare pods as kubectl migrate pod
+does and StatefulSet pods as kubectl migrate sts does (--mode), each with its
+own ms2m.io/* annotations.
+
+Each pod goes to a Ready, schedulable node (of --to, or of --to-selector, or
+any other) that matches its node selector and required node affinity,
+tolerates that node's taints and has room for its requests; of those, the one
+with the most CPU left. --parallel migrations run at once, but never two pods
+of one StatefulSet, and never more pods of a PodDisruptionBudget than it
+allows when the drain starts (pods of a budget that allows none are not
+migrated).
+
+Pods that cannot move are listed up front with the reason, and left: DaemonSet
+and static pods, pods of other controllers, pods without the MS2M contract
+(no ms2m.io/queue annotation), pods with node-local volumes, pods no node fits.
+--evict-rest hands them (and pods whose migration failed) to the eviction API
+afterwards. --dry-run prints the whole plan and changes nothing.
+
+A pod whose migration fails is rolled back and the drain goes on with the
+others (--fail-fast stops it). A drain that stops early (--fail-fast, Ctrl-C)
+uncordons the node unless it was cordoned before or --keep-cordoned is given.
+Each pod's migration has its own record and journal (kubectl migrate recover
+finishes or undoes one whose process died); the drain's record lists them
+all, and kubectl migrate report shows it.
+
+Pods of every namespace are drained, or only of -n NAMESPACE when it is given;
+the drain's record and lease are kept in the current namespace.`,
+		Example:           nodeExample,
+		Args:              exactlyOne("the node to drain: kubectl migrate node NODE"),
+		ValidArgsFunction: completeNodes(root),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.allNamespaces = !cmd.Flags().Changed("namespace")
+			return runE(o)(cmd, args)
+		},
+	}
+	o.add(cmd)
+	fs := cmd.Flags()
+	fs.Lookup("to").Usage = "the node to move pods to (default: any Ready, schedulable node that fits each)"
+	fs.StringVar(&o.ToSelector, "to-selector", "", "label selector of the nodes to move pods to, e.g. pool=stateful")
+	fs.IntVar(&o.Parallel, "parallel", 2, "migrations at once")
+	fs.StringVar(&o.Mode, "mode", string(migrate.Sequential), "StatefulSet pods: sequential or shadow")
+	fs.BoolVar(&o.FailFast, "fail-fast", false, "stop starting migrations once one fails")
+	fs.BoolVar(&o.EvictRest, "evict-rest", false, "afterwards, evict the pods that did not move, as kubectl drain would")
+	fs.BoolVar(&o.KeepCordoned, "keep-cordoned", false, "leave the node cordoned when the drain stops early")
+	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{string(migrate.Sequential), string(migrate.Shadow)}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// Complete takes the node and parses the selector.
+func (o *NodeOptions) Complete(args []string) error {
+	o.node = args[0]
+	if err := o.complete(""); err != nil {
+		return err
+	}
+	if o.ToSelector != "" {
+		sel, err := labels.Parse(o.ToSelector)
+		if err != nil {
+			return fmt.Errorf("--to-selector %q is not a label selector: %v", o.ToSelector, err)
+		}
+		o.selector = sel
+	}
+	return nil
+}
+
+// Validate checks the flags with the engine's own rules, for both kinds of
+// pod, before anything talks to the cluster.
+func (o *NodeOptions) Validate() error {
+	switch {
+	case o.To != "" && o.ToSelector != "":
+		return errors.New("give --to or --to-selector, not both")
+	case o.To == o.node:
+		return fmt.Errorf("--to %s is the node being drained; pick another", o.To)
+	case o.Parallel < 1:
+		return fmt.Errorf("--parallel must be at least 1, not %d", o.Parallel)
+	}
+	for _, sts := range []string{"", "x"} {
+		c, err := o.configFor(drain.Move{Pod: &corev1.Pod{}, StatefulSet: sts, Target: "planned"}, "")
+		if err != nil {
+			return err
+		}
+		if err := c.ValidateChoices(); err != nil {
+			return err
+		}
+	}
+	return validateOutput(o.Output)
+}
+
+// configFor is the engine's config for one move of the drain.
+func (o *NodeOptions) configFor(mv drain.Move, id string) (migrate.Config, error) {
+	pod := mv.Pod
+	if pod.Name == "" {
+		pod = nil // validation: the flags alone
+	}
+	c, err := o.migrationFlags.toConfig(pod, id)
+	c.Namespace, c.Pod, c.TargetNode = mv.Pod.Namespace, mv.Pod.Name, mv.Target
+	c.Transfer = migrate.ViaRegistry
+	if mv.StatefulSet != "" {
+		c.StatefulSet, c.Mode, c.TargetName = mv.StatefulSet, migrate.StatefulSetMode(o.Mode), mv.Pod.Name
+	} else if pod != nil {
+		c.TargetName = targetName(pod, id)
+	}
+	return c, err
+}
+
+// Run plans the drain, prints the plan (and stops, with --dry-run), then
+// drains and prints the summary.
+func (o *NodeOptions) Run(ctx context.Context) error {
+	client, err := o.NewClient()
+	if err != nil {
+		return err
+	}
+	namespace := o.namespace
+	if o.allNamespaces {
+		namespace = ""
+	}
+	opts := drain.PlanOptions{Namespace: namespace, TargetSelector: o.selector}
+	if o.To != "" {
+		opts.Targets = []string{o.To}
+	}
+	plan, err := drain.MakePlan(ctx, client, o.node, opts)
+	if err != nil {
+		return err
+	}
+	if o.DryRun || o.Output == "" {
+		if err := o.printDrainPlan(plan); err != nil || o.DryRun {
+			return err
+		}
+	}
+	id := rand.String(5)
+	hint := fmt.Sprintf("the drain's record is %s; kubectl migrate report lists any pod migration to recover", id)
+	o.recoverHint.Store(&hint)
+	st := newDrainStatus(o.RootOptions, plan)
+	labels := map[string]string{"drain": id}
+	deps := drain.Deps{
+		Client: client, Records: report.Store{Client: client}, NewID: func() string { return rand.String(5) },
+		Migrate: func(ctx context.Context, mv drain.Move, mid string) (*report.Record, error) {
+			cfg, err := o.configFor(mv, mid)
+			if err != nil {
+				return nil, err
+			}
+			cfg.Labels = mergeLabels(cfg.Labels, labels)
+			mdeps, err := o.NewDeps(ctx, client, cfg, mv.Pod.Spec.ImagePullSecrets)
+			if err != nil {
+				return nil, err
+			}
+			return migrate.Run(ctx, cfg, mdeps, st.migrationHooks(mv))
+		},
+	}
+	targets := firstOf(o.To, o.ToSelector)
+	st.start()
+	rec, err := drain.Run(ctx, drain.Config{
+		ID: id, Namespace: o.namespace, Parallel: o.Parallel, FailFast: o.FailFast,
+		KeepCordoned: o.KeepCordoned, EvictRest: o.EvictRest, Targets: targets,
+	}, deps, plan, drain.Hooks{Started: st.started, Finished: st.finished})
+	st.stop()
+	if rec == nil {
+		return err
+	}
+	if printErr := o.RootOptions.printRecord(rec, o.Output); printErr != nil && err == nil {
+		err = printErr
+	}
+	return err
+}
+
+func mergeLabels(a, b map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+// printDrainPlan writes which pod goes where and what stays (on stdout for
+// --dry-run, else on stderr before the drain starts).
+func (o *NodeOptions) printDrainPlan(plan drain.Plan) error {
+	w := o.ErrOut
+	if o.DryRun {
+		w = o.Out
+	}
+	var b strings.Builder
+	how := string(o.Strategy)
+	fmt.Fprintf(&b, "Drain of %s: %d pod(s) to migrate (%s, StatefulSet pods %s, %d at once), %d left.\n", plan.Node, len(plan.Moves), how, o.Mode, o.Parallel, len(plan.Skipped))
+	for _, mv := range plan.Moves {
+		kind := "pod"
+		if mv.StatefulSet != "" {
+			kind = "sts " + mv.StatefulSet
+		}
+		extra := ""
+		if len(mv.Budgets) > 0 {
+			extra = "  (budget " + strings.Join(mv.Budgets, ", ") + ")"
+		}
+		fmt.Fprintf(&b, "  migrate %s → %s  [%s]%s\n", mv.Name(), mv.Target, kind, extra)
+	}
+	for _, s := range plan.Skipped {
+		then := ""
+		if o.EvictRest && s.Evictable {
+			then = "; will be evicted"
+		}
+		fmt.Fprintf(&b, "  leave   %s/%s: %s%s\n", s.Namespace, s.Pod, s.Reason, then)
+	}
+	if o.DryRun {
+		b.WriteString("Nothing was changed (the node was not cordoned).\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// drainStatus shows the whole drain on stderr: on a terminal an overall bar
+// and one line per pod with its phase, redrawn; otherwise a line when a pod
+// starts and when it ends.
+type drainStatus struct {
+	w   io.Writer
+	tty bool
+
+	mu      sync.Mutex
+	names   []string
+	lines   map[string]string
+	phases  map[string]report.PhaseTiming
+	began   map[string]time.Time
+	done    int
+	failed  int
+	t0      time.Time
+	drawn   int
+	quit    chan struct{}
+	stopped sync.WaitGroup
+}
+
+func newDrainStatus(o *RootOptions, plan drain.Plan) *drainStatus {
+	s := &drainStatus{w: o.colourWriter(o.ErrOut), lines: map[string]string{}, phases: map[string]report.PhaseTiming{}, began: map[string]time.Time{}, quit: make(chan struct{})}
+	if o.Quiet {
+		s.w = io.Discard
+	}
+	if f, ok := o.ErrOut.(*os.File); ok && !o.Quiet {
+		s.tty = term.IsTerminal(int(f.Fd()))
+	}
+	for _, mv := range plan.Moves {
+		s.names = append(s.names, mv.Name())
+		s.lines[mv.Name()] = dimStyle.Render("  · " + mv.Name() + " → " + mv.Target + "  waiting")
+	}
+	return s
+}
+
+func (s *drainStatus) start() {
+	s.t0 = time.Now()
+	if !s.tty {
+		return
+	}
+	s.stopped.Add(1)
+	go func() {
+		defer s.stopped.Done()
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			s.redraw()
+			select {
+			case <-s.quit:
+				s.redraw()
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+}
+
+func (s *drainStatus) stop() {
+	close(s.quit)
+	s.stopped.Wait()
+}
+
+// redraw writes the block again over the last one.
+func (s *drainStatus) redraw() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b strings.Builder
+	if s.drawn > 0 {
+		fmt.Fprintf(&b, "\x1b[%dA", s.drawn)
+	}
+	total := len(s.names)
+	const width = 30
+	filled := 0
+	if total > 0 {
+		filled = width * s.done / total
+	}
+	fmt.Fprintf(&b, "\x1b[2K%s %s%s %d/%d done, %d failed  %s\n", "draining", strings.Repeat("█", filled), strings.Repeat("░", width-filled), s.done, total, s.failed, time.Since(s.t0).Round(100*time.Millisecond))
+	for _, n := range s.names {
+		line := s.lines[n]
+		if p, ok := s.phases[n]; ok {
+			line = fmt.Sprintf("  %c %s  %s %s", spinnerFrames[int(time.Since(s.t0)/(100*time.Millisecond))%len(spinnerFrames)], n, p.Label(), dimStyle.Render(time.Since(s.began[n]).Round(100*time.Millisecond).String()))
+		}
+		fmt.Fprintf(&b, "\x1b[2K%s\n", line)
+	}
+	s.drawn = 1 + len(s.names)
+	_, _ = io.WriteString(s.w, b.String())
+}
+
+func (s *drainStatus) started(mv drain.Move, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.began[mv.Name()] = time.Now()
+	if !s.tty {
+		fmt.Fprintf(s.w, "→ %s to %s (migration %s)\n", mv.Name(), mv.Target, id)
+	}
+}
+
+func (s *drainStatus) finished(mv drain.Move, r report.DrainMove) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.phases, mv.Name())
+	s.done++
+	mark, what := doneMark, fmt.Sprintf("%s (downtime %s)", render.FormatMillis(r.TotalMillis), render.FormatMillis(r.DowntimeMillis))
+	if r.Outcome != report.Succeeded {
+		s.failed++
+		mark, what = failMark, string(r.Outcome)
+		if r.Error != "" {
+			what += ": " + r.Error
+		}
+	}
+	s.lines[mv.Name()] = fmt.Sprintf("  %s %s → %s  %s", mark, mv.Name(), mv.Target, what)
+	if !s.tty {
+		fmt.Fprintln(s.w, strings.TrimSpace(s.lines[mv.Name()]))
+	}
+}
+
+// migrationHooks follow one pod's phases.
+func (s *drainStatus) migrationHooks(mv drain.Move) migrate.Hooks {
+	return migrate.Hooks{PhaseStarted: func(p report.PhaseTiming) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.phases[mv.Name()] = p
+	}}
+}

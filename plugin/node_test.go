@@ -1,0 +1,82 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// drainWorld has the sample consumer (an MS2M pod) and a pod without the
+// contract on node-a.
+func drainWorld(t *testing.T) *migratetest.World {
+	consumer := migratetest.SourcePod()
+	consumer.Annotations = map[string]string{migrate.QueueAnnotation: "work"}
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"},
+		Spec:   corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "c"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	return migratetest.NewWorld(t, []runtime.Object{migratetest.Node("node-a", "cri-o://1.34.0"), migratetest.Node("node-b", "cri-o://1.34.0"), consumer, plain}...)
+}
+
+func TestNodeDryRunPrintsThePlanAndChangesNothing(t *testing.T) {
+	w := drainWorld(t)
+	r := execute(t, w, "node", "node-a", "--to", "node-b", "--dry-run")
+	if r.err != nil {
+		t.Fatalf("%v\n%s", r.err, r.errOut)
+	}
+	for _, want := range []string{"migrate default/consumer → node-b  [pod]", "leave   default/plain: no ms2m.io/queue annotation", "Nothing was changed"} {
+		if !strings.Contains(r.out.String(), want) {
+			t.Errorf("plan lacks %q:\n%s", want, r.out)
+		}
+	}
+	n, _ := w.Client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+	if n.Spec.Unschedulable || len(w.Changes()) != 0 || len(w.Records()) != 0 {
+		t.Fatalf("a dry run changed the cluster: cordoned %v, %v", n.Spec.Unschedulable, w.Changes())
+	}
+}
+
+// The drain migrates the consumer through the engine (with the pod's and
+// the flags' settings), leaves the other pod, and records both.
+func TestNodeDrainsThroughTheEngine(t *testing.T) {
+	w := drainWorld(t)
+	r := execute(t, w, append([]string{"node", "node-a", "--to", "node-b", "-o", "json"}, brokerFlags...)...)
+	if r.err != nil {
+		t.Fatalf("%v\n%s", r.err, r.errOut)
+	}
+	var rec report.Record
+	if err := json.Unmarshal(r.out.Bytes(), &rec); err != nil || rec.Drain == nil {
+		t.Fatalf("not a drain record: %v\n%s", err, r.out)
+	}
+	if len(rec.Drain.Moves) != 1 || rec.Drain.Moves[0].Outcome != report.Succeeded || len(rec.Drain.Skipped) != 1 || rec.Outcome != report.Succeeded {
+		t.Fatalf("drain %+v", rec.Drain)
+	}
+	var migration *report.Record
+	for _, saved := range w.Records() {
+		if saved.ID == rec.Drain.Moves[0].Migration {
+			migration = saved
+		}
+	}
+	if migration == nil || migration.Outcome != report.Succeeded || migration.Labels["drain"] != rec.ID || migration.TargetNode != "node-b" {
+		t.Fatalf("the pod's own record: %+v", migration)
+	}
+	n, _ := w.Client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+	if !n.Spec.Unschedulable {
+		t.Fatal("node-a is not cordoned")
+	}
+	list := execute(t, w, "report")
+	if !strings.Contains(list.out.String(), rec.ID) || !strings.Contains(list.out.String(), "drain") {
+		t.Fatalf("report does not list the drain:\n%s", list.out)
+	}
+	detail := execute(t, w, "report", rec.ID)
+	if !strings.Contains(detail.out.String(), "default/consumer") || !strings.Contains(detail.out.String(), "left on node-a (1)") {
+		t.Fatalf("report of the drain:\n%s", detail.out)
+	}
+}
