@@ -21,6 +21,8 @@ func TestToConfig(t *testing.T) {
 		}},
 		Spec: corev1.PodSpec{ImagePullSecrets: []corev1.LocalObjectReference{{Name: "pull"}}},
 	}
+	templated := annotated.DeepCopy()
+	templated.Name, templated.Annotations[migrate.QueueAnnotation] = "consumer-1", "work-$(POD_NAME)"
 	badPort := annotated.DeepCopy()
 	badPort.Annotations[migrate.ControlPortAnnotation] = "http"
 	shared := func(mod func(*migrationFlags)) migrationFlags {
@@ -52,6 +54,9 @@ func TestToConfig(t *testing.T) {
 		}, ""},
 		{"a StatefulSet pod keeps its name", &StsOptions{migrationFlags: shared(func(f *migrationFlags) { f.pod = "consumer-0" }), Mode: "shadow", statefulSet: "consumer"}, annotated, func(c migrate.Config) bool {
 			return c.StatefulSet == "consumer" && c.Mode == migrate.Shadow && c.Pod == "consumer-0" && c.TargetName == "consumer-0" && c.Transfer == migrate.ViaRegistry
+		}, ""},
+		{"an ordinal's own queue from its StatefulSet's template", &StsOptions{migrationFlags: shared(func(f *migrationFlags) { f.pod = "consumer-1" }), Mode: "sequential", statefulSet: "consumer"}, templated, func(c migrate.Config) bool {
+			return c.Broker.Queue == "work-consumer-1"
 		}, ""},
 		{"flags alone", &PodOptions{migrationFlags: shared(nil)}, nil, func(c migrate.Config) bool {
 			return c.ControlPort == 8080 && c.Broker == migrate.BrokerConfig{} && c.TargetName == ""

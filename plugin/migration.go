@@ -131,7 +131,7 @@ func (f *migrationFlags) toConfig(pod *corev1.Pod, id string) (migrate.Config, e
 		Broker: migrate.BrokerConfig{
 			URL:      firstOf(f.BrokerURL, a[migrate.BrokerURLAnnotation]),
 			Exchange: firstOf(f.Exchange, a[migrate.ExchangeAnnotation]),
-			Queue:    firstOf(f.Queue, a[migrate.QueueAnnotation]),
+			Queue:    podQueue(firstOf(f.Queue, a[migrate.QueueAnnotation]), pod),
 		},
 		ControlPort:       f.ControlPort,
 		CheckpointTimeout: f.CheckpointTimeout, PhaseTimeout: f.PhaseTimeout, ReplayTimeout: f.ReplayTimeout, Timeout: f.Timeout,
@@ -149,6 +149,15 @@ func (f *migrationFlags) toConfig(pod *corev1.Pod, id string) (migrate.Config, e
 		}
 	}
 	return c, nil
+}
+
+// podQueue expands $(POD_NAME) in a queue name with the pod's name, so that
+// a StatefulSet's template can name each ordinal's own queue.
+func podQueue(queue string, pod *corev1.Pod) string {
+	if pod == nil {
+		return queue
+	}
+	return strings.ReplaceAll(queue, "$(POD_NAME)", pod.Name)
 }
 
 // run reads the pod, makes the config, migrates and prints the result.

@@ -132,6 +132,8 @@ func (o *NodeOptions) Validate() error {
 		return fmt.Errorf("--to %s is the node being drained; pick another", o.To)
 	case o.Parallel < 1:
 		return fmt.Errorf("--parallel must be at least 1, not %d", o.Parallel)
+	case o.Queue != "" || len(o.Containers) > 0:
+		return errors.New("--queue and --container name one pod's; a drain reads each pod's ms2m.io/queue annotation (a StatefulSet's may say $(POD_NAME)) and moves all its containers")
 	}
 	for _, sts := range []string{"", "x"} {
 		c, err := o.configFor(drain.Move{Pod: &corev1.Pod{}, StatefulSet: sts, Target: "planned"}, "")

@@ -130,6 +130,9 @@ func classify(pod *corev1.Pod) (statefulSet, reason string, evictable bool) {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return "", "it has ended (" + string(pod.Status.Phase) + ")", false
 	}
+	if pod.DeletionTimestamp != nil {
+		return "", "it is being deleted", false
+	}
 	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
 		return "", "a static pod (its mirror); the node's kubelet runs it", false
 	}
