@@ -80,3 +80,32 @@ func TestNodeDrainsThroughTheEngine(t *testing.T) {
 		t.Fatalf("report of the drain:\n%s", detail.out)
 	}
 }
+
+// A drain whose process died: recover ends each migration it had started
+// and the drain's record, and says the node stays cordoned.
+func TestRecoverADrain(t *testing.T) {
+	w := drainWorld(t)
+	drain := &report.Record{ID: "dr41n", Strategy: report.DrainStrategy, Namespace: "default", Pod: "node-a", SourceNode: "node-a", Outcome: report.Running,
+		Drain: &report.Drain{Moves: []report.DrainMove{
+			{Namespace: "default", Pod: "consumer", Target: "node-b", Migration: "gone1", Outcome: report.Running},
+			{Namespace: "default", Pod: "other", Target: "node-b", Migration: "done1", Outcome: report.Succeeded},
+		}}}
+	if err := (report.Store{Client: w.Client}).Save(context.Background(), drain); err != nil {
+		t.Fatal(err)
+	}
+	list := execute(t, w, "report")
+	if !strings.Contains(list.out.String(), "interrupted") || !strings.Contains(list.out.String(), "kubectl migrate recover dr41n") {
+		t.Fatalf("report does not point at the drain's recovery:\n%s", list.out)
+	}
+	r := execute(t, w, "recover", "dr41n", "-o", "json")
+	if r.err != nil {
+		t.Fatalf("%v\n%s", r.err, r.errOut)
+	}
+	saved, err := report.Store{Client: w.Client}.Get(context.Background(), "default", "dr41n")
+	if err != nil || saved.Outcome != report.Failed || saved.Drain.Moves[0].Outcome != report.NotStarted || saved.Drain.Moves[1].Outcome != report.Succeeded {
+		t.Fatalf("drain after recovery %v: %+v", err, saved)
+	}
+	if !strings.Contains(r.errOut.String(), "node-a stays cordoned") {
+		t.Fatalf("stderr:\n%s", r.errOut)
+	}
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -79,38 +80,55 @@ func (o *RecoverOptions) Run(ctx context.Context) error {
 		return err
 	}
 	rec, err := report.Store{Client: client}.Get(ctx, o.namespace, o.id)
+	if err == nil && rec.Drain != nil {
+		return o.recoverDrain(ctx, client, rec)
+	}
+	rec, err = o.recoverOne(ctx, client, o.namespace, o.id, rec, err)
+	if rec == nil {
+		return err
+	}
+	if printErr := o.printRecord(rec, o.Output); printErr != nil && err == nil {
+		err = printErr
+	}
+	return err
+}
+
+// recoverOne recovers migration id, whose record Get returned as rec and
+// getErr; it returns a nil record when there was nothing to print.
+func (o *RecoverOptions) recoverOne(ctx context.Context, client kubernetes.Interface, namespace, id string, rec *report.Record, getErr error) (*report.Record, error) {
+	err := getErr
 	if errors.Is(err, report.ErrNotFound) {
 		// Stopped in preflight, before its first change: at most its
 		// leases are left.
-		n, lerr := migrate.ReleaseStaleLeases(ctx, client, o.namespace, o.id)
+		n, lerr := migrate.ReleaseStaleLeases(ctx, client, namespace, id)
 		if lerr != nil {
-			return lerr
+			return nil, lerr
 		}
 		if n > 0 {
-			fmt.Fprintf(o.ErrOut, "migration %s stopped before it changed anything; released its %d lease(s)\n", o.id, n)
-			return nil
+			fmt.Fprintf(o.ErrOut, "migration %s stopped before it changed anything; released its %d lease(s)\n", id, n)
+			return nil, nil
 		}
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	j, ok, err := migrate.ReadJournal(rec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !ok {
 		if rec.Outcome.Final() {
 			fmt.Fprintf(o.ErrOut, "migration %s %s: nothing to recover\n", rec.ID, rec.Outcome)
-			return nil
+			return nil, nil
 		}
-		return fmt.Errorf("migration %s (%s) keeps no journal to recover from", rec.ID, rec.Outcome)
+		return nil, fmt.Errorf("migration %s (%s) keeps no journal to recover from", rec.ID, rec.Outcome)
 	}
 	url := o.BrokerURL
 	if url == "" && j.State.Source != nil {
 		url = j.State.Source.Annotations[migrate.BrokerURLAnnotation]
 	}
 	if url == "" {
-		return fmt.Errorf("the journal keeps no broker password and pod %s has no %s annotation; pass --broker-url", rec.Pod, migrate.BrokerURLAnnotation)
+		return nil, fmt.Errorf("the journal keeps no broker password and pod %s has no %s annotation; pass --broker-url", rec.Pod, migrate.BrokerURLAnnotation)
 	}
 	var pullSecrets []corev1.LocalObjectReference
 	if j.State.Source != nil {
@@ -118,14 +136,63 @@ func (o *RecoverOptions) Run(ctx context.Context) error {
 	}
 	deps, err := o.NewDeps(ctx, client, j.Config, pullSecrets)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	hint := "the journal is kept; run " + migrate.RecoverCommand(rec.Namespace, rec.ID) + " again"
 	o.recoverHint.Store(&hint)
 	st := newStatus(o.RootOptions)
-	rec, err = migrate.Recover(ctx, rec, url, deps, st.hooks(""))
-	if printErr := o.printRecord(rec, o.Output); printErr != nil && err == nil {
-		err = printErr
+	return migrate.Recover(ctx, rec, url, deps, st.hooks(""))
+}
+
+// recoverDrain recovers each migration of a drain whose process died, then
+// ends the drain's record; pods it had not started stay on the node, which
+// stays cordoned (run the drain again for them).
+func (o *RecoverOptions) recoverDrain(ctx context.Context, client kubernetes.Interface, drain *report.Record) error {
+	if migrate.DrainStillRunning(ctx, client, drain.Namespace, drain.Pod, drain.ID) {
+		return fmt.Errorf("drain %s of %s is still running; recover it only once that process has ended", drain.ID, drain.Pod)
 	}
-	return err
+	store := report.Store{Client: client}
+	var errs []error
+	for i, m := range drain.Drain.Moves {
+		if m.Migration == "" || m.Outcome != report.Running {
+			continue
+		}
+		fmt.Fprintf(o.ErrOut, "recovering %s/%s (migration %s)\n", m.Namespace, m.Pod, m.Migration)
+		rec, err := store.Get(ctx, m.Namespace, m.Migration)
+		if errors.Is(err, report.ErrNotFound) {
+			// It died in preflight, before its first change.
+			_, err = migrate.ReleaseStaleLeases(ctx, client, m.Namespace, m.Migration)
+			drain.Drain.Moves[i].Outcome = report.NotStarted
+			errs = append(errs, err)
+			continue
+		}
+		rec, err = o.recoverOne(ctx, client, m.Namespace, m.Migration, rec, err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s/%s: %w", m.Namespace, m.Pod, err))
+			drain.Drain.Moves[i].Error = err.Error()
+			continue
+		}
+		if rec != nil {
+			drain.Drain.Moves[i].Outcome = rec.Outcome
+		}
+	}
+	if _, err := migrate.ReleaseStaleLeases(ctx, client, drain.Namespace, drain.ID); err != nil {
+		errs = append(errs, err)
+	}
+	drain.Outcome = report.Succeeded
+	for _, m := range drain.Drain.Moves {
+		if m.Outcome != report.Succeeded {
+			drain.Outcome = report.Failed
+		}
+	}
+	if err := store.Save(ctx, drain); err != nil {
+		errs = append(errs, err)
+	}
+	if drain.Outcome != report.Succeeded {
+		fmt.Fprintf(o.ErrOut, "node %s stays cordoned; run kubectl migrate node %s again for the pods left, or kubectl uncordon %s\n", drain.Pod, drain.Pod, drain.Pod)
+	}
+	if err := o.printRecord(drain, o.Output); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }

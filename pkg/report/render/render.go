@@ -61,7 +61,7 @@ func List(w io.Writer, records []*report.Record, o Options) error {
 		return err
 	}
 	for _, r := range records {
-		if len(r.Journal) > 0 && r.Outcome != report.Running {
+		if (len(r.Journal) > 0 || r.Drain != nil && r.Outcome == report.Interrupted) && r.Outcome != report.Running {
 			if _, err := fmt.Fprintf(w, "%s did not end (%s); finish or undo it: %s\n", r.ID, r.Outcome, report.RecoverCommand(r.Namespace, r.ID)); err != nil {
 				return err
 			}

@@ -1,0 +1,128 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
+)
+
+// cordon sets a lab node's schedulability.
+func (l *lab) cordon(t *testing.T, node string, unschedulable bool) {
+	t.Helper()
+	patch := []byte(`{"spec":{"unschedulable":` + map[bool]string{true: "true", false: "false"}[unschedulable] + `}}`)
+	if _, err := l.client.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNodeDrain: node-a holds two bare consumers and a StatefulSet's two
+// ordinals (each workload with its producer); kubectl migrate node node-a
+// --to node-b --parallel 2 moves the four consumers alive, every message is
+// applied exactly once by each, node-a is cordoned and has none of them,
+// and the producers, which cannot move, are reported and left in place.
+func TestNodeDrain(t *testing.T) {
+	l := setup(t)
+	ctx := context.Background()
+	bare := []*workload.Workload{l.deploy(t, "10"), l.deploy(t, "10")}
+	// The StatefulSet's pods land on node-a because node-b is cordoned
+	// while they are created; their template names each ordinal's queue.
+	l.cordon(t, "node-b", true)
+	t.Cleanup(func() { l.cordon(t, "node-a", false); l.cordon(t, "node-b", false) })
+	sts, _ := l.deployStatefulSet(t, func(_ string, s *appsv1.StatefulSet) {
+		s.Spec.Template.Spec.NodeSelector = nil
+		id := strings.TrimPrefix(s.Spec.Template.Annotations[migrate.ExchangeAnnotation], "ms2m-")
+		s.Spec.Template.Annotations[migrate.QueueAnnotation] = "work-" + id + "-$(POD_NAME)"
+	})
+	l.cordon(t, "node-b", false)
+	before := map[string]uint64{}
+	for _, w := range bare {
+		before[w.Namespace+"/consumer"] = waitApplied(t, w, "consumer", 10).LastSeq
+	}
+	for _, p := range []string{"consumer-0", "consumer-1"} {
+		before[sts.Namespace+"/"+p] = waitApplied(t, sts, p, 10).LastSeq
+	}
+
+	argv := []string{"migrate", "node", "node-a", "--to", "node-b", "--parallel", "2",
+		"--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab", "--insecure-registry", "-o", "json"}
+	cmd := exec.Command(l.kubectl, argv...)
+	cmd.Env = append(os.Environ(), "PATH="+l.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	t0 := time.Now()
+	out, err := cmd.Output()
+	took := time.Since(t0)
+	t.Logf("kubectl %s (%s):\n%s", strings.Join(argv, " "), took.Round(time.Millisecond), stderr.String())
+	var rec report.Record
+	if jerr := json.Unmarshal(out, &rec); jerr != nil || rec.Drain == nil {
+		t.Fatalf("not a drain record (%v, %v):\n%s", err, jerr, out)
+	}
+	if err != nil || rec.Outcome != report.Succeeded {
+		t.Fatalf("drain %v: %+v", err, rec.Drain)
+	}
+	moved := map[string]report.DrainMove{}
+	var sum int64
+	for _, m := range rec.Drain.Moves {
+		moved[m.Namespace+"/"+m.Pod] = m
+		sum += m.TotalMillis
+	}
+	for name := range before {
+		if m, ok := moved[name]; !ok || m.Outcome != report.Succeeded || m.Target != "node-b" {
+			t.Fatalf("%s not moved: %+v", name, m)
+		}
+	}
+	skipped := map[string]string{}
+	for _, s := range rec.Drain.Skipped {
+		skipped[s.Namespace+"/"+s.Pod] = s.Reason
+	}
+	for _, ns := range []string{bare[0].Namespace, bare[1].Namespace, sts.Namespace} {
+		if !strings.Contains(skipped[ns+"/producer"], "not an MS2M workload") {
+			t.Fatalf("producer in %s not reported as left: %v", ns, skipped)
+		}
+		p, err := l.client.CoreV1().Pods(ns).Get(ctx, "producer", metav1.GetOptions{})
+		if err != nil || p.Spec.NodeName != "node-a" {
+			t.Fatalf("producer in %s moved or gone: %v", ns, err)
+		}
+	}
+	n, err := l.client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil || !n.Spec.Unschedulable {
+		t.Fatalf("node-a not cordoned after the drain: %v", err)
+	}
+
+	// Each consumer, where it now runs, applied every message exactly once.
+	for _, w := range bare {
+		if _, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer", metav1.GetOptions{}); !isNotFound(err) {
+			t.Fatalf("the source consumer in %s is still there: %v", w.Namespace, err)
+		}
+		// A moved bare pod is named after its migration.
+		checkConservation(t, w, "consumer-"+moved[w.Namespace+"/consumer"].Migration)
+	}
+	got, sent, err := sts.CheckConservation(ctx, "consumer-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := sts.WaitApplied(ctx, "consumer-1", sent.LastSeq, time.Minute)
+	if err != nil || one.Totals != sent.Totals {
+		t.Fatalf("consumer-1 applied %+v, sent %+v (%v)", one.Totals, sent.Totals, err)
+	}
+	for _, p := range []string{"consumer-0", "consumer-1"} {
+		pod, err := l.client.CoreV1().Pods(sts.Namespace).Get(ctx, p, metav1.GetOptions{})
+		if err != nil || pod.Spec.NodeName != "node-b" {
+			t.Fatalf("%s is not on node-b: %v", p, err)
+		}
+	}
+	t.Logf("drain of 4 consumers took %s; their migrations add up to %s (digest of consumer-0 %s)", took.Round(time.Millisecond), time.Duration(sum)*time.Millisecond, got.Totals.Digest)
+}
