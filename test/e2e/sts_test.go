@@ -157,14 +157,7 @@ func migrateStatefulSet(t *testing.T, flags ...string) report.Record {
 	}
 
 	// Ordinal 0 saw every message exactly once; so did the untouched ordinal 1.
-	got, sent, err := w.CheckConservation(ctx, "consumer-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	one, err := w.WaitApplied(ctx, "consumer-1", sent.LastSeq, time.Minute)
-	if err != nil || one.Totals != sent.Totals {
-		t.Fatalf("consumer-1 applied %+v, sent %+v (%v)", one.Totals, sent.Totals, err)
-	}
+	got, sent := checkOrdinalsConserve(t, w)
 	t.Logf("conservation: %d sent; consumer-0 (moved) and consumer-1 (untouched) each applied all exactly once (digest %s); downtime %d ms of %d ms",
 		sent.Totals.Count, got.Totals.Digest, rec.Downtime.Millis, rec.TotalMillis)
 
@@ -182,6 +175,21 @@ func migrateStatefulSet(t *testing.T, flags ...string) report.Record {
 		t.Fatal("rollout after migration did not complete:", err)
 	}
 	return rec
+}
+
+// checkOrdinalsConserve stops the StatefulSet workload's producer and
+// checks that both ordinals applied every message it sent exactly once.
+func checkOrdinalsConserve(t testing.TB, w *workload.Workload) (ms2m.State, ms2m.ProducerState) {
+	t.Helper()
+	got, sent, err := w.CheckConservation(context.Background(), "consumer-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := w.WaitApplied(context.Background(), "consumer-1", sent.LastSeq, time.Minute)
+	if err != nil || one.Totals != sent.Totals {
+		t.Fatalf("consumer-1 applied %+v, sent %+v (%v)", one.Totals, sent.Totals, err)
+	}
+	return got, sent
 }
 
 // TestStatefulSetRollback fails a StatefulSet migration after the source pod
