@@ -4,7 +4,7 @@
 LAB_CACHE ?= /var/cache/kubectl-migrate-lab
 KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
-.PHONY: help build lint unit integration e2e e2e-containerd bench eval slow-faults soak crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest
+.PHONY: help build lint unit integration e2e e2e-containerd eval-quick bench eval slow-faults soak crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest
 
 # The linter, pinned, installed into the checkout's bin/ from the module proxy.
 STATICCHECK_VERSION := v0.8.2
@@ -75,6 +75,19 @@ eval: ## the evaluation: E2E_EVAL_RUNS (default 10) runs per strategy and rate, 
 	eval "$$(go run ./test/lab env)" && E2E_EVAL_RUNS=$(EVAL_RUNS) E2E_EVAL_DIR=$(CURDIR)/eval go test -tags e2e -run '^$$' -bench Strategies -benchtime 1x -timeout 180m -v ./test/e2e
 	go run ./test/eval -in eval/runs.csv -out eval
 
+# The evaluation's quick mode, in .ci/run: one run each of the three pod
+# strategies at 10 msg/s, then the figures; it fails unless the CSV has the
+# three runs and every figure was drawn.
+EVAL_QUICK_DIR ?= $(CURDIR)/eval-quick
+eval-quick: ## one run per pod strategy at 10 msg/s, the CSV and the figures (lab, ~2 min)
+	go run ./test/lab up
+	rm -rf $(EVAL_QUICK_DIR)
+	eval "$$(go run ./test/lab env)" && E2E_EVAL_QUICK=1 E2E_EVAL_RUNS=1 E2E_EVAL_DIR=$(EVAL_QUICK_DIR) go test -tags e2e -run '^$$' -bench Strategies -benchtime 1x -timeout 20m -v ./test/e2e
+	go run ./test/eval -in $(EVAL_QUICK_DIR)/runs.csv -out $(EVAL_QUICK_DIR)
+	test "$$(tail -n +2 $(EVAL_QUICK_DIR)/runs.csv | wc -l)" -eq 3
+	for f in downtime total phases; do test -s $(EVAL_QUICK_DIR)/$$f.png && test -s $(EVAL_QUICK_DIR)/$$f.svg || exit 1; done
+	test -s $(EVAL_QUICK_DIR)/summary.md
+
 # 20 back-to-back migrations of one live consumer; figures in soak.csv.
 soak: ## 20 back-to-back migrations, conservation after each, counts back to baseline (lab, ~10 min)
 	go run ./test/lab up
@@ -100,7 +113,7 @@ krew-manifest: $(KUBECTL)
 	KUBECTL=$(KUBECTL) RELEASE_TOOLS=$(LAB_CACHE)/tools KREW_MANIFEST_OUT=$(CURDIR)/krew/migrate.yaml bash test/release/check.sh
 
 # Everything; needs root (the lab). Stop the lab afterwards with make lab-down.
-test: integration release-check e2e e2e-containerd ## everything .ci/run runs (root)
+test: integration release-check e2e eval-quick e2e-containerd ## everything .ci/run runs (root)
 
 demo: ## bring the lab up and migrate the sample workload
 	go run ./test/lab demo

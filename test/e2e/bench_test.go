@@ -33,7 +33,9 @@ import (
 //	go test -tags e2e -run '^$' -bench Strategies -benchtime 1x ./test/e2e
 //
 // For the evaluation (make eval), E2E_EVAL_RUNS sets the runs per cell and
-// E2E_EVAL_DIR where every run's record goes, as runs.csv.
+// E2E_EVAL_DIR where every run's record goes, as runs.csv. E2E_EVAL_QUICK=1
+// (make eval-quick, in .ci/run) keeps one rate, 10 msg/s, and the three pod
+// strategies: MS2M, MS2M with the cutoff, stop-and-copy.
 func BenchmarkStrategies(b *testing.B) {
 	rounds := 3
 	if n, err := strconv.Atoi(os.Getenv("E2E_EVAL_RUNS")); err == nil && n > 0 {
@@ -51,13 +53,19 @@ func BenchmarkStrategies(b *testing.B) {
 		"cutoff":        {"--strategy", "ms2m", "--replay-max", "4s"},
 		"direct":        {"--strategy", "ms2m", "--transfer", "direct"},
 	}
-	for _, rate := range []string{"4", "10", "16"} {
+	rates, quick := []string{"4", "10", "16"}, os.Getenv("E2E_EVAL_QUICK") == "1"
+	if quick {
+		rates = []string{"10"}
+	}
+	for _, rate := range rates {
 		b.Run("rate="+rate, func(b *testing.B) {
 			names := []string{"ms2m", "stop-and-copy"}
-			switch rate {
-			case "10":
+			switch {
+			case quick:
+				names = append(names, "cutoff")
+			case rate == "10":
 				names = append(names, "direct")
-			case "16":
+			case rate == "16":
 				names = append(names, "cutoff")
 			}
 			figures := map[string]map[string][]float64{}
