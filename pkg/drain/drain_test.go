@@ -204,13 +204,21 @@ func TestRunKeepsTheLimits(t *testing.T) {
 	}
 	f := newFake()
 	var started atomic.Int32
+	var first atomic.Value
 	rec, err := Run(context.Background(), Config{ID: "d1", Namespace: "default", Parallel: 3}, f.deps(client), plan,
-		Hooks{Started: func(Move, string) { started.Add(1) }})
+		Hooks{Started: func(mv Move, _ string) {
+			first.CompareAndSwap(nil, mv.Pod.Name)
+			started.Add(1)
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if f.max > 3 || f.maxOf["sts:db"] != 1 || f.maxOf["apps/bare"] > 2 || f.max < 2 {
 		t.Fatalf("at once: %d overall, %d of db, %d of the budget", f.max, f.maxOf["sts:db"], f.maxOf["apps/bare"])
+	}
+	// The StatefulSet's ordinals go one after another: that chain starts first.
+	if name, _ := first.Load().(string); !strings.HasPrefix(name, "db-") {
+		t.Fatalf("%s started first, not the StatefulSet's chain", name)
 	}
 	if rec.Outcome != report.Succeeded || started.Load() != 7 || len(rec.Drain.Moves) != 7 {
 		t.Fatalf("record %+v", rec)

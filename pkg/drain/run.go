@@ -127,10 +127,18 @@ func (d *drainer) runMoves(ctx context.Context) (stoppedEarly bool) {
 		d.rec.Error = err.Error()
 		return true
 	}
+	// A StatefulSet's pods move one after another: the longest such chains
+	// start first, so that the rest run beside them.
+	chain := map[string]int{}
+	for _, mv := range d.plan.Moves {
+		chain[mv.chainKey()]++
+	}
+	pendingMoves := slices.Clone(d.plan.Moves)
+	slices.SortStableFunc(pendingMoves, func(a, b Move) int { return chain[b.chainKey()] - chain[a.chainKey()] })
 	var (
 		mu      sync.Mutex
 		cond    = sync.NewCond(&mu)
-		pending = slices.Clone(d.plan.Moves)
+		pending = pendingMoves
 		index   = map[string]int{}
 		busySts = map[string]bool{}
 		inUse   = map[string]int{}
@@ -141,7 +149,7 @@ func (d *drainer) runMoves(ctx context.Context) (stoppedEarly bool) {
 		index[mv.Name()] = i
 	}
 	allowed := func(mv Move) bool {
-		if mv.StatefulSet != "" && busySts[mv.Pod.Namespace+"/"+mv.StatefulSet] {
+		if busySts[mv.chainKey()] {
 			return false
 		}
 		for _, b := range mv.Budgets {
@@ -164,9 +172,7 @@ func (d *drainer) runMoves(ctx context.Context) (stoppedEarly bool) {
 			for i, mv := range pending {
 				if allowed(mv) {
 					pending = slices.Delete(pending, i, i+1)
-					if mv.StatefulSet != "" {
-						busySts[mv.Pod.Namespace+"/"+mv.StatefulSet] = true
-					}
+					busySts[mv.chainKey()] = true
 					for _, b := range mv.Budgets {
 						inUse[b]++
 					}
@@ -191,9 +197,7 @@ func (d *drainer) runMoves(ctx context.Context) (stoppedEarly bool) {
 	done := func(mv Move, failed bool) {
 		mu.Lock()
 		defer mu.Unlock()
-		if mv.StatefulSet != "" {
-			delete(busySts, mv.Pod.Namespace+"/"+mv.StatefulSet)
-		}
+		delete(busySts, mv.chainKey())
 		for _, b := range mv.Budgets {
 			inUse[b]--
 		}
@@ -219,6 +223,15 @@ func (d *drainer) runMoves(ctx context.Context) (stoppedEarly bool) {
 	}
 	wg.Wait()
 	return stop || ctx.Err() != nil || len(pending) > 0
+}
+
+// chainKey groups the moves that must run one after another: a
+// StatefulSet's pods (a bare pod is a chain of its own).
+func (m Move) chainKey() string {
+	if m.StatefulSet == "" {
+		return m.Name()
+	}
+	return m.Pod.Namespace + "/sts/" + m.StatefulSet
 }
 
 // move runs one migration and records its outcome; it reports success.

@@ -257,3 +257,48 @@ func TestFaultBrokerRestartedDuringReplay(t *testing.T) {
 		t.Fatalf("outcome %q: %v", rec.Outcome, err)
 	}
 }
+
+// outageDuringRestore stops a lab daemon as restore starts, brings it back
+// after an outage of outage, and requires the migration to end either way
+// with nothing lost or applied twice and nothing left.
+func outageDuringRestore(t *testing.T, daemonName string, outage time.Duration) report.Record {
+	l := setup(t)
+	daemon := labDaemons(t)
+	w := l.deploy(t, "10")
+	waitApplied(t, w, "consumer", 20)
+	cmd, out := l.start(t, w, "pod", "consumer", "--to", "node-b")
+	l.whenPhase(t, w, report.Restore, out)
+	daemon("stop", daemonName)
+	time.Sleep(outage) // the outage itself, not a wait for anything
+	daemon("start", daemonName)
+	rec, err := l.finished(t, w, cmd, out)
+	switch rec.Outcome {
+	case report.Succeeded:
+		checkConservation(t, w, rec.TargetPod)
+		l.nothingLeft(t, w, "consumer")
+	case report.RolledBack:
+		checkConservation(t, w, "consumer")
+		l.nothingLeft(t, w, rec.TargetPod)
+	default:
+		t.Fatalf("outcome %q: %v", rec.Outcome, err)
+	}
+	return rec
+}
+
+// TestFaultAPIServerRestartedDuringRestore: the API server is away for 3 s
+// while the target is restored. The plugin's watch and its journal saves
+// ride it out: the migration completes.
+func TestFaultAPIServerRestartedDuringRestore(t *testing.T) {
+	if rec := outageDuringRestore(t, "kube-apiserver", 3*time.Second); rec.Outcome != report.Succeeded {
+		t.Fatalf("an API server restart of 3 s made the migration %s", rec.Outcome)
+	}
+}
+
+// TestFaultTargetKubeletStoppedDuringRestore: the target node's kubelet is
+// away for 3 s as the restored pod is created; it starts the pod once back,
+// within the phase's time: the migration completes.
+func TestFaultTargetKubeletStoppedDuringRestore(t *testing.T) {
+	if rec := outageDuringRestore(t, "node-b-kubelet", 3*time.Second); rec.Outcome != report.Succeeded {
+		t.Fatalf("a kubelet restart of 3 s made the migration %s", rec.Outcome)
+	}
+}
