@@ -186,7 +186,7 @@ func (f *migrationFlags) run(ctx context.Context, mc migrationCommand) error {
 		return err
 	}
 	if f.DryRun && err == nil {
-		return f.printPlan(cfg, source)
+		return f.printPlan(cfg, source, record.Prediction)
 	}
 	if printErr := f.printRecord(record); printErr != nil && err == nil {
 		err = printErr

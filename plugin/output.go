@@ -57,6 +57,36 @@ func (o *RootOptions) renderOptions(cw *colorprofile.Writer) render.Options {
 	return render.Options{Colour: cw.Profile >= colorprofile.ANSI, Now: time.Now()}
 }
 
+// writePrediction adds what the dry run expects, and on what it is based.
+func writePrediction(b *strings.Builder, p *report.Prediction) {
+	if p == nil {
+		return
+	}
+	basis := fmt.Sprintf("from %d earlier migration(s) of this queue", p.FromRuns)
+	if p.FromRuns == 0 {
+		basis = "no earlier migration of this queue: the critical path is a conservative " + render.FormatMillis(p.CriticalPathMillis)
+	}
+	fmt.Fprintf(b, "Expected (λ measured for %s on the exchange; %s):\n", render.FormatMillis(p.LambdaWindowMillis), basis)
+	mu := "unknown"
+	if p.Mu > 0 {
+		mu = fmt.Sprintf("%.1f msg/s", p.Mu)
+	}
+	fmt.Fprintf(b, "  λ %.1f msg/s, μ %s, critical path %s, backlog at replay ≈ %.0f messages\n", p.Lambda, mu, render.FormatMillis(p.CriticalPathMillis), p.Backlog)
+	if p.ReplayMillis > 0 {
+		fmt.Fprintf(b, "  replay ≈ backlog / (μ − λ) = %s\n", render.FormatMillis(p.ReplayMillis))
+	}
+	if p.TotalMillis > 0 {
+		fmt.Fprintf(b, "  total ≈ %s", render.FormatMillis(p.TotalMillis))
+		if p.DowntimeMillis > 0 {
+			fmt.Fprintf(b, ", downtime ≈ %s", render.FormatMillis(p.DowntimeMillis))
+		}
+		b.WriteString("\n")
+	}
+	for _, w := range p.Warnings {
+		fmt.Fprintf(b, "  ! %s\n", w)
+	}
+}
+
 // printRecord prints r as data in format, or as the breakdown.
 func (o *RootOptions) printRecord(r *report.Record, format string) error {
 	if format != "" {
@@ -67,7 +97,7 @@ func (o *RootOptions) printRecord(r *report.Record, format string) error {
 }
 
 // printPlan describes what the migration would do, after a passing preflight.
-func (o *migrationFlags) printPlan(c migrate.Config, source *corev1.Pod) error {
+func (o *migrationFlags) printPlan(c migrate.Config, source *corev1.Pod, prediction *report.Prediction) error {
 	if o.Output != "" {
 		images := map[string]string{}
 		for _, ctr := range source.Spec.Containers {
@@ -90,6 +120,7 @@ func (o *migrationFlags) printPlan(c migrate.Config, source *corev1.Pod) error {
 	for i, step := range migrate.Plan(c, source.Spec.NodeName, containers) {
 		fmt.Fprintf(&b, "  %d. %s\n", i+1, step)
 	}
+	writePrediction(&b, prediction)
 	b.WriteString("Nothing was changed.\n")
 	// Preflight reads what the API and the runtimes say; only a real
 	// checkpoint and restore prove CRIU, the registry path and the restore.

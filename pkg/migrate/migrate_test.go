@@ -3,6 +3,7 @@ package migrate_test
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -382,5 +383,46 @@ func TestRollbackWithTheRegistryGone(t *testing.T) {
 	}
 	if len(w.Archives) != 0 || w.Queues["work.ms2m-replay"] || w.Queues["work.ms2m-migration"] {
 		t.Fatalf("left behind: archives %v queues %v", w.Archives, w.Queues)
+	}
+}
+
+// TestDryRunPredicts: λ is counted on a probe queue (the fake's depth is
+// always 7 over the 3 s window), μ and the critical path come from an
+// earlier migration of the same queue, and replay ≈ backlog / (μ − λ).
+func TestDryRunPredicts(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	earlier := &report.Record{ID: "early", Strategy: "ms2m", Namespace: "default", Pod: "consumer", Outcome: report.Succeeded,
+		Broker: report.Broker{ReplayQueue: "work.ms2m-replay", Replayed: 40},
+		Phases: []report.PhaseTiming{
+			{Name: report.Prepare, StartMillis: 900, DurationMillis: 100},
+			{Name: report.Checkpoint, StartMillis: 1000, DurationMillis: 300},
+			{Name: report.Restore, StartMillis: 1400, DurationMillis: 1000},
+			{Name: report.Replay, StartMillis: 2400, DurationMillis: 2000},
+		}}
+	if err := (report.Store{Client: w.Client}).Save(context.Background(), earlier); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(migrate.MS2M)
+	cfg.DryRun = true
+	rec, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rec.Prediction
+	lambda := 7.0 / 3
+	wantReplay := lambda * 1.5 / (20 - lambda) * 1000 // ms
+	if p == nil || p.FromRuns != 1 || p.Mu != 20 || p.CriticalPathMillis != 1400 || math.Abs(p.Lambda-lambda) > 0.01 ||
+		math.Abs(float64(p.ReplayMillis)-wantReplay) > 2 || p.DowntimeMillis != 50 || len(p.Warnings) != 0 {
+		t.Fatalf("prediction %+v, want replay ≈ %.0f ms", p, wantReplay)
+	}
+	if w.Queues["work.ms2m-probe-"+cfg.ID] {
+		t.Fatal("the probe queue is left")
+	}
+
+	// Without history μ is unknown, and said so.
+	w2 := migratetest.NewWorld(t)
+	rec, err = migrate.Run(context.Background(), cfg, w2.Deps(), migrate.Hooks{})
+	if err != nil || rec.Prediction == nil || rec.Prediction.Mu != 0 || len(rec.Prediction.Warnings) != 1 || !strings.Contains(rec.Prediction.Warnings[0], "μ") {
+		t.Fatalf("without history: %v %+v", err, rec.Prediction)
 	}
 }

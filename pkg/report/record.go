@@ -33,6 +33,23 @@ const (
 	NotStarted Outcome = "not-started"
 )
 
+// Prediction is what a dry run expects: λ measured on the workload's
+// exchange, μ and the critical path from earlier migrations of its queue
+// (FromRuns of them; none: conservative defaults), and from those replay
+// ≈ backlog / (μ − λ), total and downtime. A zero field is unknown.
+type Prediction struct {
+	Lambda             float64  `json:"lambda"`
+	LambdaWindowMillis int64    `json:"lambdaWindowMillis"`
+	Mu                 float64  `json:"mu,omitempty"`
+	FromRuns           int      `json:"fromRuns"`
+	CriticalPathMillis int64    `json:"criticalPathMillis"`
+	Backlog            float64  `json:"backlog"`
+	ReplayMillis       int64    `json:"replayMillis,omitempty"`
+	TotalMillis        int64    `json:"totalMillis,omitempty"`
+	DowntimeMillis     int64    `json:"downtimeMillis,omitempty"`
+	Warnings           []string `json:"warnings,omitempty"`
+}
+
 // DrainStrategy is the Strategy of a drain's record.
 const DrainStrategy = "drain"
 
@@ -196,6 +213,8 @@ type Record struct {
 	Leftovers []string `json:"leftovers,omitempty"`
 	// Labels tag a run for comparisons across runs (e.g. rate=10).
 	Labels map[string]string `json:"labels,omitempty"`
+	// Prediction is what a dry run expects of the migration.
+	Prediction *Prediction `json:"prediction,omitempty"`
 	// Drain is set on a node drain's record (Strategy DrainStrategy, Pod
 	// the node).
 	Drain *Drain `json:"drain,omitempty"`
