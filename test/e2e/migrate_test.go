@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -242,4 +244,35 @@ func TestReplayThatCannotCatchUpEndsEarly(t *testing.T) {
 		t.Fatalf("source not serving after rollback: %+v", st)
 	}
 	checkConservation(t, w, "consumer")
+}
+
+// TestDryRunPredicts: after one migration of a consumer at 10 msg/s, a dry
+// run of the next one (back to node-a) measures λ near 10, takes μ and the
+// critical path from the first, and predicts replay, total and downtime;
+// it changes nothing and the consumer loses nothing.
+func TestDryRunPredicts(t *testing.T) {
+	l := setup(t)
+	w := l.deploy(t, "10")
+	waitApplied(t, w, "consumer", 20)
+	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
+	if err != nil {
+		t.Fatalf("migration failed: %v\n%s", err, stderr)
+	}
+	before := state(t, w, rec.TargetPod)
+	out := l.kubectlMigrate(t, "-n", w.Namespace, "pod", rec.TargetPod, "--to", "node-a", "--dry-run",
+		"--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab", "--insecure-registry")
+	t.Logf("dry run:\n%s", out)
+	m := regexp.MustCompile(`λ ([0-9.]+) msg/s, μ ([0-9.]+) msg/s`).FindStringSubmatch(out)
+	if m == nil || !strings.Contains(out, "from 1 earlier migration(s) of this queue") || !strings.Contains(out, "replay ≈ backlog / (μ − λ)") {
+		t.Fatalf("no prediction from the earlier migration in:\n%s", out)
+	}
+	lambda, _ := strconv.ParseFloat(m[1], 64)
+	mu, _ := strconv.ParseFloat(m[2], 64)
+	if lambda < 6 || lambda > 14 || mu <= lambda {
+		t.Fatalf("λ %.1f (producer at 10/s), μ %.1f", lambda, mu)
+	}
+	if st := state(t, w, rec.TargetPod); st.Mode != ms2m.ModePrimary || st.Process != before.Process {
+		t.Fatalf("the dry run disturbed the consumer: %+v", st)
+	}
+	checkConservation(t, w, rec.TargetPod)
 }
