@@ -141,6 +141,7 @@ type fakeMigrations struct {
 	now, max int
 	maxOf    map[string]int
 	fail     map[string]bool
+	refuse   map[string]bool
 	ids      atomic.Int32
 }
 
@@ -164,6 +165,9 @@ func (f *fakeMigrations) migrate(ctx context.Context, mv Move, id string) (*repo
 		f.running[k]--
 	}
 	f.mu.Unlock()
+	if f.refuse[mv.Pod.Name] { // as migrate.Run returns a preflight refusal
+		return &report.Record{ID: id, Outcome: report.Running}, errors.New("preflight: PersistentVolumeClaim data is bound to a local volume")
+	}
 	if f.fail[mv.Pod.Name] || ctx.Err() != nil {
 		return &report.Record{ID: id, Outcome: report.RolledBack}, errors.New("rolled back")
 	}
@@ -171,7 +175,7 @@ func (f *fakeMigrations) migrate(ctx context.Context, mv Move, id string) (*repo
 }
 
 func newFake() *fakeMigrations {
-	return &fakeMigrations{running: map[string]int{}, maxOf: map[string]int{}, fail: map[string]bool{}}
+	return &fakeMigrations{running: map[string]int{}, maxOf: map[string]int{}, fail: map[string]bool{}, refuse: map[string]bool{}}
 }
 
 func (f *fakeMigrations) deps(client *fake.Clientset) Deps {
@@ -255,6 +259,7 @@ func TestRunFailures(t *testing.T) {
 		plan, _ := MakePlan(context.Background(), client, "node-a", PlanOptions{})
 		f := newFake()
 		f.fail["bare-0"] = true
+		f.refuse["bare-1"] = !failFast
 		rec, err := Run(context.Background(), Config{ID: "d2", Namespace: "default", Parallel: 1, FailFast: failFast}, f.deps(client), plan, Hooks{})
 		if err == nil || !strings.Contains(err.Error(), "apps/bare-0 (rolled-back)") || rec.Outcome != report.Failed {
 			t.Fatalf("fail-fast %v: %v, %s", failFast, err, rec.Outcome)
@@ -264,7 +269,7 @@ func TestRunFailures(t *testing.T) {
 			counts[m.Outcome]++
 		}
 		n, _ := client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
-		if !failFast && (counts[report.Succeeded] != 6 || !n.Spec.Unschedulable) {
+		if !failFast && (counts[report.Succeeded] != 5 || counts[report.RolledBack] != 2 || !n.Spec.Unschedulable) {
 			t.Fatalf("without fail-fast: %v, cordoned %v", counts, n.Spec.Unschedulable)
 		}
 		if failFast && (counts[report.NotStarted] == 0 || n.Spec.Unschedulable || !rec.Drain.Uncordoned) {

@@ -251,6 +251,11 @@ func (d *drainer) move(ctx context.Context, mv Move, i int) bool {
 				m.DowntimeMillis = rec.Downtime.Millis
 			}
 		}
+		if m.Outcome == report.Running && err != nil {
+			// Refused in preflight (a claim on a local volume, say): nothing
+			// changed and the pod serves where it was.
+			m.Outcome = report.RolledBack
+		}
 		if err != nil {
 			m.Error = err.Error()
 		}
