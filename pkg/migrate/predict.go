@@ -65,7 +65,9 @@ func (m *Migration) predict(ctx context.Context) (*report.Prediction, error) {
 		return time.Duration(ms) * time.Millisecond
 	}
 	critical := defaultCriticalPath
-	if ms, ok := median(func(r *report.Record) (float64, bool) { return float64(r.CriticalPathMillis()), r.CriticalPathMillis() > 0 }); ok {
+	if ms, ok := median(func(r *report.Record) (float64, bool) {
+		return float64(r.CriticalPathMillis()), r.CriticalPathMillis() > 0
+	}); ok {
 		critical = time.Duration(ms) * time.Millisecond
 	}
 	p.CriticalPathMillis = critical.Milliseconds()
