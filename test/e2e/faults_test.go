@@ -237,37 +237,19 @@ func TestFaultBrokerRestartedDuringReplay(t *testing.T) {
 	if os.Getenv("E2E_SLOW_FAULTS") == "" {
 		t.Skip("a broker restart takes its time: make slow-faults runs it (E2E_SLOW_FAULTS=1)")
 	}
-	l := setup(t)
-	daemon := labDaemons(t)
-	w := l.deploy(t, "16")
-	waitApplied(t, w, "consumer", 20)
-	cmd, out := l.start(t, w, "pod", "consumer", "--to", "node-b")
-	l.whenPhase(t, w, report.Replay, out)
-	daemon("stop", "rabbitmq")
-	daemon("start", "rabbitmq")
-	rec, err := l.finished(t, w, cmd, out)
-	switch rec.Outcome {
-	case report.Succeeded:
-		checkConservation(t, w, rec.TargetPod)
-		l.nothingLeft(t, w, "consumer")
-	case report.RolledBack:
-		checkConservation(t, w, "consumer")
-		l.nothingLeft(t, w, rec.TargetPod)
-	default:
-		t.Fatalf("outcome %q: %v", rec.Outcome, err)
-	}
+	outageDuring(t, "16", report.Replay, "rabbitmq", 0)
 }
 
-// outageDuringRestore stops a lab daemon as restore starts, brings it back
-// after an outage of outage, and requires the migration to end either way
-// with nothing lost or applied twice and nothing left.
-func outageDuringRestore(t *testing.T, daemonName string, outage time.Duration) report.Record {
+// outageDuring migrates a consumer at rate, stops a lab daemon as phase
+// starts, brings it back after outage, and requires the migration to end
+// either way with nothing lost or applied twice and nothing left.
+func outageDuring(t *testing.T, rate string, phase report.PhaseName, daemonName string, outage time.Duration) report.Record {
 	l := setup(t)
 	daemon := labDaemons(t)
-	w := l.deploy(t, "10")
+	w := l.deploy(t, rate)
 	waitApplied(t, w, "consumer", 20)
 	cmd, out := l.start(t, w, "pod", "consumer", "--to", "node-b")
-	l.whenPhase(t, w, report.Restore, out)
+	l.whenPhase(t, w, phase, out)
 	daemon("stop", daemonName)
 	time.Sleep(outage) // the outage itself, not a wait for anything
 	daemon("start", daemonName)
@@ -289,7 +271,7 @@ func outageDuringRestore(t *testing.T, daemonName string, outage time.Duration) 
 // while the target is restored. The plugin's watch and its journal saves
 // ride it out: the migration completes.
 func TestFaultAPIServerRestartedDuringRestore(t *testing.T) {
-	if rec := outageDuringRestore(t, "kube-apiserver", 3*time.Second); rec.Outcome != report.Succeeded {
+	if rec := outageDuring(t, "10", report.Restore, "kube-apiserver", 3*time.Second); rec.Outcome != report.Succeeded {
 		t.Fatalf("an API server restart of 3 s made the migration %s", rec.Outcome)
 	}
 }
@@ -298,7 +280,7 @@ func TestFaultAPIServerRestartedDuringRestore(t *testing.T) {
 // away for 3 s as the restored pod is created; it starts the pod once back,
 // within the phase's time: the migration completes.
 func TestFaultTargetKubeletStoppedDuringRestore(t *testing.T) {
-	if rec := outageDuringRestore(t, "node-b-kubelet", 3*time.Second); rec.Outcome != report.Succeeded {
+	if rec := outageDuring(t, "10", report.Restore, "node-b-kubelet", 3*time.Second); rec.Outcome != report.Succeeded {
 		t.Fatalf("a kubelet restart of 3 s made the migration %s", rec.Outcome)
 	}
 }
