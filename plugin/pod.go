@@ -86,9 +86,11 @@ it): its memory goes back to the checkpoint and, by the contract, it holds
 without consuming until told what to do.
 
 Needs: the kubelet's ContainerCheckpoint feature gate (on by default since
-1.30), CRI-O ≥ 1.25 or containerd 2.1–2.3 with CRIU on both nodes, a registry
-both nodes pull from (or --transfer direct), and RBAC create on nodes/proxy, pods, pods/proxy and
-configmaps.`
+1.30), CRI-O ≥ 1.25 or containerd 2.1–2.3 with CRIU on both nodes (restore
+opted in where it is opt-in: containerd 2.2.7+/2.3.4+, recent CRI-O patch
+releases), a registry both nodes pull from (or --transfer direct), and RBAC
+create on nodes/proxy, pods, pods/proxy and configmaps. kubectl migrate check
+--from NODE --to NODE proves a pair of nodes before the first migration.`
 
 // PodOptions are the options of kubectl migrate pod.
 type PodOptions struct {
