@@ -281,7 +281,7 @@ func (c *checker) startCanary(ctx context.Context) (string, error) {
 	if _, err := c.deps.Client.CoreV1().Pods(c.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return "", fail(agentRemedy(err, c.cfg.Namespace), "create the canary on %s: %v", c.cfg.From, err)
 	}
-	running, err := kube.WaitForPod(ctx, c.deps.Client, c.cfg.Namespace, pod.Name, running("canary"))
+	running, err := kube.WaitForPod(ctx, c.deps.Client, c.cfg.Namespace, pod.Name, kube.ContainersRunning("", []string{"canary"}))
 	if running != nil {
 		c.canary = running
 	} else {
@@ -390,7 +390,7 @@ func (c *checker) pull(ctx context.Context, restored chan<- restoreOutcome) (str
 		return "", err
 	}
 	go func() {
-		_, err := kube.WaitForPod(ctx, c.deps.Client, c.cfg.Namespace, c.restored, running("canary"))
+		_, err := kube.WaitForPod(ctx, c.deps.Client, c.cfg.Namespace, c.restored, kube.ContainersRunning("", []string{"canary"}))
 		if err != nil {
 			msg := err.Error()
 			if why, ok := runtimesupport.ExplainRestoreFailure(c.runtimeOf(ctx, c.cfg.To), msg); ok {
@@ -475,32 +475,4 @@ func canaryName(p *corev1.Pod) string {
 		return ""
 	}
 	return p.Name
-}
-
-// running holds once container runs, and fails on states that will not
-// get there.
-func running(container string) kube.PodCondition {
-	return func(p *corev1.Pod) (bool, error) {
-		if p == nil {
-			return false, errors.New("the pod was deleted")
-		}
-		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-			return false, fmt.Errorf("the pod ended (%s): %s", p.Status.Phase, p.Status.Message)
-		}
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name != container {
-				continue
-			}
-			if cs.State.Running != nil {
-				return true, nil
-			}
-			if t := cs.State.Terminated; t != nil {
-				return false, fmt.Errorf("container %s exited: %s %s", container, t.Reason, t.Message)
-			}
-			if w := cs.State.Waiting; kube.StartFailed(w) {
-				return false, fmt.Errorf("container %s: %s: %s", container, w.Reason, w.Message)
-			}
-		}
-		return false, nil
-	}
 }

@@ -5,6 +5,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -37,6 +38,36 @@ func StartFailed(w *corev1.ContainerStateWaiting) bool {
 		return true
 	}
 	return pullFailures[w.Reason]
+}
+
+// ContainersRunning holds once every named container of the pod runs, and
+// fails fast on states that will not get there on their own; what names
+// the pod in errors ("restored " gives "the restored pod …", "restored
+// container …").
+func ContainersRunning(what string, names []string) PodCondition {
+	return func(pod *corev1.Pod) (bool, error) {
+		if pod == nil {
+			return false, fmt.Errorf("the %spod was deleted", what)
+		}
+		if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+			return false, fmt.Errorf("the %spod ended (%s): %s", what, pod.Status.Phase, pod.Status.Message)
+		}
+		running := 0
+		for _, cs := range pod.Status.ContainerStatuses {
+			if !slices.Contains(names, cs.Name) {
+				continue
+			}
+			switch {
+			case cs.State.Running != nil:
+				running++
+			case cs.State.Terminated != nil:
+				return false, fmt.Errorf("%scontainer %s exited: %s %s", what, cs.Name, cs.State.Terminated.Reason, cs.State.Terminated.Message)
+			case StartFailed(cs.State.Waiting):
+				return false, fmt.Errorf("%scontainer %s: %s: %s", what, cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+			}
+		}
+		return running == len(names), nil
+	}
 }
 
 // PodCondition decides from a pod's latest state whether waiting is over;

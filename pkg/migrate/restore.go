@@ -91,7 +91,7 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	podFailed := make(chan error, 1)
 	addressed := make(chan struct{})
 	var once sync.Once
-	running := containersRunning(m.Migrated)
+	running := kube.ContainersRunning("restored ", m.Migrated)
 	go func() {
 		_, err := kube.WaitForPod(watchCtx, m.Client, m.Namespace, name, func(pod *corev1.Pod) (bool, error) {
 			done, err := running(pod)
@@ -194,30 +194,3 @@ func (m *Migration) explainRestoreFailure(ctx context.Context, node string, err 
 	return err
 }
 
-// containersRunning holds once every named container runs, and fails fast on
-// states that will not get there on their own.
-func containersRunning(names []string) kube.PodCondition {
-	return func(pod *corev1.Pod) (bool, error) {
-		if pod == nil {
-			return false, fmt.Errorf("the restored pod was deleted")
-		}
-		if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
-			return false, fmt.Errorf("the restored pod ended (%s): %s", pod.Status.Phase, pod.Status.Message)
-		}
-		running := 0
-		for _, cs := range pod.Status.ContainerStatuses {
-			if !slices.Contains(names, cs.Name) {
-				continue
-			}
-			switch {
-			case cs.State.Running != nil:
-				running++
-			case cs.State.Terminated != nil:
-				return false, fmt.Errorf("restored container %s exited: %s %s", cs.Name, cs.State.Terminated.Reason, cs.State.Terminated.Message)
-			case kube.StartFailed(cs.State.Waiting):
-				return false, fmt.Errorf("restored container %s: %s: %s", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
-			}
-		}
-		return running == len(names), nil
-	}
-}
