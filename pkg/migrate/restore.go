@@ -193,4 +193,3 @@ func (m *Migration) explainRestoreFailure(ctx context.Context, node string, err 
 	}
 	return err
 }
-
