@@ -114,11 +114,14 @@ type checker struct {
 	hook func(Link)
 
 	agentPods int
-	canary    *corev1.Pod // running on From
-	archive   string
-	image     string
-	restored  string // pod name on To
-	before    ms2m.State
+	// targetRuntime is the target's containerRuntimeVersion, as the nodes
+	// link read it.
+	targetRuntime string
+	canary        *corev1.Pod // running on From
+	archive       string
+	image         string
+	restored      string // pod name on To
+	before        ms2m.State
 }
 
 // Run checks cfg's two nodes with deps (a migration's: client, kubelet,
@@ -211,15 +214,12 @@ func (c *checker) nodes(ctx context.Context) (string, error) {
 			return "", fail(s.Why, "%s node %s runs %s", n.role, n.name, version)
 		}
 		seen = append(seen, n.name+" "+version)
+		c.targetRuntime = version // the target's comes last
 	}
 	return strings.Join(seen, ", "), nil
 }
 
 func (c *checker) agents(ctx context.Context) (string, error) {
-	target, err := c.deps.Client.CoreV1().Nodes().Get(ctx, c.cfg.To, metav1.GetOptions{})
-	if err != nil {
-		return "", err
-	}
 	// Both at once: each takes seconds to start.
 	var g errgroup.Group
 	for _, n := range []struct {
@@ -227,7 +227,7 @@ func (c *checker) agents(ctx context.Context) (string, error) {
 		opts      agent.WarmOptions
 	}{
 		{c.cfg.From, c.nextPod(), agent.WarmOptions{}},
-		{c.cfg.To, c.nextPod(), agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(target.Status.NodeInfo.ContainerRuntimeVersion)}},
+		{c.cfg.To, c.nextPod(), agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(c.targetRuntime)}},
 	} {
 		g.Go(func() error {
 			if err := c.deps.Packer.Warm(ctx, n.pod, n.node, n.opts); err != nil {
@@ -252,11 +252,7 @@ func agentRemedy(err error, namespace string) string {
 }
 
 func (c *checker) runtimeRestore(ctx context.Context) (string, error) {
-	node, err := c.deps.Client.CoreV1().Nodes().Get(ctx, c.cfg.To, metav1.GetOptions{})
-	if err != nil {
-		return "", err
-	}
-	version := node.Status.NodeInfo.ContainerRuntimeVersion
+	version := c.targetRuntime
 	s := runtimesupport.Parse(version)
 	info, err := c.deps.Packer.Runtime(ctx, c.cfg.To)
 	if err != nil {
@@ -393,7 +389,7 @@ func (c *checker) pull(ctx context.Context, restored chan<- restoreOutcome) (str
 		_, err := kube.WaitForPod(ctx, c.deps.Client, c.cfg.Namespace, c.restored, kube.ContainersRunning("", []string{"canary"}))
 		if err != nil {
 			msg := err.Error()
-			if why, ok := runtimesupport.ExplainRestoreFailure(c.runtimeOf(ctx, c.cfg.To), msg); ok {
+			if why, ok := runtimesupport.ExplainRestoreFailure(c.targetRuntime, msg); ok {
 				err = fail(why, "node %s: %s", c.cfg.To, msg)
 			} else {
 				err = fail("the runtime's log on "+c.cfg.To+" has CRIU's reason (restore.log); the target needs CRIU and the same CPU features as the source", "node %s: %s", c.cfg.To, msg)
@@ -402,14 +398,6 @@ func (c *checker) pull(ctx context.Context, restored chan<- restoreOutcome) (str
 		restored <- restoreOutcome{detail: fmt.Sprintf("%s running on %s after %s", c.restored, c.cfg.To, time.Since(start).Round(time.Millisecond)), err: err}
 	}()
 	return fmt.Sprintf("%s pulled the checkpoint image", c.cfg.To), nil
-}
-
-func (c *checker) runtimeOf(ctx context.Context, node string) string {
-	n, err := c.deps.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return ""
-	}
-	return n.Status.NodeInfo.ContainerRuntimeVersion
 }
 
 func (c *checker) sameProcess(ctx context.Context) (string, error) {
