@@ -179,12 +179,7 @@ func (o *RecoverOptions) recoverDrain(ctx context.Context, client kubernetes.Int
 	if _, err := migrate.ReleaseStaleLeases(ctx, client, drain.Namespace, drain.ID); err != nil {
 		errs = append(errs, err)
 	}
-	drain.Outcome = report.Succeeded
-	for _, m := range drain.Drain.Moves {
-		if m.Outcome != report.Succeeded {
-			drain.Outcome = report.Failed
-		}
-	}
+	drain.Outcome = drain.Drain.Outcome()
 	if err := store.Save(ctx, drain); err != nil {
 		errs = append(errs, err)
 	}

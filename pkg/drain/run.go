@@ -287,12 +287,7 @@ func (d *drainer) save(ctx context.Context) error {
 
 func (d *drainer) finish(ctx context.Context, err error) {
 	d.mu.Lock()
-	d.rec.Outcome = report.Succeeded
-	for _, m := range d.rec.Drain.Moves {
-		if m.Outcome != report.Succeeded {
-			d.rec.Outcome = report.Failed
-		}
-	}
+	d.rec.Outcome = d.rec.Drain.Outcome()
 	if err != nil {
 		d.rec.Outcome = report.Failed
 		d.rec.Error = strings.TrimSpace(strings.Join([]string{d.rec.Error, err.Error()}, " "))

@@ -64,6 +64,16 @@ type Drain struct {
 	Uncordoned bool `json:"uncordoned,omitempty"`
 }
 
+// Outcome is a drain's: succeeded once every move did, else failed.
+func (d *Drain) Outcome() Outcome {
+	for _, m := range d.Moves {
+		if m.Outcome != Succeeded {
+			return Failed
+		}
+	}
+	return Succeeded
+}
+
 // DrainMove is one pod's migration within a drain.
 type DrainMove struct {
 	Namespace   string `json:"namespace"`
