@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -200,7 +201,11 @@ func (o *NodeOptions) Run(ctx context.Context) error {
 			if err != nil {
 				return nil, err
 			}
-			cfg.Labels = mergeLabels(cfg.Labels, labels)
+			cfg.Labels = maps.Clone(cfg.Labels)
+			if cfg.Labels == nil {
+				cfg.Labels = map[string]string{}
+			}
+			maps.Copy(cfg.Labels, labels)
 			mdeps, err := o.NewDeps(ctx, client, cfg, mv.Pod.Spec.ImagePullSecrets)
 			if err != nil {
 				return nil, err
@@ -222,17 +227,6 @@ func (o *NodeOptions) Run(ctx context.Context) error {
 		err = printErr
 	}
 	return err
-}
-
-func mergeLabels(a, b map[string]string) map[string]string {
-	out := map[string]string{}
-	for k, v := range a {
-		out[k] = v
-	}
-	for k, v := range b {
-		out[k] = v
-	}
-	return out
 }
 
 // printDrainPlan writes which pod goes where and what stays (on stdout for

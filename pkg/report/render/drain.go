@@ -1,6 +1,7 @@
 package render
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strings"
@@ -27,7 +28,7 @@ func Drain(w io.Writer, r *report.Record, o Options) error {
 			if m.Outcome == report.Succeeded {
 				downtime, total = FormatMillis(m.DowntimeMillis), FormatMillis(m.TotalMillis)
 			}
-			t.Row(m.Namespace+"/"+m.Pod, kind, m.Target, firstNonEmpty(m.Migration, "–"), downtime, total, outcomeStyle(m.Outcome).Render(string(m.Outcome)))
+			t.Row(m.Namespace+"/"+m.Pod, kind, m.Target, cmp.Or(m.Migration, "–"), downtime, total, outcomeStyle(m.Outcome).Render(string(m.Outcome)))
 		}
 		b.WriteString(t.String() + "\n")
 	}
@@ -50,11 +51,4 @@ func Drain(w io.Writer, r *report.Record, o Options) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-func firstNonEmpty(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
