@@ -120,7 +120,7 @@ func (o *CheckOptions) Run(ctx context.Context) error {
 	}
 	// The agents carry the check's label, so that cleanup finds them.
 	deps, err := o.NewDeps(ctx, client, migrate.Config{
-		ID: "check-" + id, Namespace: o.namespace, AgentImage: o.AgentImage,
+		ID: check.MigrationID(id), Namespace: o.namespace, AgentImage: o.AgentImage,
 		RegistrySecret: o.RegistrySecret, InsecureRegistry: o.InsecureRegistry,
 	}, nil)
 	if err != nil {

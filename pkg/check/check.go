@@ -300,8 +300,12 @@ func (c *checker) startCanary(ctx context.Context) (string, error) {
 }
 
 func (c *checker) labels() map[string]string {
-	return map[string]string{"app.kubernetes.io/name": "kubectl-migrate-check", migrate.MigrationLabel: "check-" + c.cfg.ID}
+	return map[string]string{"app.kubernetes.io/name": "kubectl-migrate-check", migrate.MigrationLabel: MigrationID(c.cfg.ID)}
 }
+
+// MigrationID is what check id labels its pods with (migrate.MigrationLabel):
+// the agents the caller's deps start must carry it, so cleanup finds them.
+func MigrationID(id string) string { return "check-" + id }
 
 func (c *checker) checkpoint(ctx context.Context) (string, error) {
 	path, err := c.deps.Checkpointer.Checkpoint(ctx, c.cfg.From, c.cfg.Namespace, c.canary.Name, "canary", time.Minute)
@@ -360,7 +364,7 @@ func (c *checker) pull(ctx context.Context, restored chan<- restoreOutcome) (str
 		return "", fail("pass --agent-image with an image the target node can pull", "node %s cannot pull the canary's base image %s: %v", c.cfg.To, bases["canary"], err)
 	}
 	c.restored = "kubectl-migrate-canary-" + c.cfg.ID + "-restored"
-	pod := migrate.TargetPod(source, c.restored, c.cfg.To, "check-"+c.cfg.ID, map[string]string{"canary": c.image}, c.cfg.RegistrySecret)
+	pod := migrate.TargetPod(source, c.restored, c.cfg.To, MigrationID(c.cfg.ID), map[string]string{"canary": c.image}, c.cfg.RegistrySecret)
 	pod.Labels = c.labels()
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
 	if _, err := c.deps.Client.CoreV1().Pods(c.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -450,7 +454,7 @@ func (c *checker) cleanup(ctx context.Context) (string, error) {
 		}
 	}
 	if err := c.deps.Packer.Release(ctx); err != nil {
-		errs, left = append(errs, err.Error()), append(left, "agent pods labelled "+migrate.MigrationLabel+"=check-"+c.cfg.ID)
+		errs, left = append(errs, err.Error()), append(left, "agent pods labelled "+migrate.MigrationLabel+"="+MigrationID(c.cfg.ID))
 	}
 	if len(left) > 0 {
 		return "", fail("remove them by hand: "+strings.Join(left, ", "), "left behind: %s", strings.Join(errs, "; "))
