@@ -35,8 +35,7 @@ func (l *lab) runCheck(t *testing.T, from, to string, args ...string) (check.Res
 	argv := append([]string{"migrate", "check", "-n", ns.Name, "--from", from, "--to", to,
 		"--registry", l.registry + "/checkpoints", "--insecure-registry",
 		"--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab", "-o", "json"}, args...)
-	cmd := exec.Command(l.kubectl, argv...)
-	cmd.Env = append(os.Environ(), "PATH="+l.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1")
+	cmd := l.kubectlCommand(argv...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

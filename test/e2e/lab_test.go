@@ -106,12 +106,19 @@ func state(t testing.TB, w *workload.Workload, pod string) ms2m.State {
 	return st
 }
 
+// kubectlCommand is the real kubectl with the built plugin on its PATH and
+// colour off.
+func (l *lab) kubectlCommand(argv ...string) *exec.Cmd {
+	cmd := exec.Command(l.kubectl, argv...)
+	cmd.Env = append(os.Environ(), "PATH="+l.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1")
+	return cmd
+}
+
 // migrate runs kubectl migrate through the real kubectl plugin mechanism.
 func (l *lab) migrate(t testing.TB, w *workload.Workload, args ...string) (report.Record, string, error) {
 	t.Helper()
 	argv := l.migrateArgs(w, args...)
-	cmd := exec.Command(l.kubectl, argv...)
-	cmd.Env = append(os.Environ(), "PATH="+l.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1")
+	cmd := l.kubectlCommand(argv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	t0 := time.Now()
@@ -138,8 +145,7 @@ func (l *lab) migrateArgs(w *workload.Workload, args ...string) []string {
 // kubectlMigrate runs another kubectl migrate command and returns its output.
 func (l *lab) kubectlMigrate(t testing.TB, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(l.kubectl, append([]string{"migrate"}, args...)...)
-	cmd.Env = append(os.Environ(), "PATH="+l.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1")
+	cmd := l.kubectlCommand(append([]string{"migrate"}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl migrate %v: %v\n%s", args, err, out)

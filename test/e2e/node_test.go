@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -76,8 +74,7 @@ func (l *lab) drainNodeA(t testing.TB) (took, sumOfMigrations time.Duration) {
 
 	argv := []string{"migrate", "node", "node-a", "--to", "node-b", "--parallel", "2",
 		"--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab", "--insecure-registry", "-o", "json"}
-	cmd := exec.Command(l.kubectl, argv...)
-	cmd.Env = append(os.Environ(), "PATH="+l.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1")
+	cmd := l.kubectlCommand(argv...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	t0 := time.Now()

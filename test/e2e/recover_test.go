@@ -29,8 +29,7 @@ import (
 func (l *lab) start(t *testing.T, w *workload.Workload, args ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
 	argv := append(l.migrateArgs(w, args...), "-v", "1")
-	cmd := exec.Command(l.kubectl, argv...)
-	cmd.Env = append(os.Environ(), "PATH="+l.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1")
+	cmd := l.kubectlCommand(argv...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
