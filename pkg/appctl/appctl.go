@@ -64,10 +64,15 @@ func (c Client) Control(ctx context.Context, t Target, msg ms2m.Control) (ms2m.S
 	return st, decode(t, body, &st)
 }
 
-// AppliedAfter returns when the instance applied its first message after seq.
-func (c Client) AppliedAfter(ctx context.Context, t Target, seq uint64) (ms2m.Applied, error) {
+// AppliedAfter returns when the instance applied its first message after
+// the one at p.
+func (c Client) AppliedAfter(ctx context.Context, t Target, p ms2m.Position) (ms2m.Applied, error) {
 	var a ms2m.Applied
-	body, err := c.request(http.MethodGet, t, ms2m.AppliedPath).Param("after", strconv.FormatUint(seq, 10)).DoRaw(ctx)
+	req := c.request(http.MethodGet, t, ms2m.AppliedPath).Param("after", strconv.FormatUint(p.Seq, 10))
+	if p.Producer != "" {
+		req = req.Param("producer", p.Producer)
+	}
+	body, err := req.DoRaw(ctx)
 	if apierrors.IsNotFound(err) && strings.Contains(string(body), "nothing applied") {
 		return a, ErrNotApplied
 	}

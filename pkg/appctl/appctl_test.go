@@ -52,7 +52,7 @@ func TestClientSpeaksTheContract(t *testing.T) {
 	if _, err := c.Control(ctx, target, ms2m.Control{Type: "BOGUS"}); err == nil || !strings.Contains(err.Error(), "unknown control message type") {
 		t.Fatalf("bogus control: %v", err)
 	}
-	if _, err := c.AppliedAfter(ctx, target, 0); !errors.Is(err, ErrNotApplied) {
+	if _, err := c.AppliedAfter(ctx, target, ms2m.Position{}); !errors.Is(err, ErrNotApplied) {
 		t.Fatalf("applied after 0: %v", err)
 	}
 	if _, err := c.State(ctx, Target{Namespace: "ns", Pod: "other", Port: 8080}); err == nil || !strings.Contains(err.Error(), "ms2m.io/control-port") {

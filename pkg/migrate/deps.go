@@ -50,7 +50,7 @@ type Broker interface {
 type App interface {
 	State(ctx context.Context, t appctl.Target) (ms2m.State, error)
 	Control(ctx context.Context, t appctl.Target, msg ms2m.Control) (ms2m.State, error)
-	AppliedAfter(ctx context.Context, t appctl.Target, seq uint64) (ms2m.Applied, error)
+	AppliedAfter(ctx context.Context, t appctl.Target, p ms2m.Position) (ms2m.Applied, error)
 }
 
 // Registry checks and deletes images.

@@ -22,6 +22,9 @@ const downtimeWait = 15 * time.Second
 // at the rate the source applied messages, within downtimeWait, and nothing
 // if it applied none (no traffic, no downtime to measure).
 func downtimeBound(first, last ms2m.State) time.Duration {
+	if last.Producer != first.Producer {
+		return downtimeWait // the producer restarted: messages flow, at a rate not known
+	}
 	if last.LastSeq <= first.LastSeq || !last.LastAppliedAt.After(first.LastAppliedAt) {
 		return 0
 	}
@@ -62,7 +65,7 @@ func (m *Migration) measureDowntime(ctx context.Context, last ms2m.State) *repor
 		sent, appliedAt time.Time
 	}
 	err := wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
-		a, err := m.App.AppliedAfter(ctx, m.targetApp(), last.LastSeq)
+		a, err := m.App.AppliedAfter(ctx, m.targetApp(), last.Position())
 		if errors.Is(err, appctl.ErrNotApplied) {
 			return false, nil
 		}

@@ -56,7 +56,7 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 			return false, err
 		}
 		m.progress(report.Replay, fmt.Sprintf("target at %d, source at %d", target.LastSeq, source.LastSeq))
-		if target.LastSeq >= source.LastSeq {
+		if target.Reached(source.Position()) {
 			return true, nil
 		}
 		depth, err := m.broker.QueueDepth(ctx, m.ReplayQueue)

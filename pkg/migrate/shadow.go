@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -124,7 +125,7 @@ func (m *Migration) moveBack(ctx context.Context, from *corev1.Pod, sts *State) 
 	back.Record, back.Hooks, back.journal = &report.Record{}, Hooks{Progress: m.Hooks.Progress}, nil
 	back.SavedSTS, back.STSDeleted = sts.SavedSTS, sts.STSDeleted
 	phases := []Phase{stopSource{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{},
-		resumeReturned{replayQueue: m.ReplayQueue, until: m.SourceFinal.LastSeq}, cleanup{}}
+		resumeReturned{replayQueue: m.ReplayQueue, until: m.SourceFinal.Position()}, cleanup{}}
 	if err := back.run(ctx, phases, 0); err != nil {
 		return fmt.Errorf("%w; the state lives on in pod %s, StatefulSet %s may need re-creating once it is moved", err, from.Name, m.StatefulSet)
 	}
@@ -136,7 +137,7 @@ func (m *Migration) moveBack(ctx context.Context, from *corev1.Pod, sts *State) 
 // first if the pod it came from never got past the source.
 type resumeReturned struct {
 	replayQueue string
-	until       uint64
+	until       ms2m.Position
 }
 
 func (resumeReturned) Name() report.PhaseName { return report.Switchover }

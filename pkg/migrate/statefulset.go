@@ -115,7 +115,7 @@ func (m *Migration) restoreSourceInPlace(ctx context.Context) error {
 	if _, err := m.restoreAs(ctx, m.Pod, m.SourceNode); err != nil {
 		return err
 	}
-	if err := m.resumeRestored(ctx, m.sourceApp(), m.ReplayQueue, m.SourceFinal.LastSeq); err != nil {
+	if err := m.resumeRestored(ctx, m.sourceApp(), m.ReplayQueue, m.SourceFinal.Position()); err != nil {
 		return err
 	}
 	m.SourceDeleted, m.SourceHalted = false, false
@@ -124,13 +124,13 @@ func (m *Migration) restoreSourceInPlace(ctx context.Context) error {
 
 // resumeRestored puts a restored instance that holds back on its primary
 // queue: with a replay queue, after replaying up to until.
-func (m *Migration) resumeRestored(ctx context.Context, t appctl.Target, replayQueue string, until uint64) error {
+func (m *Migration) resumeRestored(ctx context.Context, t appctl.Target, replayQueue string, until ms2m.Position) error {
 	resume := ms2m.Control{Type: ms2m.Resume}
 	if replayQueue != "" {
 		if _, err := m.App.Control(ctx, t, ms2m.Control{Type: ms2m.StartReplay, Payload: ms2m.ControlPayload{Queue: replayQueue}}); err != nil {
 			return err
 		}
-		resume = ms2m.Control{Type: ms2m.EndReplay, Payload: ms2m.ControlPayload{UntilSeq: until}}
+		resume = ms2m.EndReplayAt(until)
 	}
 	if _, err := m.App.Control(ctx, t, resume); err != nil {
 		return err

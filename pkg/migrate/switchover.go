@@ -35,7 +35,7 @@ func (s switchover) Run(ctx context.Context, m *Migration) error {
 		if err := m.haltSource(ctx); err != nil {
 			return err
 		}
-		handover = ms2m.Control{Type: ms2m.EndReplay, Payload: ms2m.ControlPayload{UntilSeq: m.SourceFinal.LastSeq}}
+		handover = ms2m.EndReplayAt(m.SourceFinal.Position())
 	}
 	if depth, err := m.broker.QueueDepth(ctx, m.Broker.Queue); err == nil {
 		m.Record.Broker.PrimaryDepthAtSwitch = depth

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -71,16 +71,27 @@ func (c *Consumer) State() State {
 	return c.st
 }
 
-// AppliedAfter returns the first remembered message applied with a sequence
-// greater than seq.
-func (c *Consumer) AppliedAfter(seq uint64) (Applied, bool) {
+// AppliedAfter returns the first remembered message applied after the one
+// at p.
+func (c *Consumer) AppliedAfter(p Position) (Applied, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i := sort.Search(len(c.history), func(i int) bool { return c.history[i].Seq > seq })
-	if i == len(c.history) {
-		return Applied{}, false
+	// History is in the order of application; p is usually near its end.
+	for i := len(c.history) - 1; i >= 0; i-- {
+		if a := c.history[i]; a.Producer == p.Producer && a.Seq <= p.Seq {
+			if i+1 == len(c.history) {
+				return Applied{}, false
+			}
+			return c.history[i+1], true
+		}
 	}
-	return c.history[i], true
+	// Nothing at or before p is remembered: the first of p's run after it.
+	for _, a := range c.history {
+		if a.Producer == p.Producer && a.Seq > p.Seq {
+			return a, true
+		}
+	}
+	return Applied{}, false
 }
 
 // Run consumes until ctx ends, reconnecting to the broker with backoff. A
@@ -235,7 +246,7 @@ func (c *Consumer) handle(ctx context.Context, d amqp.Delivery, queue string) {
 		return
 	}
 	c.mu.Lock()
-	duplicate := m.Seq <= c.st.LastSeq
+	duplicate := c.st.isDuplicate(m)
 	if duplicate {
 		c.st.Skipped++
 	}
@@ -259,6 +270,15 @@ func (c *Consumer) apply(m Message, queue string) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if m.Producer != c.st.Producer {
+		// A new producer run: its sequence starts again.
+		if c.st.LastSeq != 0 || c.st.Producer != "" {
+			retired := append(slices.Clone(c.st.RetiredProducers), c.st.Producer)
+			c.st.RetiredProducers = retired[max(0, len(retired)-maxRetiredProducers):]
+			c.cfg.Logf("producer run %q follows %q after its sequence %d", m.Producer, c.st.Producer, c.st.LastSeq)
+		}
+		c.st.Producer, c.st.LastSeq = m.Producer, 0
+	}
 	if c.st.LastSeq != 0 && m.Seq != c.st.LastSeq+1 {
 		c.cfg.Logf("sequence gap: applied %d after %d", m.Seq, c.st.LastSeq)
 	}
@@ -268,8 +288,8 @@ func (c *Consumer) apply(m Message, queue string) {
 	if len(c.history) >= 2*c.cfg.History { // trim in halves: amortised O(1)
 		c.history = append(c.history[:0], c.history[c.cfg.History:]...)
 	}
-	c.history = append(c.history, Applied{Seq: m.Seq, Sent: m.Sent, AppliedAt: now, Queue: queue})
-	if c.st.Mode == ModeReplay && c.st.UntilSeq > 0 && m.Seq >= c.st.UntilSeq {
+	c.history = append(c.history, Applied{Producer: m.Producer, Seq: m.Seq, Sent: m.Sent, AppliedAt: now, Queue: queue})
+	if c.st.Mode == ModeReplay && c.st.UntilSeq > 0 && c.st.Reached(Position{Producer: c.st.UntilProducer, Seq: c.st.UntilSeq}) {
 		c.toPrimaryLocked(now)
 	}
 }
@@ -277,7 +297,7 @@ func (c *Consumer) apply(m Message, queue string) {
 func (c *Consumer) toPrimaryLocked(now time.Time) {
 	c.st.Mode = ModePrimary
 	c.st.Queue = c.cfg.Queue
-	c.st.UntilSeq = 0
+	c.st.UntilProducer, c.st.UntilSeq = "", 0
 	c.st.SwitchedAt = now
 	c.signalLocked()
 }

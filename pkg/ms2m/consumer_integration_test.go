@@ -142,11 +142,23 @@ func bindReplayQueue(t *testing.T, f *fixture) {
 // real broker while the producer keeps publishing: the final state must
 // equal the producer's confirmed set exactly, with no loss and no duplicate.
 func TestMigrationProtocolConservesMessages(t *testing.T) {
+	migrateByProtocol(t, false)
+}
+
+// TestProducerRestartedDuringReplay: a producer that restarts while the
+// restored copy replays starts its sequence at 1 again; neither the source
+// nor the copy may take its messages for ones already applied, and the
+// replay ends at the source's last message of the new run.
+func TestProducerRestartedDuringReplay(t *testing.T) {
+	migrateByProtocol(t, true)
+}
+
+func migrateByProtocol(t *testing.T, restartProducer bool) {
 	f := newFixture(t)
 	src := f.consumer(5 * time.Millisecond)
 	stopSrc := start(t, src.Run)
 	prod := f.producer(100, 0)
-	start(t, prod.Run)
+	stopProd := start(t, prod.Run)
 	eventually(t, 10*time.Second, "source applying", func() bool { return src.State().LastSeq >= 20 })
 
 	bindReplayQueue(t, f)
@@ -171,25 +183,38 @@ func TestMigrationProtocolConservesMessages(t *testing.T) {
 	}
 
 	control(t, target, Control{Type: StartReplay, Payload: ControlPayload{Queue: ReplayQueueName(f.queue)}})
-	eventually(t, 20*time.Second, "target catching up", func() bool { return target.State().LastSeq >= src.State().LastSeq })
+	var earlier Totals // what producer runs before the current one confirmed
+	if restartProducer {
+		prod.Stop()
+		stopProd()
+		earlier = prod.State().Totals
+		first := prod.State().Position()
+		prod = f.producer(100, 0)
+		start(t, prod.Run)
+		eventually(t, 10*time.Second, "the new run past the old one's last sequence", func() bool { return prod.State().LastSeq > first.Seq+20 })
+		if st := src.State(); st.Producer != prod.State().Producer || st.RetiredProducers[len(st.RetiredProducers)-1] != first.Producer {
+			t.Fatalf("source after the producer restarted: producer %q, retired %v; want %q after %q", st.Producer, st.RetiredProducers, prod.State().Producer, first.Producer)
+		}
+	}
+	eventually(t, 20*time.Second, "target catching up", func() bool { return target.State().Reached(src.State().Position()) })
 	final := control(t, src, Control{Type: Stop})
 	stopSrc()
-	control(t, target, Control{Type: EndReplay, Payload: ControlPayload{UntilSeq: final.LastSeq}})
+	control(t, target, EndReplayAt(final.Position()))
 	eventually(t, 10*time.Second, "target on the primary queue", func() bool { return target.State().Mode == ModePrimary })
 
 	time.Sleep(300 * time.Millisecond) // let live traffic flow through the target
 	prod.Stop()
 	eventually(t, 5*time.Second, "producer stopped", func() bool { return prod.State().Stopped })
-	want := prod.State()
-	eventually(t, 20*time.Second, "target draining", func() bool { return target.State().LastSeq >= want.LastSeq })
+	sent := prod.State()
+	eventually(t, 20*time.Second, "target draining", func() bool { return target.State().Reached(sent.Position()) })
 
-	got := target.State()
-	if got.Totals.Count != want.Totals.Count || got.Totals.Sum != want.Totals.Sum || got.Totals.Digest != want.Totals.Digest {
-		t.Fatalf("applied %+v, sent %+v", got.Totals, want.Totals)
+	got, want := target.State(), earlier.Plus(sent.Totals)
+	if got.Totals.Count != want.Count || got.Totals.Sum != want.Sum || got.Totals.Digest != want.Digest {
+		t.Fatalf("applied %+v, sent %+v (skipped %d)", got.Totals, want, got.Skipped)
 	}
-	next, ok := target.AppliedAfter(final.LastSeq)
-	if !ok || next.Seq != final.LastSeq+1 {
-		t.Fatalf("first message after the source's last: %+v %v", next, ok)
+	next, ok := target.AppliedAfter(final.Position())
+	if !ok || next.Seq != final.LastSeq+1 || next.Producer != final.Producer {
+		t.Fatalf("first message after the source's last (%s): %+v %v", final.Position(), next, ok)
 	}
 }
 

@@ -42,13 +42,14 @@ func (c *Consumer) control(msg Control) (<-chan struct{}, error) {
 			return nil, fmt.Errorf("%s needs payload.queue", msg.Type)
 		}
 		c.clearRestoreMarkLocked()
-		c.st.Mode, c.st.Queue, c.st.UntilSeq = ModeReplay, msg.Payload.Queue, 0
+		c.st.Mode, c.st.Queue, c.st.UntilProducer, c.st.UntilSeq = ModeReplay, msg.Payload.Queue, "", 0
 	case EndReplay:
 		c.clearRestoreMarkLocked()
-		if c.st.Mode != ModeReplay || c.st.LastSeq >= msg.Payload.UntilSeq {
+		until := Position{Producer: msg.Payload.UntilProducer, Seq: msg.Payload.UntilSeq}
+		if c.st.Mode != ModeReplay || c.st.Reached(until) {
 			c.toPrimaryLocked(now)
 		} else {
-			c.st.UntilSeq = msg.Payload.UntilSeq
+			c.st.UntilProducer, c.st.UntilSeq = until.Producer, until.Seq
 			return nil, nil // the switch happens when the bound is applied
 		}
 	case Stop:

@@ -9,7 +9,7 @@ import (
 )
 
 // Handler serves the contract's HTTP endpoints: GET StatePath, POST
-// ControlPath and GET AppliedPath?after=SEQ.
+// ControlPath and GET AppliedPath?after=SEQ[&producer=ID].
 func (c *Consumer) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+StatePath, func(w http.ResponseWriter, r *http.Request) {
@@ -36,7 +36,7 @@ func (c *Consumer) Handler() http.Handler {
 			http.Error(w, "after must be a sequence number", http.StatusBadRequest)
 			return
 		}
-		a, ok := c.AppliedAfter(after)
+		a, ok := c.AppliedAfter(Position{Producer: r.URL.Query().Get("producer"), Seq: after})
 		if !ok {
 			http.Error(w, "nothing applied after that sequence yet", http.StatusNotFound)
 			return

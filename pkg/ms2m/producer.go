@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -28,10 +29,17 @@ type ProducerConfig struct {
 // ProducerState is what a producer reports at StatePath: Totals are those of
 // the messages the broker confirmed.
 type ProducerState struct {
-	Totals  Totals `json:"totals"`
-	LastSeq uint64 `json:"lastSeq"`
-	Stopped bool   `json:"stopped"`
+	// Producer names this run of the producer: chosen at start, sent with
+	// every message, so a restarted producer's sequences (from 1 again) are
+	// not taken for ones already applied.
+	Producer string `json:"producer"`
+	Totals   Totals `json:"totals"`
+	LastSeq  uint64 `json:"lastSeq"`
+	Stopped  bool   `json:"stopped"`
 }
+
+// Position is the last message the broker confirmed.
+func (s ProducerState) Position() Position { return Position{Producer: s.Producer, Seq: s.LastSeq} }
 
 // Producer publishes sequenced messages at a fixed rate with publisher
 // confirms, and counts what the broker accepted.
@@ -48,7 +56,8 @@ func NewProducer(cfg ProducerConfig) *Producer {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	return &Producer{cfg: cfg, stop: make(chan struct{})}
+	run := fmt.Sprintf("%x-%04x", time.Now().UnixNano(), rand.Uint32()>>16)
+	return &Producer{cfg: cfg, st: ProducerState{Producer: run}, stop: make(chan struct{})}
 }
 
 // State returns a snapshot of what was confirmed.
@@ -122,8 +131,9 @@ func (p *Producer) session(ctx context.Context) error {
 }
 
 func (p *Producer) publishNext(ctx context.Context, ch *amqp.Channel) error {
-	seq := p.State().LastSeq + 1
-	m := Message{Seq: seq, Value: int64(seq*7919%1000) + 1, Sent: time.Now()}
+	st := p.State()
+	seq := st.LastSeq + 1
+	m := Message{Producer: st.Producer, Seq: seq, Value: int64(seq*7919%1000) + 1, Sent: time.Now()}
 	body, _ := json.Marshal(m)
 	conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, "", false, false, amqp.Publishing{
 		ContentType:  "application/json",

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"slices"
+	"strconv"
 	"time"
 )
 
@@ -33,11 +35,17 @@ func MigrationQueueName(primary string) string { return primary + ".ms2m-migrati
 // after binding the replay queue, and a consumer that takes it from its
 // primary queue has applied every message published before the replay queue
 // existed (queues are FIFO). Consumers record the marker and skip it.
+//
+// Producer identifies the producer's run: sequences start at 1 again when a
+// producer restarts, and a consumer that compared sequences alone would skip
+// the new run's messages as already applied. Empty is one run forever (the
+// contract before producers named their runs).
 type Message struct {
-	Seq    uint64    `json:"seq,omitempty"`
-	Value  int64     `json:"value,omitempty"`
-	Sent   time.Time `json:"sent"`
-	Marker string    `json:"marker,omitempty"`
+	Producer string    `json:"producer,omitempty"`
+	Seq      uint64    `json:"seq,omitempty"`
+	Value    int64     `json:"value,omitempty"`
+	Sent     time.Time `json:"sent"`
+	Marker   string    `json:"marker,omitempty"`
 }
 
 // ControlType names a control message.
@@ -55,7 +63,8 @@ const (
 	// StartReplay makes the instance consume Payload.Queue, skipping sequences
 	// it has already applied.
 	StartReplay ControlType = "START_REPLAY"
-	// EndReplay makes the instance replay until it has applied Payload.UntilSeq,
+	// EndReplay makes the instance replay until it has applied the message
+	// at Payload.UntilSeq of Payload.UntilProducer (EndReplayAt),
 	// then switch to the primary queue.
 	EndReplay ControlType = "END_REPLAY"
 	// Stop makes the instance stop consuming; unacknowledged messages return
@@ -74,9 +83,28 @@ type Control struct {
 
 // ControlPayload carries the arguments of a control message.
 type ControlPayload struct {
-	Queue     string `json:"queue,omitempty"`
-	UntilSeq  uint64 `json:"untilSeq,omitempty"`
-	Migration string `json:"migration,omitempty"`
+	Queue         string `json:"queue,omitempty"`
+	UntilProducer string `json:"untilProducer,omitempty"`
+	UntilSeq      uint64 `json:"untilSeq,omitempty"`
+	Migration     string `json:"migration,omitempty"`
+}
+
+// EndReplayAt is the EndReplay message that ends a replay once p is applied.
+func EndReplayAt(p Position) Control {
+	return Control{Type: EndReplay, Payload: ControlPayload{UntilProducer: p.Producer, UntilSeq: p.Seq}}
+}
+
+// Position is a place in the stream of messages: a producer run's sequence.
+type Position struct {
+	Producer string `json:"producer,omitempty"`
+	Seq      uint64 `json:"seq"`
+}
+
+func (p Position) String() string {
+	if p.Producer == "" {
+		return fmt.Sprint(p.Seq)
+	}
+	return fmt.Sprintf("%d of producer %s", p.Seq, p.Producer)
 }
 
 // Mode is what an instance is consuming.
@@ -103,23 +131,49 @@ type Totals struct {
 func (t *Totals) Add(m Message) {
 	t.Count++
 	t.Sum += m.Value
-	t.digest += seqHash(m.Seq) // a sum of hashes: order-independent, counts duplicates
+	t.addDigest(messageHash(m.Producer, m.Seq)) // a sum of hashes: order-independent, counts duplicates
+}
+
+// Plus returns the totals of both sets together: what a consumer that
+// applied the messages of two producer runs reports, from the totals each
+// run's producer reported.
+func (t Totals) Plus(o Totals) Totals {
+	sum := Totals{Count: t.Count + o.Count, Sum: t.Sum + o.Sum}
+	sum.addDigest(t.digestValue() + o.digestValue())
+	return sum
+}
+
+func (t *Totals) addDigest(h uint64) {
+	t.digest = t.digestValue() + h
 	t.Digest = fmt.Sprintf("%016x", t.digest)
 }
 
+// digestValue reads the digest from its JSON form when the totals came over
+// the wire.
+func (t Totals) digestValue() uint64 {
+	if t.digest == 0 && t.Digest != "" {
+		d, _ := strconv.ParseUint(t.Digest, 16, 64)
+		return d
+	}
+	return t.digest
+}
+
 // SequenceDigest is the Digest of a set holding each sequence number from 1
-// to last exactly once: what an instance that applied a producer's messages
-// 1..last without loss or repetition reports.
-func SequenceDigest(last uint64) string {
+// to last of one producer run exactly once: what an instance that applied
+// that run's messages 1..last without loss or repetition reports.
+func SequenceDigest(producer string, last uint64) string {
 	var d uint64
 	for seq := uint64(1); seq <= last; seq++ {
-		d += seqHash(seq)
+		d += messageHash(producer, seq)
 	}
 	return fmt.Sprintf("%016x", d)
 }
 
-func seqHash(seq uint64) uint64 {
+// messageHash is FNV-1a of the sequence's 8 big-endian bytes, preceded by
+// the producer run's ID when there is one.
+func messageHash(producer string, seq uint64) uint64 {
 	h := fnv.New64a()
+	_, _ = h.Write([]byte(producer))
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], seq)
 	_, _ = h.Write(b[:])
@@ -129,19 +183,27 @@ func seqHash(seq uint64) uint64 {
 // State is what an instance reports at StatePath and in reply to a control
 // message.
 type State struct {
-	Mode          Mode      `json:"mode"`
-	Queue         string    `json:"queue,omitempty"`
-	Totals        Totals    `json:"totals"`
-	LastSeq       uint64    `json:"lastSeq"`
-	LastAppliedAt time.Time `json:"lastAppliedAt,omitzero"`
-	Skipped       uint64    `json:"skipped"`
-	Reconnects    uint64    `json:"reconnects"`
+	Mode   Mode   `json:"mode"`
+	Queue  string `json:"queue,omitempty"`
+	Totals Totals `json:"totals"`
+	// Producer and LastSeq are the last message applied: its producer run
+	// and sequence.
+	Producer string `json:"producer,omitempty"`
+	LastSeq  uint64 `json:"lastSeq"`
+	// RetiredProducers are earlier producer runs, the latest last: every one
+	// of their messages precedes Producer's (one producer at a time, FIFO
+	// queues), so any that comes again is a duplicate.
+	RetiredProducers []string  `json:"retiredProducers,omitempty"`
+	LastAppliedAt    time.Time `json:"lastAppliedAt,omitzero"`
+	Skipped          uint64    `json:"skipped"`
+	Reconnects       uint64    `json:"reconnects"`
 	// Barrier is the last marker taken from a queue.
 	Barrier string `json:"barrier,omitempty"`
 	// PendingRestore is set between Prepare and Checkpointed.
 	PendingRestore bool `json:"pendingRestore,omitempty"`
-	// UntilSeq is the replay bound set by EndReplay.
-	UntilSeq uint64 `json:"untilSeq,omitempty"`
+	// UntilProducer and UntilSeq are the replay bound set by EndReplay.
+	UntilProducer string `json:"untilProducer,omitempty"`
+	UntilSeq      uint64 `json:"untilSeq,omitempty"`
 	// SwitchedAt is when the instance last moved to the primary queue.
 	SwitchedAt time.Time `json:"switchedAt,omitzero"`
 	// Process identifies the running process image: it changes on restart but
@@ -157,8 +219,37 @@ type State struct {
 	RestoredAgain uint64 `json:"restoredAgain,omitempty"`
 }
 
+// Position is the last message the instance applied.
+func (s State) Position() Position { return Position{Producer: s.Producer, Seq: s.LastSeq} }
+
+// Reached reports whether the instance has applied the message at p, or one
+// after it.
+func (s State) Reached(p Position) bool {
+	switch {
+	case p.Producer == s.Producer:
+		return s.LastSeq >= p.Seq
+	case p.Seq == 0 && p.Producer == "":
+		return true // nothing to reach
+	default:
+		return slices.Contains(s.RetiredProducers, p.Producer)
+	}
+}
+
+// isDuplicate reports whether m was applied already.
+func (s State) isDuplicate(m Message) bool {
+	if m.Producer == s.Producer {
+		return m.Seq <= s.LastSeq
+	}
+	return slices.Contains(s.RetiredProducers, m.Producer)
+}
+
+// maxRetiredProducers bounds RetiredProducers: a duplicate from a run that
+// many restarts ago would have to outlive that many producer runs in a queue.
+const maxRetiredProducers = 32
+
 // Applied records when one message was applied, answered at AppliedPath.
 type Applied struct {
+	Producer  string    `json:"producer,omitempty"`
 	Seq       uint64    `json:"seq"`
 	Sent      time.Time `json:"sent"`
 	AppliedAt time.Time `json:"appliedAt"`

@@ -237,23 +237,46 @@ func TestFaultBrokerRestartedDuringReplay(t *testing.T) {
 	if os.Getenv("E2E_SLOW_FAULTS") == "" {
 		t.Skip("a broker restart takes its time: make slow-faults runs it (E2E_SLOW_FAULTS=1)")
 	}
-	outageDuring(t, "16", report.Replay, "rabbitmq", 0)
+	outageDuring(t, workload.Options{Rate: "16"}, report.Replay, "rabbitmq", 0)
 }
 
-// outageDuring migrates a consumer at rate, stops a lab daemon as phase
-// starts, brings it back after outage, and requires the migration to end
-// either way with nothing lost or applied twice and nothing left.
-func outageDuring(t *testing.T, rate string, phase report.PhaseName, daemonName string, outage time.Duration) report.Record {
+// TestFaultBrokerRestartedDuringSwitchover: RabbitMQ restarts while the
+// target takes over. At 24 msg/s and 100 ms per message (λ > μ = 10/s)
+// with --replay-max the switchover is long: the source is stopped at the
+// cutoff and the target replays the backlog up to the source's last message
+// before it takes the primary queue, seconds that the restart falls into.
+// The migration is committed by then: it must complete, with nothing lost
+// or applied twice.
+func TestFaultBrokerRestartedDuringSwitchover(t *testing.T) {
+	if os.Getenv("E2E_SLOW_FAULTS") == "" {
+		t.Skip("a broker restart takes its time: make slow-faults runs it (E2E_SLOW_FAULTS=1)")
+	}
+	if rec := outageDuring(t, workload.Options{Rate: "24", Work: "100ms"}, report.Switchover, "rabbitmq", 0, "--replay-max", "2s"); rec.Outcome != report.Succeeded {
+		t.Fatalf("a broker restart during the switchover made the migration %s", rec.Outcome)
+	}
+}
+
+// outageDuring migrates the consumer of a workload (with flags), stops a lab
+// daemon as phase starts, brings it back after outage, and requires the
+// migration to end either way with nothing lost or applied twice and
+// nothing left.
+func outageDuring(t *testing.T, o workload.Options, phase report.PhaseName, daemonName string, outage time.Duration, flags ...string) report.Record {
 	l := setup(t)
 	daemon := labDaemons(t)
-	w := l.deploy(t, rate)
+	w := l.deployWith(t, o)
 	waitApplied(t, w, "consumer", 20)
-	cmd, out := l.start(t, w, "pod", "consumer", "--to", "node-b")
+	cmd, out := l.start(t, w, append([]string{"pod", "consumer", "--to", "node-b"}, flags...)...)
 	l.whenPhase(t, w, phase, out)
 	daemon("stop", daemonName)
+	down := time.Now()
 	time.Sleep(outage) // the outage itself, not a wait for anything
 	daemon("start", daemonName)
 	rec, err := l.finished(t, w, cmd, out)
+	if p, ok := rec.Phase(phase); !ok || rec.StartedAt.Add(time.Duration(p.StartMillis+p.DurationMillis)*time.Millisecond).Before(down) {
+		t.Fatalf("%s was down only after %s had ended (%+v): the fault missed its moment", daemonName, phase, p)
+	} else {
+		t.Logf("%s down %s into %s", daemonName, down.Sub(rec.StartedAt.Add(time.Duration(p.StartMillis)*time.Millisecond)).Round(time.Millisecond), phase)
+	}
 	switch rec.Outcome {
 	case report.Succeeded:
 		checkConservation(t, w, rec.TargetPod)
@@ -271,7 +294,7 @@ func outageDuring(t *testing.T, rate string, phase report.PhaseName, daemonName 
 // while the target is restored. The plugin's watch and its journal saves
 // ride it out: the migration completes.
 func TestFaultAPIServerRestartedDuringRestore(t *testing.T) {
-	if rec := outageDuring(t, "10", report.Restore, "kube-apiserver", 3*time.Second); rec.Outcome != report.Succeeded {
+	if rec := outageDuring(t, workload.Options{Rate: "10"}, report.Restore, "kube-apiserver", 3*time.Second); rec.Outcome != report.Succeeded {
 		t.Fatalf("an API server restart of 3 s made the migration %s", rec.Outcome)
 	}
 }
@@ -280,7 +303,38 @@ func TestFaultAPIServerRestartedDuringRestore(t *testing.T) {
 // away for 3 s as the restored pod is created; it starts the pod once back,
 // within the phase's time: the migration completes.
 func TestFaultTargetKubeletStoppedDuringRestore(t *testing.T) {
-	if rec := outageDuring(t, "10", report.Restore, "node-b-kubelet", 3*time.Second); rec.Outcome != report.Succeeded {
+	if rec := outageDuring(t, workload.Options{Rate: "10"}, report.Restore, "node-b-kubelet", 3*time.Second); rec.Outcome != report.Succeeded {
 		t.Fatalf("a kubelet restart of 3 s made the migration %s", rec.Outcome)
 	}
+}
+
+// TestFaultProducerRestartedAfterMigration: after a migration the producer
+// restarts and numbers its messages from 1 again. The migrated consumer must
+// apply the new run's messages (not skip them as below its last sequence),
+// and migrate back with both runs in its state: nothing lost, nothing twice.
+func TestFaultProducerRestartedAfterMigration(t *testing.T) {
+	l := setup(t)
+	w := l.deploy(t, "10")
+	before := waitApplied(t, w, "consumer", 20)
+	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
+	if err != nil {
+		t.Fatalf("migration failed: %v\n%s", err, stderr)
+	}
+	l.checkMigrated(t, w, rec, before)
+	first, err := w.RestartProducer(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Past the first run's last sequence: every one of these would have been
+	// skipped by a consumer comparing sequences alone.
+	st := waitApplied(t, w, rec.TargetPod, first.LastSeq+10)
+	if st.Producer == first.Producer || len(st.RetiredProducers) == 0 || st.RetiredProducers[len(st.RetiredProducers)-1] != first.Producer {
+		t.Fatalf("the consumer did not take the producer's new run: producer %q, retired %v (first run %q)", st.Producer, st.RetiredProducers, first.Producer)
+	}
+	back, stderr, err := l.migrate(t, w, "pod", rec.TargetPod, "--to", "node-a")
+	if err != nil || back.Outcome != report.Succeeded {
+		t.Fatalf("migration back failed: %v\n%s", err, stderr)
+	}
+	checkConservation(t, w, back.TargetPod)
+	l.nothingLeft(t, w, rec.TargetPod)
 }

@@ -8,6 +8,7 @@
 package e2e
 
 import (
+	"cmp"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -69,10 +70,10 @@ func (l *lab) deploy(t testing.TB, rate string) *workload.Workload {
 	return l.deployWith(t, workload.Options{Rate: rate})
 }
 
-// deployWith deploys the workload on node-a with o's rate and ballast, the
-// lab's images, broker and registry, at 50 ms per message.
+// deployWith deploys the workload on node-a with o's rate, ballast and work
+// per message (default 50 ms), the lab's images, broker and registry.
 func (l *lab) deployWith(t testing.TB, o workload.Options) *workload.Workload {
-	o.Node, o.ImagePrefix, o.BrokerURL, o.Registry, o.Work = "node-a", l.imagePrefix, l.brokerURL, l.registry, "50ms"
+	o.Node, o.ImagePrefix, o.BrokerURL, o.Registry, o.Work = "node-a", l.imagePrefix, l.brokerURL, l.registry, cmp.Or(o.Work, "50ms")
 	w, err := workload.Deploy(context.Background(), l.client, o)
 	if w != nil {
 		t.Cleanup(func() {

@@ -17,17 +17,19 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
 
 // TestSoak migrates one live consumer (10 msg/s) back and forth between the
-// nodes 20 times, cycling through the strategies and transfers, checking
-// after each run that every message so far was applied exactly once (the
-// sequence is contiguous from 1: count and digest of 1..N), and at the end
-// full conservation against the producer and that every count is back at
-// its baseline: pods, replay and migration queues, leases, archives on the
-// nodes, checkpoint images in the registry (--delete-image), one record per
-// run. Each run's figures go to a CSV (E2E_SOAK_CSV, default in the test's
-// temporary directory, named in the log). make soak runs it.
+// nodes 20 times, cycling through the strategies and transfers, and after
+// every fifth run a StatefulSet's ordinal 0 (sequential mode) the same way,
+// checking after each run that every message so far was applied exactly
+// once (the sequence is contiguous from 1: count and digest of 1..N), and at
+// the end full conservation against each producer and that every count is
+// back at its baseline: pods, replay and migration queues, leases, archives
+// on the nodes, checkpoint images in the registry (--delete-image), one
+// record per run. Each run's figures go to a CSV (E2E_SOAK_CSV, default in
+// the test's temporary directory, named in the log). make soak runs it.
 func TestSoak(t *testing.T) {
 	if os.Getenv("E2E_SOAK") == "" {
 		t.Skip("20 back-to-back migrations: make soak runs it (E2E_SOAK=1)")
@@ -42,10 +44,15 @@ func TestSoak(t *testing.T) {
 	l := setup(t)
 	w := l.deploy(t, "10")
 	waitApplied(t, w, "consumer", 20)
+	set := l.startStatefulSet(t, 20)
 	ctx := context.Background()
-	baseline, err := l.client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
+	baseline := map[string]int{}
+	for _, ns := range []string{w.Namespace, set.w.Namespace} {
+		pods, err := l.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		baseline[ns] = len(pods.Items)
 	}
 
 	path := os.Getenv("E2E_SOAK_CSV")
@@ -58,42 +65,59 @@ func TestSoak(t *testing.T) {
 	}
 	defer f.Close()
 	out := csv.NewWriter(f)
-	_ = out.Write([]string{"run", "id", "variant", "from", "to", "outcome", "total_ms", "downtime_ms", "critical_path_ms", "overhead_ms", "applied"})
+	_ = out.Write([]string{"run", "id", "pod", "variant", "from", "to", "outcome", "total_ms", "downtime_ms", "critical_path_ms", "overhead_ms", "applied"})
 
-	pod, node := "consumer", "node-a"
+	otherNode := map[string]string{"node-a": "node-b", "node-b": "node-a"}
 	var images []string
-	for i := 0; i < runs; i++ {
-		to := map[string]string{"node-a": "node-b", "node-b": "node-a"}[node]
-		variant := variants[i%len(variants)]
-		args := append([]string{"pod", pod, "--to", to, "--delete-image", "--label", "soak=" + strconv.Itoa(i)}, variant...)
+	run := 0
+	migrate := func(w *workload.Workload, kind, pod, node string, variant ...string) report.Record {
+		t.Helper()
+		to := otherNode[node]
+		args := append([]string{kind, pod, "--to", to, "--delete-image", "--label", "soak=" + strconv.Itoa(run)}, variant...)
 		rec, stderr, err := l.migrate(t, w, args...)
 		if err != nil || rec.Outcome != report.Succeeded {
-			t.Fatalf("run %d (%v): %v %s\n%s", i, variant, err, rec.Outcome, stderr)
+			t.Fatalf("run %d (%v): %v %s\n%s", run, args, err, rec.Outcome, stderr)
 		}
 		st := contiguous(t, w, rec.TargetPod)
 		downtime := int64(-1)
 		if rec.Downtime != nil {
 			downtime = rec.Downtime.Millis
 		}
-		_ = out.Write([]string{strconv.Itoa(i), rec.ID, fmt.Sprint(variant), node, to, string(rec.Outcome),
+		_ = out.Write([]string{strconv.Itoa(run), rec.ID, pod, fmt.Sprint(variant), node, to, string(rec.Outcome),
 			strconv.FormatInt(rec.TotalMillis, 10), strconv.FormatInt(downtime, 10),
 			strconv.FormatInt(rec.CriticalPathMillis(), 10), strconv.FormatInt(rec.OverheadMillis(), 10), strconv.FormatUint(st.Totals.Count, 10)})
 		out.Flush()
-		t.Logf("run %d %v %s → %s: total %d ms, downtime %d ms, %d applied exactly once", i, variant, node, to, rec.TotalMillis, downtime, st.Totals.Count)
+		t.Logf("run %d %s %v %s → %s: total %d ms, downtime %d ms, %d applied exactly once", run, pod, variant, node, to, rec.TotalMillis, downtime, st.Totals.Count)
 		images = append(images, rec.Images...)
-		pod, node = rec.TargetPod, to
+		run++
+		return rec
+	}
+	pod, node, setNode := "consumer", "node-a", "node-a"
+	for i := 0; i < runs; i++ {
+		rec := migrate(w, "pod", pod, node, variants[i%len(variants)]...)
+		pod, node = rec.TargetPod, otherNode[node]
+		if i%5 == 4 { // the StatefulSet pod's turn
+			migrate(set.w, "sts", "consumer-0", setNode, "--queue", set.w.Queue)
+			setNode = otherNode[setNode]
+			l.checkStatefulSetAfter(t, set, setNode)
+		}
 	}
 	t.Logf("soak figures in %s", path)
 
 	checkConservation(t, w, pod)
-	pods, _ := l.client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{})
-	if len(pods.Items) != len(baseline.Items) {
-		t.Errorf("%d pods at the end, %d at the start", len(pods.Items), len(baseline.Items))
+	checkOrdinalsConserve(t, set.w)
+	for ns, n := range baseline {
+		pods, _ := l.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if len(pods.Items) != n {
+			t.Errorf("%d pods in %s at the end, %d at the start", len(pods.Items), ns, n)
+		}
 	}
 	l.nothingLeft(t, w)
+	l.nothingLeft(t, set.w)
 	records, err := report.Store{Client: l.client}.List(ctx, w.Namespace)
-	if err != nil || len(records) != runs {
-		t.Errorf("%d records for %d runs (%v)", len(records), runs, err)
+	setRecords, setErr := report.Store{Client: l.client}.List(ctx, set.w.Namespace)
+	if err != nil || setErr != nil || len(records)+len(setRecords) != run {
+		t.Errorf("%d records for %d runs (%v, %v)", len(records)+len(setRecords), run, err, setErr)
 	}
 	reg := image.Registry{Insecure: true}
 	for _, ref := range images {
@@ -107,7 +131,7 @@ func TestSoak(t *testing.T) {
 }
 
 // contiguous checks, without stopping the producer, that the consumer has
-// applied every message from 1 to its last exactly once.
+// applied every message from 1 to its last exactly once (one producer run).
 func contiguous(t *testing.T, w interface {
 	State(context.Context, string) (ms2m.State, error)
 }, pod string) ms2m.State {
@@ -117,7 +141,7 @@ func contiguous(t *testing.T, w interface {
 		t.Fatal(err)
 	}
 	n := st.LastSeq
-	if want := ms2m.SequenceDigest(n); st.Totals.Count != n || st.Totals.Digest != want {
+	if want := ms2m.SequenceDigest(st.Producer, n); st.Totals.Count != n || st.Totals.Digest != want {
 		t.Fatalf("%s applied %d messages with digest %s; 1..%d exactly once would be %d with %s", pod, st.Totals.Count, st.Totals.Digest, n, n, want)
 	}
 	return st

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 )
 
@@ -39,6 +40,9 @@ type Workload struct {
 	Namespace, Exchange, Queue string
 	client                     kubernetes.Interface
 	app                        appctl.Client
+	producer                   *corev1.Pod // as created, for RestartProducer
+	// earlier is what the producer's runs before RestartProducer confirmed.
+	earlier ms2m.Totals
 }
 
 // Attach returns a Workload for pods deployed by other means.
@@ -76,19 +80,46 @@ func Deploy(ctx context.Context, client kubernetes.Interface, o Options) (*Workl
 	})
 	AddProbes(&consumer.Spec.Containers[0])
 	producer := w.pod(o, "producer", "ms2m-producer", append(common, "--rate="+o.Rate), nil)
+	w.producer = producer.DeepCopy()
 	// The consumer first, so its queue exists before messages flow.
 	for _, p := range []*corev1.Pod{consumer, producer} {
-		if _, err := client.CoreV1().Pods(w.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		if err := w.start(ctx, p); err != nil {
 			return w, err
-		}
-		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			_, err := w.app.State(ctx, w.Target(p.Name))
-			return err == nil, nil
-		}); err != nil {
-			return w, fmt.Errorf("%s never answered: %w", p.Name, err)
 		}
 	}
 	return w, nil
+}
+
+// start creates p and waits until it answers.
+func (w *Workload) start(ctx context.Context, p *corev1.Pod) error {
+	if _, err := w.client.CoreV1().Pods(w.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := w.app.State(ctx, w.Target(p.Name))
+		return err == nil, nil
+	}); err != nil {
+		return fmt.Errorf("%s never answered: %w", p.Name, err)
+	}
+	return nil
+}
+
+// RestartProducer stops the producer, keeps what it confirmed for
+// CheckConservation, and starts a new run of it: a new process whose
+// sequence starts at 1 again.
+func (w *Workload) RestartProducer(ctx context.Context) (ms2m.ProducerState, error) {
+	if w.producer == nil {
+		return ms2m.ProducerState{}, fmt.Errorf("the producer of %s was not deployed by Deploy", w.Namespace)
+	}
+	sent, err := w.StopProducer(ctx)
+	if err != nil {
+		return sent, err
+	}
+	w.earlier = w.earlier.Plus(sent.Totals)
+	if err := kube.DeleteAndWait(ctx, w.client, w.Namespace, w.producer.Name, nil); err != nil {
+		return sent, err
+	}
+	return sent, w.start(ctx, w.producer.DeepCopy())
 }
 
 func (w *Workload) pod(o Options, name, image string, args []string, annotations map[string]string) *corev1.Pod {
@@ -132,7 +163,8 @@ func (w *Workload) State(ctx context.Context, pod string) (ms2m.State, error) {
 	return w.app.State(ctx, w.Target(pod))
 }
 
-// WaitApplied waits until pod has applied sequence seq.
+// WaitApplied waits until pod has applied sequence seq of the producer's
+// current run.
 func (w *Workload) WaitApplied(ctx context.Context, pod string, seq uint64, timeout time.Duration) (ms2m.State, error) {
 	var st ms2m.State
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
@@ -163,19 +195,26 @@ func (w *Workload) StopProducer(ctx context.Context) (ms2m.ProducerState, error)
 }
 
 // CheckConservation stops the producer, lets consumer drain and compares its
-// applied set with the producer's confirmed set.
+// applied set with the producer's confirmed set. The producer's state it
+// returns carries the totals of all its runs (RestartProducer).
 func (w *Workload) CheckConservation(ctx context.Context, consumer string) (ms2m.State, ms2m.ProducerState, error) {
 	sent, err := w.StopProducer(ctx)
 	if err != nil {
 		return ms2m.State{}, sent, err
 	}
-	got, err := w.WaitApplied(ctx, consumer, sent.LastSeq, 3*time.Minute)
+	var got ms2m.State
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err = w.State(ctx, consumer)
+		return err == nil && got.Reached(sent.Position()), nil
+	})
 	if err != nil {
-		return got, sent, err
+		return got, sent, fmt.Errorf("%s did not reach the producer's last message %s (at %s): %w", consumer, sent.Position(), got.Position(), err)
 	}
-	if got.Totals.Count != sent.Totals.Count || got.Totals.Sum != sent.Totals.Sum || got.Totals.Digest != sent.Totals.Digest {
-		return got, sent, fmt.Errorf("conservation broken: applied %+v, sent %+v (lastSeq %d/%d, skipped %d)",
-			got.Totals, sent.Totals, got.LastSeq, sent.LastSeq, got.Skipped)
+	want := w.earlier.Plus(sent.Totals)
+	if got.Totals.Count != want.Count || got.Totals.Sum != want.Sum || got.Totals.Digest != want.Digest {
+		return got, sent, fmt.Errorf("conservation broken: applied %+v, sent %+v (at %s of %s, skipped %d)",
+			got.Totals, want, got.Position(), sent.Position(), got.Skipped)
 	}
+	sent.Totals = want
 	return got, sent, nil
 }

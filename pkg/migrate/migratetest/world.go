@@ -396,7 +396,7 @@ func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg ms2m.Control) 
 	return *st, nil
 }
 
-func (f *fakeApp) AppliedAfter(_ context.Context, t appctl.Target, seq uint64) (ms2m.Applied, error) {
+func (f *fakeApp) AppliedAfter(_ context.Context, t appctl.Target, p ms2m.Position) (ms2m.Applied, error) {
 	w := (*World)(f)
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
@@ -406,7 +406,7 @@ func (f *fakeApp) AppliedAfter(_ context.Context, t appctl.Target, seq uint64) (
 			last = st.LastAppliedAt
 		}
 	}
-	return ms2m.Applied{Seq: seq + 1, Sent: last.Add(-time.Second), AppliedAt: last.Add(1500 * time.Millisecond)}, nil
+	return ms2m.Applied{Producer: p.Producer, Seq: p.Seq + 1, Sent: last.Add(-time.Second), AppliedAt: last.Add(1500 * time.Millisecond)}, nil
 }
 
 type fakeRegistry World
