@@ -126,6 +126,21 @@ func (c *Client) BindReplayQueue(ctx context.Context, exchange, queue string) er
 	})
 }
 
+// BindProbeQueue declares a queue bound to exchange that counts arrivals
+// while a migration plans: the broker deletes it by itself once unused for
+// expires, so a process that dies while measuring leaves nothing for long.
+func (c *Client) BindProbeQueue(ctx context.Context, exchange, queue string, expires time.Duration) error {
+	return c.withChannel(ctx, func(ch *amqp.Channel) error {
+		if _, err := ch.QueueDeclare(queue, false, false, false, false, amqp.Table{"x-expires": expires.Milliseconds()}); err != nil {
+			return fmt.Errorf("declare probe queue %s: %w", queue, err)
+		}
+		if err := ch.QueueBind(queue, "", exchange, false, nil); err != nil {
+			return fmt.Errorf("bind probe queue %s to %s: %w", queue, exchange, err)
+		}
+		return nil
+	})
+}
+
 // DeclareQueue declares a durable queue bound to nothing (it marks, by
 // existing, that a migration runs).
 func (c *Client) DeclareQueue(ctx context.Context, queue string) error {

@@ -112,6 +112,9 @@ type Config struct {
 	ReplayMax time.Duration
 	// Cutoff stops the source this long after the bind, whatever the rates.
 	Cutoff time.Duration
+	// PredictWindow is how long, at least, a migration counts arrivals for
+	// its prediction (0: one second; negative: it predicts nothing).
+	PredictWindow time.Duration
 	// Timeout bounds the whole migration; rollback gets its own time.
 	Timeout time.Duration
 	// KeepOnFailure leaves everything as it is when a migration fails.

@@ -39,6 +39,7 @@ type Packer interface {
 type Broker interface {
 	CheckExchange(ctx context.Context, exchange string) error
 	BindReplayQueue(ctx context.Context, exchange, queue string) error
+	BindProbeQueue(ctx context.Context, exchange, queue string, expires time.Duration) error
 	DeclareQueue(ctx context.Context, queue string) error
 	PublishMarker(ctx context.Context, exchange, id string) error
 	QueueDepth(ctx context.Context, queue string) (int, error)

@@ -24,6 +24,7 @@ func testConfig(s migrate.Strategy) migrate.Config {
 		ImageRepository: "registry:5000/ckpt", AgentImage: "agent:1",
 		Broker:      migrate.BrokerConfig{URL: "amqp://x", Exchange: "ex", Queue: "work"},
 		ControlPort: 8080, CheckpointTimeout: time.Second, PhaseTimeout: 5 * time.Second, ReplayTimeout: 5 * time.Second, Timeout: time.Minute,
+		PredictWindow: -1, // TestMigrationKeepsItsPrediction predicts
 	}
 }
 
@@ -409,9 +410,12 @@ func TestDryRunPredicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := rec.Prediction
-	lambda := 7.0 / 3
+	if p == nil || p.LambdaWindowMillis < 3000 {
+		t.Fatalf("prediction %+v: λ counted for less than the dry run's 3 s", p)
+	}
+	lambda := 7.0 / (float64(p.LambdaWindowMillis) / 1000)
 	wantReplay := lambda * 1.5 / (20 - lambda) * 1000 // ms
-	if p == nil || p.FromRuns != 1 || p.Mu != 20 || p.CriticalPathMillis != 1400 || math.Abs(p.Lambda-lambda) > 0.01 ||
+	if p.FromRuns != 1 || p.Mu != 20 || p.MuFrom != report.MuFromHistory || p.CriticalPathMillis != 1400 || math.Abs(p.Lambda-lambda) > 0.01 ||
 		math.Abs(float64(p.ReplayMillis)-wantReplay) > 2 || p.DowntimeMillis != 50 || len(p.Warnings) != 0 {
 		t.Fatalf("prediction %+v, want replay ≈ %.0f ms", p, wantReplay)
 	}
@@ -419,10 +423,41 @@ func TestDryRunPredicts(t *testing.T) {
 		t.Fatal("the probe queue is left")
 	}
 
-	// Without history μ is unknown, and said so.
+	// Without history, and an application that does not say its service
+	// time, μ is unknown, and said so.
 	w2 := migratetest.NewWorld(t)
 	rec, err = migrate.Run(context.Background(), cfg, w2.Deps(), migrate.Hooks{})
 	if err != nil || rec.Prediction == nil || rec.Prediction.Mu != 0 || len(rec.Prediction.Warnings) != 1 || !strings.Contains(rec.Prediction.Warnings[0], "μ") {
 		t.Fatalf("without history: %v %+v", err, rec.Prediction)
+	}
+}
+
+// TestMigrationKeepsItsPrediction: a migration predicts itself as its
+// preflight ends, from λ counted during preflight and, with no earlier
+// migration of the queue, μ from the application's service time; the record
+// keeps the prediction beside what happened, and the probe queue is gone.
+func TestMigrationKeepsItsPrediction(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	w.Apps["consumer"].ServiceMillis = 50
+	var said []string
+	cfg := testConfig(migrate.MS2M)
+	cfg.PredictWindow = 0 // the default
+	rec, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{Progress: func(_ report.PhaseName, msg string) { said = append(said, msg) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rec.Prediction
+	if p == nil || p.Mu != 20 || p.MuFrom != report.MuFromApplication || p.Lambda <= 0 || p.LambdaWindowMillis <= 0 || p.TotalMillis <= 0 || p.FromRuns != 0 {
+		t.Fatalf("prediction %+v", p)
+	}
+	if !slices.ContainsFunc(said, func(s string) bool { return strings.HasPrefix(s, "expected: total ≈ ") }) {
+		t.Fatalf("the prediction was not said: %q", said)
+	}
+	if w.Queues["work.ms2m-probe-"+cfg.ID] {
+		t.Fatal("the probe queue is left")
+	}
+	stored, err := report.Store{Client: w.Client}.Get(context.Background(), "default", rec.ID)
+	if err != nil || stored.Prediction == nil || stored.Prediction.TotalMillis != p.TotalMillis || stored.TotalMillis == 0 {
+		t.Fatalf("stored record %+v: %v", stored, err)
 	}
 }

@@ -81,6 +81,8 @@ type Migration struct {
 	// journal saves the State with the record; all stages share it.
 	journal *journal
 	broker  Broker
+	// probe counts arrivals during preflight, for the prediction.
+	probe *lambdaProbe
 	// leases are the migration's locks on its pod and StatefulSet.
 	leases *leases
 	// targetNode is the target's Node as preflight read it.

@@ -6,41 +6,86 @@ import (
 	"slices"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
-// lambdaWindow is how long a dry run counts the workload's arrivals.
-const lambdaWindow = 3 * time.Second
+// lambdaWindow is how long a dry run counts the workload's arrivals;
+// a migration counts them during its preflight, for at least
+// lambdaMinWindow (preflight takes longer where agents start: 1.3–3 s on
+// the lab).
+const (
+	lambdaWindow    = 3 * time.Second
+	lambdaMinWindow = time.Second
+)
 
 // defaultCriticalPath stands in for the checkpoint → restored-copy-holding
 // time when no earlier migration of the workload says better: the
 // project's own target for it, conservative on the lab (1.2–1.9 s there).
 const defaultCriticalPath = 3 * time.Second
 
-// predict measures λ on the workload's exchange (a probe queue bound for
-// lambdaWindow, then deleted), takes μ, the critical path and the other
-// phases from the earlier migrations of the same queue, and works out
-// replay, total and downtime for the configured strategy.
-func (m *Migration) predict(ctx context.Context) (*report.Prediction, error) {
-	p := &report.Prediction{}
-	probe := m.Broker.Queue + ".ms2m-probe-" + m.ID
-	if err := m.broker.BindReplayQueue(ctx, m.Broker.Exchange, probe); err != nil {
-		return nil, fmt.Errorf("bind a probe queue to measure λ: %w", err)
+// probeExpiry is how long the broker keeps a probe queue nobody uses: a
+// process that dies while it measures leaves the queue only this long.
+const probeExpiry = 30 * time.Second
+
+// lambdaProbe is a queue bound to the workload's exchange that counts the
+// arrivals since it was bound.
+type lambdaProbe struct {
+	queue   string
+	started time.Time
+}
+
+// startLambdaProbe binds the probe queue the prediction measures λ with,
+// during preflight (shadow mode predicts nothing). A probe that cannot be
+// bound costs the prediction only.
+func (m *Migration) startLambdaProbe(ctx context.Context) {
+	if m.Mode == Shadow || (m.PredictWindow < 0 && !m.DryRun) {
+		return
+	}
+	queue := m.Broker.Queue + ".ms2m-probe-" + m.ID
+	if err := m.broker.BindProbeQueue(ctx, m.Broker.Exchange, queue, probeExpiry); err != nil {
+		m.progress(report.Preflight, "no prediction: "+err.Error())
+		return
+	}
+	m.probe = &lambdaProbe{queue: queue, started: time.Now()}
+}
+
+// dropProbe deletes the probe queue, if one is bound.
+func (m *Migration) dropProbe(ctx context.Context) error {
+	if m.probe == nil {
+		return nil
+	}
+	queue := m.probe.queue
+	m.probe = nil
+	return m.broker.DeleteQueue(context.WithoutCancel(ctx), queue)
+}
+
+// predict reads λ from the probe queue once it has counted for at least
+// window, takes μ from earlier migrations of the same queue or else from
+// the application's own service time, the critical path and the other
+// phases from the cluster's recent migrations of the same kind, and works
+// out replay, total and downtime for the configured strategy. Without a
+// probe it predicts nothing.
+func (m *Migration) predict(ctx context.Context, window time.Duration) (*report.Prediction, error) {
+	if m.probe == nil {
+		return nil, nil
 	}
 	select {
-	case <-time.After(lambdaWindow): // the measuring window itself
+	case <-time.After(time.Until(m.probe.started.Add(window))): // the measuring window itself
 	case <-ctx.Done():
 	}
-	depth, err := m.broker.QueueDepth(context.WithoutCancel(ctx), probe)
-	if derr := m.broker.DeleteQueue(context.WithoutCancel(ctx), probe); derr != nil && err == nil {
+	counted := time.Since(m.probe.started)
+	queue := m.probe.queue
+	depth, err := m.broker.QueueDepth(context.WithoutCancel(ctx), queue)
+	if derr := m.dropProbe(ctx); derr != nil && err == nil {
 		err = derr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("measure λ on probe queue %s: %w", probe, err)
+		return nil, fmt.Errorf("measure λ on probe queue %s: %w", queue, err)
 	}
-	p.Lambda = float64(depth) / lambdaWindow.Seconds()
-	p.LambdaWindowMillis = lambdaWindow.Milliseconds()
+	p := &report.Prediction{Lambda: float64(depth) / counted.Seconds(), LambdaWindowMillis: counted.Milliseconds()}
 
 	history := m.history(ctx)
 	p.FromRuns = len(history)
@@ -71,11 +116,13 @@ func (m *Migration) predict(ctx context.Context) (*report.Prediction, error) {
 		critical = time.Duration(ms) * time.Millisecond
 	}
 	p.CriticalPathMillis = critical.Milliseconds()
+	sameQueue := func(r *report.Record) bool { return r.Broker.ReplayQueue == ms2m.ReplayQueueName(m.Broker.Queue) }
 	if mu, ok := median(func(r *report.Record) (float64, bool) {
-		ph, ok := r.Phase(report.Replay)
-		return float64(r.Broker.Replayed) / (float64(ph.DurationMillis) / 1000), ok && ph.DurationMillis > 0 && r.Broker.Replayed > 0
+		return r.ReplayRate(), sameQueue(r) && r.ReplayRate() > 0
 	}); ok {
-		p.Mu = mu
+		p.Mu, p.MuFrom = mu, report.MuFromHistory
+	} else if ms := m.SourceState.ServiceMillis; ms > 0 {
+		p.Mu, p.MuFrom = 1000/ms, report.MuFromApplication
 	}
 	// What the source applies while the target is restored waits in the
 	// replay queue: λ times prepare and the critical path.
@@ -92,7 +139,7 @@ func (m *Migration) predict(ctx context.Context) (*report.Prediction, error) {
 		p.DowntimeMillis = (critical + phase(report.Stop) + phase(report.Switchover)).Milliseconds()
 		p.TotalMillis = (rest + critical + phase(report.Stop)).Milliseconds()
 	case p.Mu == 0:
-		p.Warnings = append(p.Warnings, "no earlier migration of this queue measured μ (the target's replay rate): the first one does; replay time unknown")
+		p.Warnings = append(p.Warnings, "neither an earlier migration of this queue nor the application (serviceMillis in its state) tells μ, the target's processing rate: replay time unknown")
 		p.TotalMillis = (rest + before).Milliseconds()
 	case p.Lambda >= p.Mu:
 		p.Warnings = append(p.Warnings, fmt.Sprintf("λ %.1f/s ≥ μ %.1f/s: replay would never catch up; use --replay-max (threshold cutoff) or --strategy stop-and-copy", p.Lambda, p.Mu))
@@ -109,17 +156,21 @@ func (m *Migration) predict(ctx context.Context) (*report.Prediction, error) {
 	return p, nil
 }
 
-// history is the earlier successful MS2M migrations of this workload's
-// queue (their replay queue names it), newest first, at most ten: they
-// measured μ and the critical path on this cluster.
+// history is the cluster's recent successful migrations of the same
+// strategy and mode (of this namespace when the cluster's cannot be
+// listed), newest first, at most ten: they measured the critical path and
+// the phases on this cluster, and those of this queue μ.
 func (m *Migration) history(ctx context.Context) []*report.Record {
-	all, err := report.Store{Client: m.Client}.List(ctx, m.Namespace)
+	store := report.Store{Client: m.Client}
+	all, err := store.List(ctx, metav1.NamespaceAll)
 	if err != nil {
-		return nil
+		if all, err = store.List(ctx, m.Namespace); err != nil {
+			return nil
+		}
 	}
 	var out []*report.Record
 	for _, r := range all {
-		if r.Outcome == report.Succeeded && r.Broker.ReplayQueue == ms2m.ReplayQueueName(m.Broker.Queue) {
+		if r.Outcome == report.Succeeded && r.Strategy == string(m.Strategy) && r.Mode == string(m.Mode) && r.ID != m.ID {
 			out = append(out, r)
 		}
 		if len(out) == 10 {

@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -33,7 +34,12 @@ func (preflight) Name() report.PhaseName { return report.Preflight }
 
 func (preflight) Rollback(context.Context, *Migration) error { return nil }
 
-func (preflight) Run(ctx context.Context, m *Migration) error {
+func (preflight) Run(ctx context.Context, m *Migration) (err error) {
+	defer func() {
+		if err != nil {
+			_ = m.dropProbe(ctx) // it would expire by itself soon
+		}
+	}()
 	type check struct {
 		what string
 		fn   func(context.Context, *Migration) error
@@ -79,7 +85,29 @@ func (preflight) Run(ctx context.Context, m *Migration) error {
 		return err
 	}
 	m.progress(report.Preflight, "agents ok")
+	if !m.DryRun {
+		m.expect(ctx)
+	}
 	return nil
+}
+
+// expect predicts the migration from what preflight measured, keeps the
+// prediction in the record and says it; a prediction that fails is only
+// said.
+func (m *Migration) expect(ctx context.Context) {
+	p, err := m.predict(ctx, cmp.Or(m.PredictWindow, lambdaMinWindow))
+	if err != nil {
+		m.progress(report.Preflight, "no prediction: "+err.Error())
+		return
+	}
+	if m.Record.Prediction = p; p == nil || p.TotalMillis == 0 {
+		return
+	}
+	msg := fmt.Sprintf("expected: total ≈ %s", time.Duration(p.TotalMillis)*time.Millisecond)
+	if p.ReplayMillis > 0 {
+		msg += fmt.Sprintf(", replay ≈ %s", time.Duration(p.ReplayMillis)*time.Millisecond)
+	}
+	m.progress(report.Preflight, msg+fmt.Sprintf(" (λ %.1f/s, μ %.1f/s)", p.Lambda, p.Mu))
 }
 
 func checkSourcePod(ctx context.Context, m *Migration) error {
@@ -358,6 +386,7 @@ func checkBroker(ctx context.Context, m *Migration) error {
 			return err
 		}
 	}
+	m.startLambdaProbe(ctx)
 	return nil
 }
 

@@ -57,8 +57,8 @@ func Run(ctx context.Context, cfg Config, deps Deps, hooks Hooks) (*report.Recor
 		phases = phases[:1]
 	}
 	err := m.run(ctx, phases, 0)
-	if cfg.DryRun && err == nil && m.broker != nil && cfg.Mode != Shadow {
-		m.Record.Prediction, err = m.predict(ctx)
+	if cfg.DryRun && err == nil {
+		m.Record.Prediction, err = m.predict(ctx, lambdaWindow)
 	}
 	if cfg.DryRun || len(m.Record.Phases) < 2 {
 		// Preflight failed before anything changed, or the plan was all that

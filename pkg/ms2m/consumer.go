@@ -232,6 +232,7 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, queue str
 }
 
 func (c *Consumer) handle(ctx context.Context, d amqp.Delivery, queue string) {
+	start := time.Now()
 	var m Message
 	if err := json.Unmarshal(d.Body, &m); err != nil {
 		c.cfg.Logf("dropping malformed message: %v", err)
@@ -264,6 +265,22 @@ func (c *Consumer) handle(ctx context.Context, d amqp.Delivery, queue string) {
 	// An ack that fails (the connection died under a restore) is harmless: the
 	// message comes back and is skipped as a duplicate.
 	_ = d.Ack(false)
+	if !duplicate {
+		c.served(time.Since(start))
+	}
+}
+
+// served folds one message's service time into ServiceMillis, a moving
+// average over roughly the last ten messages.
+func (c *Consumer) served(took time.Duration) {
+	ms := float64(took) / float64(time.Millisecond)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.st.ServiceMillis == 0 {
+		c.st.ServiceMillis = ms
+		return
+	}
+	c.st.ServiceMillis += (ms - c.st.ServiceMillis) / 10
 }
 
 func (c *Consumer) apply(m Message, queue string) {

@@ -209,7 +209,7 @@ func migrateByProtocol(t *testing.T, restartProducer bool) {
 	eventually(t, 20*time.Second, "target draining", func() bool { return target.State().Reached(sent.Position()) })
 
 	got, want := target.State(), earlier.Plus(sent.Totals)
-	if got.Totals.Count != want.Count || got.Totals.Sum != want.Sum || got.Totals.Digest != want.Digest {
+	if !got.Totals.Equal(want) {
 		t.Fatalf("applied %+v, sent %+v (skipped %d)", got.Totals, want, got.Skipped)
 	}
 	next, ok := target.AppliedAfter(final.Position())

@@ -134,6 +134,12 @@ func (t *Totals) Add(m Message) {
 	t.addDigest(messageHash(m.Producer, m.Seq)) // a sum of hashes: order-independent, counts duplicates
 }
 
+// Equal reports whether two sets have the same totals (however each was
+// obtained: added up here or read from JSON).
+func (t Totals) Equal(o Totals) bool {
+	return t.Count == o.Count && t.Sum == o.Sum && t.digestValue() == o.digestValue()
+}
+
 // Plus returns the totals of both sets together: what a consumer that
 // applied the messages of two producer runs reports, from the totals each
 // run's producer reported.
@@ -196,7 +202,11 @@ type State struct {
 	RetiredProducers []string  `json:"retiredProducers,omitempty"`
 	LastAppliedAt    time.Time `json:"lastAppliedAt,omitzero"`
 	Skipped          uint64    `json:"skipped"`
-	Reconnects       uint64    `json:"reconnects"`
+	// ServiceMillis is how long applying one message takes, on average over
+	// the last ones (receipt to acknowledgement): 1000/ServiceMillis is the
+	// instance's processing rate μ, which a migration plan predicts with.
+	ServiceMillis float64 `json:"serviceMillis,omitempty"`
+	Reconnects    uint64  `json:"reconnects"`
 	// Barrier is the last marker taken from a queue.
 	Barrier string `json:"barrier,omitempty"`
 	// PendingRestore is set between Prepare and Checkpointed.

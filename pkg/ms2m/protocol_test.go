@@ -52,7 +52,7 @@ func TestTotalsPlus(t *testing.T) {
 		}
 	}
 	got := wire[0].Plus(wire[1])
-	if got.Count != both.Count || got.Sum != both.Sum || got.Digest != both.Digest {
+	if !got.Equal(both) || got.Digest != both.Digest {
 		t.Fatalf("sum of the runs' totals %+v, both applied %+v", got, both)
 	}
 	if var0 := (Totals{}).Plus(first); var0.Digest != first.Digest {

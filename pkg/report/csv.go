@@ -31,7 +31,8 @@ func (r *Record) Facets() map[string]string {
 func WriteCSV(w io.Writer, records []*Record) error {
 	phaseCols, stepCols, labelCols := csvColumns(records)
 	header := []string{"id", "strategy", "mode", "namespace", "pod", "source_node", "target_node", "started", "outcome",
-		"total_ms", "downtime_ms", "critical_path_ms", "overhead_ms", "lambda", "backlog", "replayed", "archive_bytes"}
+		"total_ms", "downtime_ms", "critical_path_ms", "overhead_ms", "lambda", "mu", "backlog", "replayed", "archive_bytes",
+		"predicted_total_ms", "predicted_replay_ms", "predicted_downtime_ms"}
 	for _, c := range phaseCols {
 		header = append(header, "phase_"+c+"_ms")
 	}
@@ -52,8 +53,13 @@ func WriteCSV(w io.Writer, records []*Record) error {
 		}
 		row := []string{r.ID, r.Strategy, r.Mode, r.Namespace, r.Pod, r.SourceNode, r.TargetNode, r.StartedAt.UTC().Format(time.RFC3339), string(r.Outcome),
 			ms(r.TotalMillis), downtime, ms(r.CriticalPathMillis()), ms(r.OverheadMillis()),
-			strconv.FormatFloat(r.Broker.ArrivalRate, 'f', 2, 64), strconv.Itoa(r.Broker.ReplayBacklog), strconv.FormatUint(r.Broker.Replayed, 10),
+			strconv.FormatFloat(r.Broker.ArrivalRate, 'f', 2, 64), rate(r.ReplayRate()), strconv.Itoa(r.Broker.ReplayBacklog), strconv.FormatUint(r.Broker.Replayed, 10),
 			strconv.FormatInt(r.ArchiveBytes, 10)}
+		if p := r.Prediction; p != nil {
+			row = append(row, msKnown(p.TotalMillis), msKnown(p.ReplayMillis), msKnown(p.DowntimeMillis))
+		} else {
+			row = append(row, "", "", "")
+		}
 		phases, steps := map[string]int64{}, map[string]int64{}
 		for _, p := range r.Phases {
 			phases[phaseColumn(p)] += p.DurationMillis
@@ -79,6 +85,21 @@ func WriteCSV(w io.Writer, records []*Record) error {
 }
 
 func ms(v int64) string { return strconv.FormatInt(v, 10) }
+
+// msKnown is v, or empty where zero means unknown.
+func msKnown(v int64) string {
+	if v == 0 {
+		return ""
+	}
+	return ms(v)
+}
+
+func rate(v float64) string {
+	if v == 0 {
+		return ""
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
 
 func msIf(m map[string]int64, key string) string {
 	if v, ok := m[key]; ok {

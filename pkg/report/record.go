@@ -33,14 +33,18 @@ const (
 	NotStarted Outcome = "not-started"
 )
 
-// Prediction is what a dry run expects: λ measured on the workload's
-// exchange, μ and the critical path from earlier migrations of its queue
-// (FromRuns of them; none: conservative defaults), and from those replay
-// ≈ backlog / (μ − λ), total and downtime. A zero field is unknown.
+// Prediction is what a migration expects, made as its preflight ends (a
+// dry run's is all it does): λ measured on the workload's exchange, μ from
+// earlier migrations of its queue or the application's service time, the
+// critical path and the other phases from the cluster's recent migrations
+// of the same kind (FromRuns of them; none: conservative defaults), and
+// from those replay ≈ backlog / (μ − λ), total and downtime. A zero field
+// is unknown. A record keeps it beside what happened.
 type Prediction struct {
 	Lambda             float64  `json:"lambda"`
 	LambdaWindowMillis int64    `json:"lambdaWindowMillis"`
 	Mu                 float64  `json:"mu,omitempty"`
+	MuFrom             string   `json:"muFrom,omitempty"`
 	FromRuns           int      `json:"fromRuns"`
 	CriticalPathMillis int64    `json:"criticalPathMillis"`
 	Backlog            float64  `json:"backlog"`
@@ -49,6 +53,12 @@ type Prediction struct {
 	DowntimeMillis     int64    `json:"downtimeMillis,omitempty"`
 	Warnings           []string `json:"warnings,omitempty"`
 }
+
+// Where a prediction's μ came from.
+const (
+	MuFromHistory     = "earlier migrations"
+	MuFromApplication = "the application's service time"
+)
 
 // DrainStrategy is the Strategy of a drain's record.
 const DrainStrategy = "drain"
@@ -223,7 +233,7 @@ type Record struct {
 	Leftovers []string `json:"leftovers,omitempty"`
 	// Labels tag a run for comparisons across runs (e.g. rate=10).
 	Labels map[string]string `json:"labels,omitempty"`
-	// Prediction is what a dry run expects of the migration.
+	// Prediction is what the migration expected as its preflight ended.
 	Prediction *Prediction `json:"prediction,omitempty"`
 	// Drain is set on a node drain's record (Strategy DrainStrategy, Pod
 	// the node).
@@ -301,6 +311,16 @@ func (r *Record) Phase(name PhaseName) (PhaseTiming, bool) {
 		}
 	}
 	return PhaseTiming{}, false
+}
+
+// ReplayRate is μ as the replay measured it: messages replayed per second
+// of replay (0 where nothing was replayed).
+func (r *Record) ReplayRate() float64 {
+	ph, ok := r.Phase(Replay)
+	if !ok || ph.DurationMillis <= 0 || r.Broker.Replayed == 0 {
+		return 0
+	}
+	return float64(r.Broker.Replayed) / (float64(ph.DurationMillis) / 1000)
 }
 
 // CriticalPathMillis is the first checkpoint's start to the first restored

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"encoding/csv"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -83,7 +82,7 @@ func TestSoak(t *testing.T) {
 		if rec.Downtime != nil {
 			downtime = rec.Downtime.Millis
 		}
-		_ = out.Write([]string{strconv.Itoa(run), rec.ID, pod, fmt.Sprint(variant), node, to, string(rec.Outcome),
+		_ = out.Write([]string{strconv.Itoa(run), rec.ID, pod, kind + " " + strings.Join(variant, " "), node, to, string(rec.Outcome),
 			strconv.FormatInt(rec.TotalMillis, 10), strconv.FormatInt(downtime, 10),
 			strconv.FormatInt(rec.CriticalPathMillis(), 10), strconv.FormatInt(rec.OverheadMillis(), 10), strconv.FormatUint(st.Totals.Count, 10)})
 		out.Flush()

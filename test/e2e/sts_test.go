@@ -186,7 +186,7 @@ func checkOrdinalsConserve(t testing.TB, w *workload.Workload) (ms2m.State, ms2m
 		t.Fatal(err)
 	}
 	one, err := w.WaitApplied(context.Background(), "consumer-1", sent.LastSeq, time.Minute)
-	if err != nil || one.Totals != sent.Totals {
+	if err != nil || !one.Totals.Equal(sent.Totals) {
 		t.Fatalf("consumer-1 applied %+v, sent %+v (%v)", one.Totals, sent.Totals, err)
 	}
 	return got, sent

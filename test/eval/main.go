@@ -1,11 +1,12 @@
 // Command eval draws the evaluation from the runs' CSV (kubectl migrate
 // report -o csv, or what the lab benchmark writes with E2E_EVAL_DIR): the
 // paper's figures — downtime and total migration time per strategy and
-// message rate (box plots: median, quartiles, spread, every migrationRun kept) and
+// message rate (box plots: median, quartiles, spread, every run kept) and
 // the per-phase breakdown per strategy (stacked median phases) — as PNG and
-// SVG, and a summary table of our reductions beside the paper's.
+// SVG, and a summary table of our reductions beside the paper's, with how
+// far each migration's own prediction was from what it took.
 //
-//	go migrationRun ./test/eval -in eval/runs.csv -out eval
+//	go run ./test/eval -in eval/runs.csv -out eval
 package main
 
 import (
@@ -74,6 +75,7 @@ type migrationRun struct {
 	outcome         string
 	downtime, total float64 // ms
 	hasDowntime     bool
+	predictedTotal  float64 // ms, 0: no prediction
 	phases          map[string]float64 // ms, by column name without phase_ and _ms
 	phaseOrder      []string
 }
@@ -114,6 +116,7 @@ func readRuns(r io.Reader) ([]migrationRun, error) {
 			r.rate = "?"
 		}
 		r.total, _ = strconv.ParseFloat(get(row, "total_ms"), 64)
+		r.predictedTotal, _ = strconv.ParseFloat(get(row, "predicted_total_ms"), 64)
 		if d := get(row, "downtime_ms"); d != "" {
 			r.downtime, _ = strconv.ParseFloat(d, 64)
 			r.hasDowntime = true
@@ -289,13 +292,27 @@ func median(v []float64) float64 {
 
 // paper are the seed paper's headline reductions, for the summary.
 const paper = `The paper: MS2M cuts downtime by 96.99–97.18 % against stop-and-copy; the
-threshold cutoff at 16 msg/s cuts total time by 36.08 %.`
+threshold cutoff at 16 msg/s cuts total time by 36.08 %; StatefulSet
+migration (MS2M, sequential) cuts downtime by 24.84 / 16.31 / 0.24 % at
+4 / 10 / 16 msg/s against StatefulSet stop-and-copy.`
 
-// summary is a table of medians per cell, with MS2M's downtime against
-// stop-and-copy's and the cutoff's total against MS2M's at the same rate.
+// baseline is the variant a variant's downtime is compared with:
+// StatefulSet variants with StatefulSet stop-and-copy, the others with
+// stop-and-copy.
+func baseline(variant string) string {
+	if strings.HasPrefix(variant, "sts-") {
+		return "sts-stop-and-copy"
+	}
+	return "stop-and-copy"
+}
+
+// summary is a table of medians per cell, with each variant's downtime
+// against its stop-and-copy baseline's and the cutoff's total against
+// MS2M's at the same rate, and the median error of the migrations'
+// predicted totals ((predicted − actual) / actual).
 func summary(cells []cell) string {
 	var b strings.Builder
-	b.WriteString("| rate | strategy | runs | succeeded | median downtime | median total | vs stop-and-copy (downtime) | vs ms2m (total) |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| rate | strategy | runs | succeeded | median downtime | median total | vs stop-and-copy (downtime) | vs ms2m (total) | prediction error (total) |\n|---|---|---|---|---|---|---|---|---|\n")
 	med := func(c cell, f func(migrationRun) (float64, bool)) (float64, bool) {
 		var all []float64
 		for _, r := range c.runs {
@@ -324,18 +341,23 @@ func summary(cells []cell) string {
 		}
 		d, hasD := med(c, down)
 		t, hasT := med(c, total)
-		vsSC, vsMS2M := "", ""
-		if sc, found := find(c.rate, "stop-and-copy"); found && hasD && c.variant != "stop-and-copy" {
+		vsSC, vsMS2M, predErr := "", "", ""
+		if sc, found := find(c.rate, baseline(c.variant)); found && hasD && c.variant != baseline(c.variant) {
 			if scd, ok := med(sc, down); ok && scd > 0 {
 				vsSC = fmt.Sprintf("%+.1f %%", 100*(d-scd)/scd)
 			}
 		}
-		if ms, found := find(c.rate, "ms2m"); found && hasT && c.variant != "ms2m" && c.variant != "stop-and-copy" {
+		if ms, found := find(c.rate, "ms2m"); found && hasT && c.variant != "ms2m" && baseline(c.variant) == "stop-and-copy" && c.variant != "stop-and-copy" {
 			if mst, ok := med(ms, total); ok && mst > 0 {
 				vsMS2M = fmt.Sprintf("%+.1f %%", 100*(t-mst)/mst)
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s | %s |\n", c.rate, c.variant, len(c.runs), ok, ms(d, hasD), ms(t, hasT), vsSC, vsMS2M)
+		if e, ok := med(c, func(r migrationRun) (float64, bool) {
+			return (r.predictedTotal - r.total) / r.total, r.predictedTotal > 0 && r.total > 0 && r.outcome == "succeeded"
+		}); ok {
+			predErr = fmt.Sprintf("%+.0f %%", 100*e)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s | %s | %s |\n", c.rate, c.variant, len(c.runs), ok, ms(d, hasD), ms(t, hasT), vsSC, vsMS2M, predErr)
 	}
 	b.WriteString("\n" + paper + "\n")
 	return b.String()

@@ -35,6 +35,10 @@ func TestEvaluationFromCSV(t *testing.T) {
 		record("b1", "stop-and-copy", "stop-and-copy", "10", 1000, 2500, 0), record("b2", "stop-and-copy", "stop-and-copy", "10", 1300, 2600, 0),
 		record("c1", "ms2m", "cutoff", "10", 900, 3000, 1000),
 		record("d1", "ms2m", "ms2m", "4", 51, 3000, 500),
+		record("e1", "ms2m", "sts-sequential", "10", 6000, 9000, 0), record("f1", "stop-and-copy", "sts-stop-and-copy", "10", 8000, 8000, 0),
+	}
+	for i, predicted := range []int64{5500, 5400, 7700} { // +10 %, -10 %, +10 %
+		records[i].Prediction = &report.Prediction{TotalMillis: predicted}
 	}
 	if err := report.WriteCSV(&csv, records); err != nil {
 		t.Fatal(err)
@@ -63,8 +67,10 @@ func TestEvaluationFromCSV(t *testing.T) {
 	}
 	for _, want := range []string{
 		"| 4 | ms2m | 1 | 1 | 51 ms | 3.00 s |",
-		"| 10 | ms2m | 3 | 3 | 52 ms | 6.00 s | -95.5 % |", // 52 against (1000+1300)/2
-		"| 10 | cutoff | 1 | 1 | 900 ms | 3.00 s | -21.7 % | -50.0 % |",
+		"| 10 | ms2m | 3 | 3 | 52 ms | 6.00 s | -95.5 % |  | +10 % |", // 52 against (1000+1300)/2
+		"| 10 | cutoff | 1 | 1 | 900 ms | 3.00 s | -21.7 % | -50.0 % |  |",
+		"| 10 | sts-sequential | 1 | 1 | 6.00 s | 9.00 s | -25.0 % |  |  |", // against sts-stop-and-copy, not stop-and-copy
+		"| 10 | sts-stop-and-copy | 1 | 1 | 8.00 s | 8.00 s |  |",
 	} {
 		if !strings.Contains(string(sum), want) {
 			t.Errorf("summary lacks %q:\n%s", want, sum)

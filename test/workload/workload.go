@@ -211,7 +211,7 @@ func (w *Workload) CheckConservation(ctx context.Context, consumer string) (ms2m
 		return got, sent, fmt.Errorf("%s did not reach the producer's last message %s (at %s): %w", consumer, sent.Position(), got.Position(), err)
 	}
 	want := w.earlier.Plus(sent.Totals)
-	if got.Totals.Count != want.Count || got.Totals.Sum != want.Sum || got.Totals.Digest != want.Digest {
+	if !got.Totals.Equal(want) {
 		return got, sent, fmt.Errorf("conservation broken: applied %+v, sent %+v (at %s of %s, skipped %d)",
 			got.Totals, want, got.Position(), sent.Position(), got.Skipped)
 	}

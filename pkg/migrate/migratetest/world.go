@@ -297,6 +297,14 @@ func (f *fakeBroker) BindReplayQueue(_ context.Context, _, queue string) error {
 	return nil
 }
 
+func (f *fakeBroker) BindProbeQueue(_ context.Context, _, queue string, _ time.Duration) error {
+	w := (*World)(f)
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	w.Queues[queue] = true
+	return nil
+}
+
 func (f *fakeBroker) DeclareQueue(_ context.Context, queue string) error {
 	w := (*World)(f)
 	w.record("declare %s", queue)

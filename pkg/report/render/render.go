@@ -150,9 +150,46 @@ func Record(w io.Writer, r *report.Record, o Options) error {
 	b.WriteString(legend(r, o) + "\n\n")
 
 	b.WriteString(timesSummary(r, o))
+	b.WriteString(predictionSummary(r))
 	b.WriteString(brokerSummary(r))
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// predictionSummary sets what the migration expected as its preflight
+// ended beside what happened.
+func predictionSummary(r *report.Record) string {
+	p := r.Prediction
+	if p == nil || r.Outcome == report.Running {
+		return ""
+	}
+	var parts []string
+	add := func(what string, predicted, actual int64, known bool) {
+		if predicted <= 0 {
+			return
+		}
+		part := what + " ≈ " + FormatMillis(predicted)
+		if known && actual > 0 {
+			part += fmt.Sprintf(" (was %s, %+.0f%%)", FormatMillis(actual), 100*(float64(predicted)-float64(actual))/float64(actual))
+		}
+		parts = append(parts, part)
+	}
+	replay, hasReplay := r.Phase(report.Replay)
+	add("total", p.TotalMillis, r.TotalMillis, r.Outcome == report.Succeeded)
+	add("replay", p.ReplayMillis, replay.DurationMillis, hasReplay)
+	add("downtime", p.DowntimeMillis, downtimeMillis(r), r.Downtime != nil)
+	parts = append(parts, p.Warnings...)
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s %s\n", labelStyle.Render("expected            "), strings.Join(parts, " · "))
+}
+
+func downtimeMillis(r *report.Record) int64 {
+	if r.Downtime == nil {
+		return 0
+	}
+	return r.Downtime.Millis
 }
 
 // stepLabel names a step, with its container where the phase did it for

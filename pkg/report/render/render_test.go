@@ -42,6 +42,8 @@ func sampleRecord() *report.Record {
 		Downtime:    &report.Downtime{Millis: 62, SourceLastSeq: 410, NextSeq: 411},
 		Broker:      report.Broker{ReplayQueue: "work.ms2m-replay", ArrivalRate: 10.04, ReplayBacklog: 38, Replayed: 52, PrimaryDepthAtSwitch: 1},
 		Images:      []string{"reg/consumer@sha256:1"}, ArchiveBytes: 1740 * 1024,
+		Prediction: &report.Prediction{Lambda: 10, LambdaWindowMillis: 1300, Mu: 19.6, MuFrom: report.MuFromApplication,
+			CriticalPathMillis: 3000, Backlog: 31, ReplayMillis: 3200, TotalMillis: 7300, DowntimeMillis: 51},
 	}
 }
 
