@@ -62,14 +62,14 @@ func writePrediction(b *strings.Builder, p *report.Prediction) {
 	if p == nil {
 		return
 	}
-	basis := fmt.Sprintf("from %d earlier migration(s) of this queue", p.FromRuns)
+	basis := fmt.Sprintf("phases from %d recent migration(s) on this cluster", p.FromRuns)
 	if p.FromRuns == 0 {
-		basis = "no earlier migration of this queue: the critical path is a conservative " + render.FormatMillis(p.CriticalPathMillis)
+		basis = "no earlier migration of this kind: the critical path is a conservative " + render.FormatMillis(p.CriticalPathMillis)
 	}
 	fmt.Fprintf(b, "Expected (λ measured for %s on the exchange; %s):\n", render.FormatMillis(p.LambdaWindowMillis), basis)
 	mu := "unknown"
 	if p.Mu > 0 {
-		mu = fmt.Sprintf("%.1f msg/s", p.Mu)
+		mu = fmt.Sprintf("%.1f msg/s (from %s)", p.Mu, p.MuFrom)
 	}
 	fmt.Fprintf(b, "  λ %.1f msg/s, μ %s, critical path %s, backlog at replay ≈ %.0f messages\n", p.Lambda, mu, render.FormatMillis(p.CriticalPathMillis), p.Backlog)
 	if p.ReplayMillis > 0 {

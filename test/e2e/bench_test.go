@@ -33,8 +33,13 @@ import (
 //	go test -tags e2e -run '^$' -bench Strategies -benchtime 1x ./test/e2e
 //
 // For the evaluation (make eval), E2E_EVAL_RUNS sets the runs per cell and
-// E2E_EVAL_DIR where every run's record goes, as runs.csv. E2E_EVAL_QUICK=1
-// (make eval-quick, in .ci/run) keeps one rate, 10 msg/s, and the three pod
+// E2E_EVAL_DIR where every run's record goes, as runs.csv; the evaluation
+// adds, at every rate, the StatefulSet variants (ordinal 0 of a 2-replica
+// StatefulSet: sequential MS2M, sequential stop-and-copy, shadow) and the
+// cutoff, and 24 msg/s (above μ) where plain MS2M must roll back early
+// because replay cannot catch up, and the cutoff must succeed. A progress
+// line with an ETA goes to stderr after each run. E2E_EVAL_QUICK=1 (make
+// eval-quick, in .ci/run) keeps one rate, 10 msg/s, and the three pod
 // strategies: MS2M, MS2M with the cutoff, stop-and-copy.
 func BenchmarkStrategies(b *testing.B) {
 	rounds := 3
@@ -47,34 +52,46 @@ func BenchmarkStrategies(b *testing.B) {
 			writeRuns(b, dir, all)
 		}
 	}()
-	variants := map[string][]string{
-		"ms2m":          {"--strategy", "ms2m"},
-		"stop-and-copy": {"--strategy", "stop-and-copy"},
-		"cutoff":        {"--strategy", "ms2m", "--replay-max", "4s"},
-		"direct":        {"--strategy", "ms2m", "--transfer", "direct"},
+	quick := os.Getenv("E2E_EVAL_QUICK") == "1"
+	full := os.Getenv("E2E_EVAL_DIR") != "" && !quick
+	rates := []string{"4", "10", "16"}
+	cells := map[string][]string{}
+	for _, rate := range rates {
+		names := []string{"ms2m", "stop-and-copy"}
+		switch {
+		case quick:
+			names = append(names, "cutoff")
+		case full:
+			names = append(names, "cutoff", "sts-sequential", "sts-stop-and-copy", "sts-shadow")
+		case rate == "10":
+			names = append(names, "direct")
+		case rate == "16":
+			names = append(names, "cutoff")
+		}
+		cells[rate] = names
 	}
-	rates, quick := []string{"4", "10", "16"}, os.Getenv("E2E_EVAL_QUICK") == "1"
 	if quick {
 		rates = []string{"10"}
 	}
+	if full {
+		rates = append(rates, "24")
+		cells["24"] = []string{"ms2m", "cutoff"}
+	}
+	progress := newEvalProgress(rates, cells, rounds)
 	for _, rate := range rates {
 		b.Run("rate="+rate, func(b *testing.B) {
-			names := []string{"ms2m", "stop-and-copy"}
-			switch {
-			case quick:
-				names = append(names, "cutoff")
-			case rate == "10":
-				names = append(names, "direct")
-			case rate == "16":
-				names = append(names, "cutoff")
-			}
+			names := cells[rate]
 			figures := map[string]map[string][]float64{}
 			for i := 0; i < rounds; i++ {
 				for _, name := range names {
-					rec := benchMigrate(b, rate, name, variants[name]...)
+					rec := benchVariant(b, rate, name)
+					progress.ran(rate, name, rec)
 					all = append(all, &rec)
 					if figures[name] == nil {
 						figures[name] = map[string][]float64{}
+					}
+					if rec.Outcome != report.Succeeded || rec.Downtime == nil {
+						continue
 					}
 					for metric, v := range map[string]int64{
 						"total": rec.TotalMillis, "downtime": rec.Downtime.Millis,
@@ -86,21 +103,92 @@ func BenchmarkStrategies(b *testing.B) {
 			}
 			for _, name := range names {
 				for _, metric := range []string{"total", "downtime", "critical-path", "overhead"} {
-					b.ReportMetric(median(figures[name][metric]), name+"-"+metric+"-ms")
+					if v := figures[name][metric]; len(v) > 0 {
+						b.ReportMetric(median(v), name+"-"+metric+"-ms")
+					}
+				}
+			}
+			ratio := func(a, c map[string][]float64, metric, unit string) {
+				if len(a[metric]) > 0 && len(c[metric]) > 0 {
+					b.ReportMetric(median(a[metric])/median(c[metric]), unit)
 				}
 			}
 			ms2m, sc := figures["ms2m"], figures["stop-and-copy"]
-			b.ReportMetric(median(ms2m["total"])/median(sc["total"]), "ms2m/stop-and-copy-total-ratio")
-			b.ReportMetric(median(ms2m["downtime"])/median(sc["downtime"]), "ms2m/stop-and-copy-downtime-ratio")
-			if cut, ok := figures["cutoff"]; ok {
-				b.ReportMetric(median(cut["total"])/median(ms2m["total"]), "cutoff/ms2m-total-ratio")
-			}
-			if direct, ok := figures["direct"]; ok {
-				b.ReportMetric(median(direct["critical-path"])/median(ms2m["critical-path"]), "direct/registry-critical-path-ratio")
-			}
+			ratio(ms2m, sc, "total", "ms2m/stop-and-copy-total-ratio")
+			ratio(ms2m, sc, "downtime", "ms2m/stop-and-copy-downtime-ratio")
+			ratio(figures["cutoff"], ms2m, "total", "cutoff/ms2m-total-ratio")
+			ratio(figures["direct"], ms2m, "critical-path", "direct/registry-critical-path-ratio")
+			ratio(figures["sts-sequential"], figures["sts-stop-and-copy"], "downtime", "sts-sequential/sts-stop-and-copy-downtime-ratio")
 			b.Logf("rate %s msg/s, %d rounds: %v", rate, rounds, fmt.Sprint(figures))
 		})
 	}
+}
+
+// evalProgress draws a progress bar with an ETA, on stderr, as the
+// evaluation's runs end.
+type evalProgress struct {
+	start       time.Time
+	done, total int
+}
+
+func newEvalProgress(rates []string, cells map[string][]string, rounds int) *evalProgress {
+	p := &evalProgress{start: time.Now()}
+	for _, rate := range rates {
+		p.total += len(cells[rate]) * rounds
+	}
+	return p
+}
+
+func (p *evalProgress) ran(rate, variant string, rec report.Record) {
+	p.done++
+	elapsed := time.Since(p.start)
+	eta := time.Duration(float64(elapsed) / float64(p.done) * float64(p.total-p.done))
+	const width = 30
+	filled := width * p.done / p.total
+	fmt.Fprintf(os.Stderr, "eval [%s%s] %d/%d · %s at %s msg/s %s in %s · elapsed %s · ETA %s\n",
+		strings.Repeat("#", filled), strings.Repeat("-", width-filled), p.done, p.total,
+		variant, rate, rec.Outcome, time.Duration(rec.TotalMillis)*time.Millisecond,
+		elapsed.Round(time.Second), eta.Round(time.Second))
+}
+
+// benchVariant runs one migration of a variant at rate on a fresh workload
+// and returns its record. MS2M above μ (24 msg/s) must roll back, early,
+// with the source serving and every message kept; everything else must
+// succeed.
+func benchVariant(b *testing.B, rate, variant string) report.Record {
+	flags := map[string][]string{
+		"ms2m":              {"--strategy", "ms2m"},
+		"stop-and-copy":     {"--strategy", "stop-and-copy"},
+		"cutoff":            {"--strategy", "ms2m", "--replay-max", "4s"},
+		"direct":            {"--strategy", "ms2m", "--transfer", "direct"},
+		"sts-sequential":    {"--strategy", "ms2m"},
+		"sts-stop-and-copy": {"--strategy", "stop-and-copy"},
+		"sts-shadow":        {"--mode", "shadow"},
+	}[variant]
+	labels := []string{"--label", "rate=" + rate, "--label", "variant=" + variant}
+	if strings.HasPrefix(variant, "sts-") {
+		l := setup(b)
+		w, _ := l.deployStatefulSetAt(b, rate)
+		waitApplied(b, w, "consumer-0", 20)
+		rec, stderr, err := l.migrate(b, w, append(append([]string{"sts", "consumer-0", "--to", "node-b", "--queue", w.Queue}, labels...), flags...)...)
+		if err != nil {
+			b.Fatalf("%s at %s msg/s failed: %v\n%s", variant, rate, err, stderr)
+		}
+		checkConservation(b, w, "consumer-0")
+		return rec
+	}
+	if variant == "ms2m" && rate == "24" {
+		l := setup(b)
+		w := l.deploy(b, rate)
+		waitApplied(b, w, "consumer", 20)
+		rec, stderr, err := l.migrate(b, w, append(append([]string{"pod", "consumer", "--to", "node-b"}, labels...), flags...)...)
+		if err == nil || rec.Outcome != report.RolledBack || !strings.Contains(rec.Error, "--replay-max") {
+			b.Fatalf("MS2M above μ: outcome %s (%v), want rolled back naming --replay-max\n%s", rec.Outcome, err, stderr)
+		}
+		checkConservation(b, w, "consumer")
+		return rec
+	}
+	return benchMigrate(b, rate, variant, flags...)
 }
 
 // BenchmarkStateSize migrates a consumer holding about 2 MiB, 64 MiB and

@@ -246,10 +246,11 @@ func TestReplayThatCannotCatchUpEndsEarly(t *testing.T) {
 	checkConservation(t, w, "consumer")
 }
 
-// TestDryRunPredicts: after one migration of a consumer at 10 msg/s, a dry
-// run of the next one (back to node-a) measures λ near 10, takes μ and the
-// critical path from the first, and predicts replay, total and downtime;
-// it changes nothing and the consumer loses nothing.
+// TestDryRunPredicts: a first migration of a consumer at 10 msg/s predicts
+// itself with λ near 10 and μ from the application's service time, and
+// keeps the prediction; a dry run of the next one (back to node-a) measures
+// λ near 10, takes μ from the first, and predicts replay, total and
+// downtime; it changes nothing and the consumer loses nothing.
 func TestDryRunPredicts(t *testing.T) {
 	l := setup(t)
 	w := l.deploy(t, "10")
@@ -258,12 +259,17 @@ func TestDryRunPredicts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("migration failed: %v\n%s", err, stderr)
 	}
+	if p := rec.Prediction; p == nil || p.MuFrom != report.MuFromApplication || p.Mu < 15 || p.Mu > 21 || p.Lambda < 6 || p.Lambda > 14 || p.TotalMillis == 0 {
+		t.Fatalf("the migration kept no sound prediction: %+v", p)
+	} else {
+		t.Logf("predicted total %d ms (took %d ms), replay %d ms (took %d ms)", p.TotalMillis, rec.TotalMillis, p.ReplayMillis, func() int64 { ph, _ := rec.Phase(report.Replay); return ph.DurationMillis }())
+	}
 	before := state(t, w, rec.TargetPod)
 	out := l.kubectlMigrate(t, "-n", w.Namespace, "pod", rec.TargetPod, "--to", "node-a", "--dry-run",
 		"--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab", "--insecure-registry")
 	t.Logf("dry run:\n%s", out)
 	m := regexp.MustCompile(`λ ([0-9.]+) msg/s, μ ([0-9.]+) msg/s`).FindStringSubmatch(out)
-	if m == nil || !strings.Contains(out, "from 1 earlier migration(s) of this queue") || !strings.Contains(out, "replay ≈ backlog / (μ − λ)") {
+	if m == nil || !strings.Contains(out, "recent migration(s) on this cluster") || !strings.Contains(out, "(from earlier migrations)") || !strings.Contains(out, "replay ≈ backlog / (μ − λ)") {
 		t.Fatalf("no prediction from the earlier migration in:\n%s", out)
 	}
 	lambda, _ := strconv.ParseFloat(m[1], 64)

@@ -30,6 +30,11 @@ import (
 // ordinal with its own queue bound to one fanout exchange, and one producer;
 // with changes applied to the StatefulSet before it is created.
 func (l *lab) deployStatefulSet(t testing.TB, changes ...func(ns string, sts *appsv1.StatefulSet)) (*workload.Workload, *appsv1.StatefulSet) {
+	return l.deployStatefulSetAt(t, "10", changes...)
+}
+
+// deployStatefulSetAt is deployStatefulSet with the producer at rate msg/s.
+func (l *lab) deployStatefulSetAt(t testing.TB, rate string, changes ...func(ns string, sts *appsv1.StatefulSet)) (*workload.Workload, *appsv1.StatefulSet) {
 	ctx := context.Background()
 	id := fmt.Sprintf("%06x", rand.Uint32()>>8)
 	ns, exchange := "e2e-sts-"+id, "ms2m-"+id
@@ -101,7 +106,7 @@ func (l *lab) deployStatefulSet(t testing.TB, changes ...func(ns string, sts *ap
 		ObjectMeta: metav1.ObjectMeta{Name: "producer", Namespace: ns},
 		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{
 			Name: "producer", Image: l.imagePrefix + "/ms2m-producer:lab", ImagePullPolicy: corev1.PullAlways,
-			Args:  []string{"--url=" + l.brokerURL, "--exchange=" + exchange, "--queue=" + queueOf("consumer-0"), "--rate=10"},
+			Args:  []string{"--url=" + l.brokerURL, "--exchange=" + exchange, "--queue=" + queueOf("consumer-0"), "--rate=" + rate},
 			Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
 		}}},
 	}
