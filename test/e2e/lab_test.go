@@ -8,8 +8,8 @@
 package e2e
 
 import (
-	"cmp"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"os"

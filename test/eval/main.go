@@ -75,7 +75,7 @@ type migrationRun struct {
 	outcome         string
 	downtime, total float64 // ms
 	hasDowntime     bool
-	predictedTotal  float64 // ms, 0: no prediction
+	predictedTotal  float64            // ms, 0: no prediction
 	phases          map[string]float64 // ms, by column name without phase_ and _ms
 	phaseOrder      []string
 }
