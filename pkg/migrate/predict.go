@@ -118,7 +118,8 @@ func (m *Migration) predict(ctx context.Context, window time.Duration) (*report.
 	p.CriticalPathMillis = critical.Milliseconds()
 	sameQueue := func(r *report.Record) bool { return r.Broker.ReplayQueue == ms2m.ReplayQueueName(m.Broker.Queue) }
 	if mu, ok := median(func(r *report.Record) (float64, bool) {
-		return r.ReplayRate(), sameQueue(r) && r.ReplayRate() > 0
+		rate := r.ReplayRate()
+		return rate, sameQueue(r) && rate > 0
 	}); ok {
 		p.Mu, p.MuFrom = mu, report.MuFromHistory
 	} else if ms := m.SourceState.ServiceMillis; ms > 0 {

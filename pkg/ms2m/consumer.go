@@ -247,7 +247,7 @@ func (c *Consumer) handle(ctx context.Context, d amqp.Delivery, queue string) {
 		return
 	}
 	c.mu.Lock()
-	duplicate := c.st.isDuplicate(m)
+	duplicate := c.st.Reached(m.Position())
 	if duplicate {
 		c.st.Skipped++
 	}

@@ -89,6 +89,10 @@ type ControlPayload struct {
 	Migration     string `json:"migration,omitempty"`
 }
 
+// Position is where m stands in the stream: a message is a duplicate
+// exactly when the instance has Reached its position.
+func (m Message) Position() Position { return Position{Producer: m.Producer, Seq: m.Seq} }
+
 // EndReplayAt is the EndReplay message that ends a replay once p is applied.
 func EndReplayAt(p Position) Control {
 	return Control{Type: EndReplay, Payload: ControlPayload{UntilProducer: p.Producer, UntilSeq: p.Seq}}
@@ -243,14 +247,6 @@ func (s State) Reached(p Position) bool {
 	default:
 		return slices.Contains(s.RetiredProducers, p.Producer)
 	}
-}
-
-// isDuplicate reports whether m was applied already.
-func (s State) isDuplicate(m Message) bool {
-	if m.Producer == s.Producer {
-		return m.Seq <= s.LastSeq
-	}
-	return slices.Contains(s.RetiredProducers, m.Producer)
 }
 
 // maxRetiredProducers bounds RetiredProducers: a duplicate from a run that

@@ -90,8 +90,8 @@ func TestReachedAndDuplicates(t *testing.T) {
 		{Message{Producer: "c", Seq: 1}, false},
 		{Message{Seq: 1}, false},
 	} {
-		if got := st.isDuplicate(c.m); got != c.want {
-			t.Errorf("isDuplicate(%+v) = %v, want %v", c.m, got, c.want)
+		if got := st.Reached(c.m.Position()); got != c.want {
+			t.Errorf("message %+v a duplicate: %v, want %v", c.m, got, c.want)
 		}
 	}
 }

@@ -166,16 +166,22 @@ func (w *Workload) State(ctx context.Context, pod string) (ms2m.State, error) {
 // WaitApplied waits until pod has applied sequence seq of the producer's
 // current run.
 func (w *Workload) WaitApplied(ctx context.Context, pod string, seq uint64, timeout time.Duration) (ms2m.State, error) {
-	var st ms2m.State
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		var err error
-		st, err = w.State(ctx, pod)
-		return err == nil && st.LastSeq >= seq, nil
-	})
+	st, err := w.waitState(ctx, pod, timeout, func(st ms2m.State) bool { return st.LastSeq >= seq })
 	if err != nil {
 		return st, fmt.Errorf("%s did not reach sequence %d (at %d): %w", pod, seq, st.LastSeq, err)
 	}
 	return st, nil
+}
+
+// waitState polls pod's state until done says so.
+func (w *Workload) waitState(ctx context.Context, pod string, timeout time.Duration, done func(ms2m.State) bool) (ms2m.State, error) {
+	var st ms2m.State
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		st, err = w.State(ctx, pod)
+		return err == nil && done(st), nil
+	})
+	return st, err
 }
 
 // StopProducer stops the producer and returns what the broker confirmed.
@@ -202,11 +208,7 @@ func (w *Workload) CheckConservation(ctx context.Context, consumer string) (ms2m
 	if err != nil {
 		return ms2m.State{}, sent, err
 	}
-	var got ms2m.State
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err = w.State(ctx, consumer)
-		return err == nil && got.Reached(sent.Position()), nil
-	})
+	got, err := w.waitState(ctx, consumer, 3*time.Minute, func(st ms2m.State) bool { return st.Reached(sent.Position()) })
 	if err != nil {
 		return got, sent, fmt.Errorf("%s did not reach the producer's last message %s (at %s): %w", consumer, sent.Position(), got.Position(), err)
 	}
