@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
@@ -171,7 +172,7 @@ func benchVariant(b *testing.B, rate, variant string) report.Record {
 		w, _ := l.deployStatefulSetAt(b, rate)
 		waitApplied(b, w, "consumer-0", 20)
 		rec, stderr, err := l.migrate(b, w, append(append([]string{"sts", "consumer-0", "--to", "node-b", "--queue", w.Queue}, labels...), flags...)...)
-		if err != nil {
+		if err != nil && !keptRollback(b, w, "consumer-0", rec) {
 			b.Fatalf("%s at %s msg/s failed: %v\n%s", variant, rate, err, stderr)
 		}
 		checkConservation(b, w, "consumer-0")
@@ -286,6 +287,23 @@ func stepSummary(rec report.Record) string {
 	return fmt.Sprintf("total %d ms, critical path %d ms (ours %d ms); %s", rec.TotalMillis, rec.CriticalPathMillis(), rec.OverheadMillis(), strings.Join(parts, ", "))
 }
 
+// keptRollback reports whether a failed migration is one of the
+// evaluation's runs to keep: in the full evaluation (not its quick mode, not
+// make bench) a migration that rolled back cleanly is an outcome the CSV
+// records — e.g. shadow mode at 16 msg/s when the shared machine slows μ to
+// λ — rather than the end of its cell; its caller still checks that the
+// source serves every message. Anything else is a failure.
+func keptRollback(b *testing.B, w *workload.Workload, pod string, rec report.Record) bool {
+	if os.Getenv("E2E_EVAL_DIR") == "" || os.Getenv("E2E_EVAL_QUICK") == "1" || rec.Outcome != report.RolledBack {
+		return false
+	}
+	if st := state(b, w, pod); st.Mode != ms2m.ModePrimary {
+		b.Fatalf("%s not serving after the rollback: %+v", pod, st)
+	}
+	b.Logf("kept: %s rolled back (%s)", rec.ID, rec.Error)
+	return true
+}
+
 // benchMigrate deploys a fresh workload at rate and migrates its consumer.
 func benchMigrate(b *testing.B, rate, label string, flags ...string) report.Record {
 	l := setup(b)
@@ -293,6 +311,10 @@ func benchMigrate(b *testing.B, rate, label string, flags ...string) report.Reco
 	before := waitApplied(b, w, "consumer", 20)
 	args := append([]string{"pod", "consumer", "--to", "node-b", "--label", "rate=" + rate, "--label", "variant=" + label}, flags...)
 	rec, stderr, err := l.migrate(b, w, args...)
+	if err != nil && keptRollback(b, w, "consumer", rec) {
+		checkConservation(b, w, "consumer")
+		return rec
+	}
 	if err != nil {
 		b.Fatalf("migration failed: %v\n%s", err, stderr)
 	}
