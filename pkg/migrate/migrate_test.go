@@ -461,3 +461,24 @@ func TestMigrationKeepsItsPrediction(t *testing.T) {
 		t.Fatalf("stored record %+v: %v", stored, err)
 	}
 }
+
+// TestReplayWaitsForASourceThatRestarts: the source's endpoint does not
+// answer for a while during replay (its process died and restarts); replay
+// asks again instead of failing, and the migration completes.
+func TestReplayWaitsForASourceThatRestarts(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	hooks := migrate.Hooks{Progress: func(_ report.PhaseName, msg string) {
+		if strings.HasPrefix(msg, "replaying ") {
+			w.Mu.Lock()
+			w.Unanswered["consumer"] = 3
+			w.Mu.Unlock()
+		}
+	}}
+	rec, err := migrate.Run(context.Background(), testConfig(migrate.MS2M), w.Deps(), hooks)
+	if err != nil || rec.Outcome != report.Succeeded {
+		t.Fatalf("outcome %s: %v", rec.Outcome, err)
+	}
+	if n := w.Unanswered["consumer"]; n > 0 {
+		t.Fatalf("replay never asked the source again (%d reads left unanswered)", n)
+	}
+}

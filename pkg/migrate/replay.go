@@ -49,7 +49,11 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 		source := m.SourceFinal
 		if !m.SourceHalted {
 			if source, err = m.App.State(ctx, m.sourceApp()); err != nil {
-				return false, err
+				// A source whose process died restarts and answers again;
+				// until then there is nothing to compare (replay's timeout
+				// bounds the wait).
+				m.progress(report.Replay, "the source does not answer yet: "+err.Error())
+				return false, nil
 			}
 		}
 		if target, err = m.App.State(ctx, m.targetApp()); err != nil {

@@ -65,6 +65,9 @@ type World struct {
 	Images    map[string]bool
 	snapshot  ms2m.State // the application's memory at the checkpoint
 	published uint64     // the last sequence published, which replay reaches
+	// Unanswered makes a pod's next state reads fail, as a restarting
+	// process's endpoint does (set it under Mu).
+	Unanswered map[string]int
 	// reconnecting restored apps switch to hold after their first answer.
 	reconnecting map[string]bool
 	// deletedSets are the StatefulSets whose deletion has begun.
@@ -106,7 +109,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 		T: t, Client: fake.NewClientset(objects...),
 		Queues:   map[string]bool{"work": true},
 		Apps:     map[string]*ms2m.State{"consumer": {Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
-		Archives: map[string]bool{}, Images: map[string]bool{}, reconnecting: map[string]bool{},
+		Archives: map[string]bool{}, Images: map[string]bool{}, reconnecting: map[string]bool{}, Unanswered: map[string]int{},
 		failed: map[report.PhaseName]int{}, published: 100, deletedSets: map[types.UID]bool{},
 	}
 	w.Client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -359,7 +362,8 @@ func (f *fakeApp) State(_ context.Context, t appctl.Target) (ms2m.State, error) 
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
 	st, ok := w.Apps[t.Pod]
-	if !ok {
+	if !ok || w.Unanswered[t.Pod] > 0 {
+		w.Unanswered[t.Pod]--
 		return ms2m.State{}, fmt.Errorf("%s unreachable", t)
 	}
 	answer := *st
