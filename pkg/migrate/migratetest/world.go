@@ -17,13 +17,16 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	authzv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
@@ -117,6 +120,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 		r.Status.Allowed = true
 		return true, r, nil
 	})
+	w.versionLeases()
 	w.startKubelet()
 	return w
 }
@@ -480,6 +484,30 @@ func (w *World) Leases() []string {
 	return names
 }
 
+// versionLeases gives leases the API server's optimistic concurrency, which
+// the fake tracker lacks: an update must carry the resourceVersion it read.
+// A crashed migration's renewer (a goroutine that outlives the simulated
+// crash, as a killed process's would not) then cannot renew a lease that
+// changed since, just as on a real cluster.
+func (w *World) versionLeases() {
+	version := 0
+	w.Client.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetVerb() != "create" && a.GetVerb() != "update" {
+			return false, nil, nil
+		}
+		lease := a.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease)
+		if a.GetVerb() == "update" {
+			stored, err := w.Client.Tracker().Get(a.GetResource(), a.GetNamespace(), lease.Name)
+			if err == nil && stored.(*coordinationv1.Lease).ResourceVersion != lease.ResourceVersion {
+				return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), lease.Name, errors.New("the object has been modified"))
+			}
+		}
+		version++ // the fake serialises every action, so no lock is needed
+		lease.ResourceVersion = strconv.Itoa(version)
+		return false, nil, nil
+	})
+}
+
 // ExpireLeases makes every lease look long un-renewed, as the leases of a
 // process that died a while ago.
 func (w *World) ExpireLeases() {
@@ -490,8 +518,17 @@ func (w *World) ExpireLeases() {
 		w.T.Fatal(err)
 	}
 	for _, l := range list.Items {
-		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-time.Hour)}
-		if _, err := w.Client.CoordinationV1().Leases("default").Update(ctx, &l, metav1.UpdateOptions{}); err != nil {
+		// A renewer still running may have renewed the lease since the list.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			current, err := w.Client.CoordinationV1().Leases("default").Get(ctx, l.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			current.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-time.Hour)}
+			_, err = w.Client.CoordinationV1().Leases("default").Update(ctx, current, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
 			w.T.Fatal(err)
 		}
 	}
