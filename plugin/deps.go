@@ -22,8 +22,8 @@ import (
 func realDeps(ctx context.Context, client kubernetes.Interface, c migrate.Config, pullSecrets []corev1.LocalObjectReference) (migrate.Deps, error) {
 	rest := client.CoreV1().RESTClient()
 	return migrate.Deps{
-		Client:       client,
-		Checkpointer: kubelet.Client{REST: rest},
+		Client:  client,
+		Kubelet: kubelet.Client{REST: rest},
 		Packer: agent.Launcher{
 			Client:         client,
 			Image:          c.AgentImage,

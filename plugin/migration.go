@@ -35,6 +35,7 @@ type migrationFlags struct {
 	ControlPort       int
 	ReplayTimeout     time.Duration
 	PhaseTimeout      time.Duration
+	KubeletTimeout    time.Duration
 	CheckpointTimeout time.Duration
 	Timeout           time.Duration
 	DryRun            bool
@@ -71,6 +72,7 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs.IntVar(&f.ControlPort, "control-port", 0, "port of the MS2M HTTP endpoint (default: the ms2m.io/control-port annotation, else 8080)")
 	fs.DurationVar(&f.ReplayTimeout, "replay-timeout", 5*time.Minute, "how long the target may take to catch up before the migration rolls back")
 	fs.DurationVar(&f.PhaseTimeout, "phase-timeout", 3*time.Minute, "time limit of every other phase")
+	fs.DurationVar(&f.KubeletTimeout, "kubelet-timeout", 15*time.Second, "how long a node's kubelet may not answer before the migration stops waiting for it (a target it never starts rolls back)")
 	fs.DurationVar(&f.CheckpointTimeout, "checkpoint-timeout", time.Minute, "time the kubelet gives the runtime for one checkpoint")
 	fs.DurationVar(&f.Timeout, "timeout", 15*time.Minute, "time limit of the whole migration (rollback gets its own)")
 	fs.BoolVar(&f.DryRun, "dry-run", false, "run the preflight checks and print the plan; change nothing")
@@ -135,7 +137,8 @@ func (f *migrationFlags) toConfig(pod *corev1.Pod, id string) (migrate.Config, e
 		},
 		ControlPort:       f.ControlPort,
 		CheckpointTimeout: f.CheckpointTimeout, PhaseTimeout: f.PhaseTimeout, ReplayTimeout: f.ReplayTimeout, Timeout: f.Timeout,
-		KeepOnFailure: f.KeepOnFailure, DryRun: f.DryRun, DeleteImages: f.DeleteImage,
+		KubeletTimeout: f.KubeletTimeout,
+		KeepOnFailure:  f.KeepOnFailure, DryRun: f.DryRun, DeleteImages: f.DeleteImage,
 		Labels: f.labels, InjectFailure: f.InjectFailure,
 	}
 	if c.ControlPort == 0 {

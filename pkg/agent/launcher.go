@@ -129,11 +129,16 @@ func (l Launcher) Runtime(ctx context.Context, node string) (RuntimeInfo, error)
 	if err != nil {
 		return RuntimeInfo{}, err
 	}
-	var info RuntimeInfo
-	if err := json.Unmarshal(out, &info); err != nil {
-		return RuntimeInfo{}, fmt.Errorf("agent on %s answered %q: %w", node, out, err)
+	return decodeAnswer[RuntimeInfo](node, out)
+}
+
+// decodeAnswer decodes a serving agent's JSON answer.
+func decodeAnswer[T any](node string, out []byte) (T, error) {
+	var res T
+	if err := json.Unmarshal(out, &res); err != nil {
+		return res, fmt.Errorf("agent on %s answered %q: %w", node, out, err)
 	}
-	return info, nil
+	return res, nil
 }
 
 // run creates the agent pod, waits for it to finish and deletes it, returning

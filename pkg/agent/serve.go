@@ -72,6 +72,15 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		}
 		return runtimeInfo(ctx, runtimeSocketPath)
 	}))
+	mux.Handle("POST "+stopPodPath, jsonCall(touch, "stop pod", func(ctx context.Context, req stopPodRequest) (StopPodResult, error) {
+		if err := haveRuntimeSocket(); err != nil {
+			return StopPodResult{}, err
+		}
+		if req.UID == "" {
+			return StopPodResult{}, statusError{http.StatusBadRequest, "stop pod: no pod UID given"}
+		}
+		return stopPod(ctx, runtimeSocketPath, req.UID)
+	}))
 	mux.Handle("POST "+removePath, jsonCall(touch, "remove", func(_ context.Context, req removeRequest) (struct{}, error) {
 		var errs []error
 		for _, a := range req.Archives {

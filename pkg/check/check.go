@@ -308,7 +308,7 @@ func (c *checker) labels() map[string]string {
 func MigrationID(id string) string { return "check-" + id }
 
 func (c *checker) checkpoint(ctx context.Context) (string, error) {
-	path, err := c.deps.Checkpointer.Checkpoint(ctx, c.cfg.From, c.cfg.Namespace, c.canary.Name, "canary", time.Minute)
+	path, err := c.deps.Kubelet.Checkpoint(ctx, c.cfg.From, c.cfg.Namespace, c.canary.Name, "canary", time.Minute)
 	if err != nil {
 		return "", fail(checkpointRemedy(err), "%v", err)
 	}

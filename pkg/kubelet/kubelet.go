@@ -62,6 +62,21 @@ func (c Client) Checkpoint(ctx context.Context, node, namespace, pod, container 
 	return res.Items[0], nil
 }
 
+// Healthy returns nil if node's kubelet answers its health check through
+// the API server. Its error is an apierrors.APIStatus when the API server
+// answered but could not reach the kubelet, anything else when the API
+// server itself did not answer.
+func (c Client) Healthy(ctx context.Context, node string) error {
+	body, err := c.REST.Get().Resource("nodes").Name(node).SubResource("proxy", "healthz").DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("the kubelet on %s does not answer: %w", node, err)
+	}
+	if answer := strings.TrimSpace(string(body)); answer != "ok" {
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("the kubelet on %s is not healthy: %s", node, truncate(answer)))
+	}
+	return nil
+}
+
 func isRuntimeFailure(err error) bool {
 	var status apierrors.APIStatus
 	return errors.As(err, &status) && status.Status().Code == http.StatusInternalServerError

@@ -2,12 +2,14 @@ package kubelet
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -79,5 +81,35 @@ func TestCheckpointTriesAgainAfterARuntimeFailure(t *testing.T) {
 	path, err := c.Checkpoint(context.Background(), "node-a", "ns", "p", "app", time.Second)
 	if err != nil || calls != 2 || !strings.HasSuffix(path, "checkpoint-p_ns-app-2026.tar") {
 		t.Fatalf("calls %d, path %q, err %v", calls, path, err)
+	}
+}
+
+// TestHealthyTellsTheKubeletFromTheAPIServer: a kubelet the API server
+// cannot reach is an API status; an API server that does not answer is not.
+func TestHealthyTellsTheKubeletFromTheAPIServer(t *testing.T) {
+	var gotPath string
+	up := client(t, func(w http.ResponseWriter, r *http.Request) {
+		gotPath = r.URL.Path
+		_, _ = w.Write([]byte("ok"))
+	})
+	if err := up.Healthy(context.Background(), "node-b"); err != nil || gotPath != "/api/v1/nodes/node-b/proxy/healthz" {
+		t.Fatalf("healthy kubelet: %v (asked %s)", err, gotPath)
+	}
+	down := client(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("error trying to reach service: dial tcp 10.0.0.2:10250: connect: connection refused"))
+	})
+	var status apierrors.APIStatus
+	if err := down.Healthy(context.Background(), "node-b"); !errors.As(err, &status) || !strings.Contains(err.Error(), "node-b") {
+		t.Fatalf("kubelet away: %v, want an API status naming the node", err)
+	}
+	srv := httptest.NewServer(http.NotFoundHandler())
+	srv.Close()
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (Client{REST: cs.CoreV1().RESTClient()}).Healthy(context.Background(), "node-b"); err == nil || errors.As(err, &status) {
+		t.Fatalf("API server away: %v, want an error that is no API status", err)
 	}
 }

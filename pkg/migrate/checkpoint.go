@@ -34,7 +34,7 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 			return err
 		}
 		start := time.Now()
-		path, err := m.Checkpointer.Checkpoint(ctx, m.SourceNode, m.Namespace, m.Pod, c, m.CheckpointTimeout)
+		path, err := m.Kubelet.Checkpoint(ctx, m.SourceNode, m.Namespace, m.Pod, c, m.CheckpointTimeout)
 		if err != nil {
 			return err
 		}

@@ -106,6 +106,11 @@ type Config struct {
 	CheckpointTimeout time.Duration
 	PhaseTimeout      time.Duration
 	ReplayTimeout     time.Duration
+	// KubeletTimeout is how long a node's kubelet may not answer before the
+	// migration stops waiting for it (0: 15 s): a target pod it never
+	// starts fails the restore, one it never confirms deleted is stopped
+	// through the node's runtime instead.
+	KubeletTimeout time.Duration
 	// ReplayMax turns on the threshold cutoff: replay is kept within it by
 	// stopping the source T_cutoff = ReplayMax·μ/λ after the replay queue's
 	// bind, with λ and μ measured during the migration.
@@ -180,6 +185,9 @@ func (c Config) ValidateChoices() error {
 		if d.d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", d.flag))
 		}
+	}
+	if c.KubeletTimeout < 0 {
+		errs = append(errs, errors.New("--kubelet-timeout must not be negative"))
 	}
 	if c.ReplayMax < 0 || c.Cutoff < 0 {
 		errs = append(errs, errors.New("--replay-max and --cutoff must not be negative"))

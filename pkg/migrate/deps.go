@@ -12,9 +12,12 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
-// Checkpointer checkpoints a container through the kubelet.
-type Checkpointer interface {
+// Kubelet is what a migration asks of nodes' kubelets.
+type Kubelet interface {
 	Checkpoint(ctx context.Context, node, namespace, pod, container string, timeout time.Duration) (string, error)
+	// Healthy returns nil if node's kubelet answers; an apierrors.APIStatus
+	// error if the API server answered that it cannot reach it.
+	Healthy(ctx context.Context, node string) error
 }
 
 // Packer runs the node-side work: turning checkpoint archives into pushed
@@ -33,6 +36,9 @@ type Packer interface {
 	// Runtime is what node's runtime says of itself, asked through node's
 	// warm agent (started with a RuntimeSocket).
 	Runtime(ctx context.Context, node string) (agent.RuntimeInfo, error)
+	// StopPod stops and removes the sandboxes of the pod with uid through
+	// node's runtime (its warm agent), for when node's kubelet is gone.
+	StopPod(ctx context.Context, node, uid string) (agent.StopPodResult, error)
 }
 
 // Broker manages queues.
@@ -68,7 +74,7 @@ type RecordStore interface {
 // Deps are the outside systems a migration talks to.
 type Deps struct {
 	Client       kubernetes.Interface
-	Checkpointer Checkpointer
+	Kubelet      Kubelet
 	Packer       Packer
 	// DialBroker connects to the broker; called once, in preflight (or by
 	// recovery).

@@ -482,3 +482,59 @@ func TestReplayWaitsForASourceThatRestarts(t *testing.T) {
 		t.Fatalf("replay never asked the source again (%d reads left unanswered)", n)
 	}
 }
+
+// TestTargetKubeletGone: the target node's kubelet goes away, for good, as
+// the restore starts (it never starts the pod) or during replay (it never
+// confirms the restored copy's deletion). The migration rolls back within
+// the kubelet timeout, not the phase's: the copy is stopped through the
+// node's runtime and its pod deleted at once, and the source serves.
+func TestTargetKubeletGone(t *testing.T) {
+	for _, tc := range []struct {
+		when    report.PhaseName
+		copyRan bool
+	}{{report.Restore, false}, {report.Replay, true}} {
+		t.Run(string(tc.when), func(t *testing.T) {
+			w := migratetest.NewWorld(t)
+			if tc.when == report.Replay {
+				w.FailAt = report.Replay
+			}
+			cfg := testConfig(migrate.MS2M)
+			cfg.KubeletTimeout, cfg.PhaseTimeout, cfg.ReplayTimeout = 300*time.Millisecond, time.Minute, 500*time.Millisecond
+			hooks := migrate.Hooks{PhaseStarted: func(p report.PhaseTiming) {
+				if p.Name == tc.when {
+					w.Mu.Lock()
+					w.KubeletDown = map[string]bool{"node-b": true}
+					w.Mu.Unlock()
+				}
+			}}
+			rec, err := migrate.Run(context.Background(), cfg, w.Deps(), hooks)
+			if err == nil || rec.Outcome != report.RolledBack {
+				t.Fatalf("outcome %s: %v", rec.Outcome, err)
+			}
+			if tc.when == report.Restore && !strings.Contains(err.Error(), "cannot start on node-b") {
+				t.Fatalf("the error does not say why the restore failed: %v", err)
+			}
+			if p, _ := rec.Phase(tc.when); time.Duration(p.DurationMillis)*time.Millisecond > 10*time.Second {
+				t.Fatalf("%s took %dms: it waited for its timeout, not the kubelet's", tc.when, p.DurationMillis)
+			}
+			if _, err := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer-abcde", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("target pod left behind: %v", err)
+			}
+			w.Mu.Lock()
+			defer w.Mu.Unlock()
+			stopped := slices.Contains(w.Calls, "stop pod consumer-abcde on node-b through the runtime")
+			if _, running := w.Apps["consumer-abcde"]; running || !stopped {
+				t.Fatalf("the copy still runs (%t) or was never stopped through the runtime (%t): %v", running, !stopped, w.Calls)
+			}
+			if _, ran := rec.Phase(report.Replay); ran != tc.copyRan {
+				t.Fatalf("replay ran: %t, want %t", ran, tc.copyRan)
+			}
+			if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
+				t.Fatalf("source not serving after rollback: %+v", src)
+			}
+			if w.Queues["work.ms2m-replay"] || w.Queues["work.ms2m-migration"] || len(w.Archives) > 0 || len(w.Images) > 0 {
+				t.Fatalf("left behind: queues %v archives %v images %v", w.Queues, w.Archives, w.Images)
+			}
+		})
+	}
+}

@@ -89,6 +89,7 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	podFailed := make(chan error, 1)
+	kubeletAway := m.kubeletAway(watchCtx, node)
 	addressed := make(chan struct{})
 	var once sync.Once
 	running := kube.ContainersRunning("restored ", m.Migrated)
@@ -109,6 +110,8 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 			return created, m.explainRestoreFailure(ctx, node, err)
 		}
 		// Running, so addressed too.
+	case err := <-kubeletAway:
+		return created, fmt.Errorf("%w: pod %s cannot start on %s", err, name, node)
 	}
 	m.progress(report.Restore, "pod has an address; waiting for the restored application")
 	app := m.app(name)
@@ -125,6 +128,9 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 				podErr = err
 				return false, err
 			}
+		case err := <-kubeletAway:
+			podErr = fmt.Errorf("%w: pod %s cannot start on %s", err, name, node)
+			return false, podErr
 		default:
 		}
 		var err error
@@ -170,10 +176,7 @@ func (restore) Rollback(ctx context.Context, m *Migration) error {
 			return err
 		}
 		m.SourceDeleted, m.SourceHalted = false, false
-	} else if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.TargetName, nil); err != nil {
-		// A graceful delete: the pod is gone only once its process is, and
-		// a copy still running when the migration ends (and with it the
-		// queue it holds for) would take its primary queue back.
+	} else if err := m.deletePod(ctx, report.Restore, m.TargetName); err != nil {
 		return err
 	}
 	m.Target, m.TargetRequested = nil, false

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kubelet"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
@@ -306,6 +307,64 @@ func TestFaultTargetKubeletStoppedDuringRestore(t *testing.T) {
 	if rec := outageDuring(t, workload.Options{Rate: "10"}, report.Restore, "node-b-kubelet", 3*time.Second); rec.Outcome != report.Succeeded {
 		t.Fatalf("a kubelet restart of 3 s made the migration %s", rec.Outcome)
 	}
+}
+
+// TestFaultTargetKubeletGoneDuringRestore: the target node's kubelet stops
+// as the restore starts and stays away. The pod cannot start there: the
+// migration rolls back once the kubelet has not answered for
+// --kubelet-timeout, not after the phase's three minutes, and the target
+// node's agent stops whatever of the copy its runtime has (a graceful
+// delete would wait for the kubelet forever). The source never stopped;
+// when the kubelet returns, nothing of the copy comes back.
+func TestFaultTargetKubeletGoneDuringRestore(t *testing.T) {
+	l := setup(t)
+	daemon := labDaemons(t)
+	w := l.deploy(t, "10")
+	before := waitApplied(t, w, "consumer", 20)
+	cmd, out := l.start(t, w, "pod", "consumer", "--to", "node-b", "--kubelet-timeout", "5s")
+	l.whenPhase(t, w, report.Restore, out)
+	daemon("stop", "node-b-kubelet")
+	down := time.Now()
+	target := l.onlyRecord(t, w).TargetPod
+	var uid string
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		pod, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, target, metav1.GetOptions{})
+		if err == nil {
+			uid = string(pod.UID)
+		}
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("the target pod %s was never created: %v\n%s", target, err, out)
+	}
+	rec, err := l.finished(t, w, cmd, out)
+	if err == nil {
+		t.Fatal("the migration succeeded onto a node whose kubelet never started the pod")
+	}
+	if took := time.Since(down); took > time.Minute {
+		t.Fatalf("the migration ended %s after the kubelet went: it waited for a timeout other than --kubelet-timeout", took.Round(time.Second))
+	} else {
+		t.Logf("rolled back %s after the kubelet went", took.Round(time.Millisecond))
+	}
+	if !strings.Contains(out.String(), "has not answered") {
+		t.Fatalf("the plugin never said that the kubelet does not answer:\n%s", out)
+	}
+	l.rolledBackServing(t, w, rec, before)
+	if pids := podProcesses(uid); len(pids) != 0 {
+		t.Fatalf("processes of the restored pod still run: %v", pids)
+	}
+	daemon("start", "node-b-kubelet")
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return (kubelet.Client{REST: l.client.CoreV1().RESTClient()}).Healthy(ctx, "node-b") == nil, nil
+	}); err != nil {
+		t.Fatalf("the kubelet on node-b did not come back: %v", err)
+	}
+	if _, err := l.client.CoreV1().Pods(w.Namespace).Get(context.Background(), target, metav1.GetOptions{}); !isNotFound(err) {
+		t.Fatalf("pod %s is back with its kubelet: %v", target, err)
+	}
+	if pids := podProcesses(uid); len(pids) != 0 {
+		t.Fatalf("processes of the restored pod run again with the kubelet back: %v", pids)
+	}
+	checkConservation(t, w, "consumer")
 }
 
 // TestFaultProducerRestartedAfterMigration: after a migration the producer

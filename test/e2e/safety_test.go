@@ -190,18 +190,29 @@ func TestRestartAfterMigration(t *testing.T) {
 // lab's nodes share this machine's process table).
 func containerProcess(t *testing.T, uid, comm string) int {
 	t.Helper()
+	for _, pid := range podProcesses(uid) {
+		if name, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm")); strings.TrimSpace(string(name)) == comm {
+			return pid
+		}
+	}
+	t.Fatalf("no process %s in pod %s", comm, uid)
+	return 0
+}
+
+// podProcesses are the processes in the cgroups of the pod with uid (the
+// lab's nodes share this machine's process table).
+func podProcesses(uid string) []int {
+	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		name, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
 		cgroup, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
-		if strings.TrimSpace(string(name)) == comm && (strings.Contains(string(cgroup), uid) || strings.Contains(string(cgroup), strings.ReplaceAll(uid, "-", "_"))) {
-			return pid
+		if strings.Contains(string(cgroup), uid) || strings.Contains(string(cgroup), strings.ReplaceAll(uid, "-", "_")) {
+			pids = append(pids, pid)
 		}
 	}
-	t.Fatalf("no process %s in pod %s", comm, uid)
-	return 0
+	return pids
 }

@@ -56,6 +56,11 @@ type World struct {
 	// (a verbose CRI status's "config"), by node; absent: it reports none.
 	RuntimeConfig map[string]string
 
+	// KubeletDown names the nodes whose kubelet is gone (set under Mu): it
+	// answers no health check, starts no pod and confirms no graceful
+	// delete; the node's runtime still answers its agent.
+	KubeletDown map[string]bool
+
 	// AfterCheckpoint, if set, runs once the archive exists, before the
 	// kubelet's answer: a test's process can die there.
 	AfterCheckpoint func()
@@ -121,6 +126,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 		return true, r, nil
 	})
 	w.versionLeases()
+	w.podsOnDeadKubelets()
 	w.startKubelet()
 	return w
 }
@@ -166,6 +172,12 @@ func (w *World) startKubelet() {
 			if ev.Type != watch.Added || !ok || pod.Status.Phase != "" {
 				continue
 			}
+			w.Mu.Lock()
+			down := w.KubeletDown[pod.Spec.NodeName]
+			w.Mu.Unlock()
+			if down {
+				continue // it stays pending: no kubelet runs it
+			}
 			state := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
 			switch {
 			case pod.Annotations[freshAnnotation] != "":
@@ -198,15 +210,15 @@ func (w *World) startKubelet() {
 // Deps returns the engine dependencies backed by w.
 func (w *World) Deps() migrate.Deps {
 	return migrate.Deps{
-		Client: w.Client, Checkpointer: (*fakeCheckpointer)(w), Packer: (*fakePacker)(w),
+		Client: w.Client, Kubelet: (*fakeKubelet)(w), Packer: (*fakePacker)(w),
 		DialBroker: func(context.Context, string) (migrate.Broker, error) { return (*fakeBroker)(w), nil },
 		App:        (*fakeApp)(w), Registry: (*fakeRegistry)(w), Records: report.Store{Client: w.Client},
 	}
 }
 
-type fakeCheckpointer World
+type fakeKubelet World
 
-func (f *fakeCheckpointer) Checkpoint(_ context.Context, node, ns, pod, ctr string, _ time.Duration) (string, error) {
+func (f *fakeKubelet) Checkpoint(_ context.Context, node, ns, pod, ctr string, _ time.Duration) (string, error) {
 	w := (*World)(f)
 	w.record("checkpoint %s/%s/%s on %s", ns, pod, ctr, node)
 	if err := w.fail(report.Checkpoint); err != nil {
@@ -224,7 +236,42 @@ func (f *fakeCheckpointer) Checkpoint(_ context.Context, node, ns, pod, ctr stri
 	return archive, nil
 }
 
+// Healthy answers as the API server does for a kubelet it cannot reach.
+func (f *fakeKubelet) Healthy(_ context.Context, node string) error {
+	w := (*World)(f)
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	if w.KubeletDown[node] {
+		return apierrors.NewServiceUnavailable("error trying to reach service: dial tcp " + node + ":10250: connect: connection refused")
+	}
+	return nil
+}
+
 type fakePacker World
+
+// StopPod ends the application of the pod with uid, as stopping its
+// sandbox through the runtime would.
+func (f *fakePacker) StopPod(ctx context.Context, node, uid string) (agent.StopPodResult, error) {
+	w := (*World)(f)
+	pods, err := w.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return agent.StopPodResult{}, err
+	}
+	var res agent.StopPodResult
+	for _, p := range pods.Items {
+		if p.UID != types.UID(uid) || p.Spec.NodeName != node {
+			continue
+		}
+		w.record("stop pod %s on %s through the runtime", p.Name, node)
+		w.Mu.Lock()
+		if _, ran := w.Apps[p.Name]; ran {
+			delete(w.Apps, p.Name)
+			res.Sandboxes = append(res.Sandboxes, "sandbox-"+p.Name)
+		}
+		w.Mu.Unlock()
+	}
+	return res, nil
+}
 
 func (f *fakePacker) Pack(_ context.Context, podName, node string, req agent.PackRequest) (agent.PackResult, error) {
 	w := (*World)(f)
@@ -505,6 +552,42 @@ func (w *World) versionLeases() {
 		version++ // the fake serialises every action, so no lock is needed
 		lease.ResourceVersion = strconv.Itoa(version)
 		return false, nil, nil
+	})
+}
+
+// podsOnDeadKubelets gives pods UIDs (as the API server does) and keeps a
+// pod whose node's kubelet is down terminating after a graceful delete,
+// since only that kubelet would confirm it; a delete with no grace period
+// removes it at once, as on a real cluster.
+func (w *World) podsOnDeadKubelets() {
+	uids := 0
+	w.Client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if pod := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod); pod.UID == "" {
+			uids++ // the fake serialises every action
+			pod.UID = types.UID(fmt.Sprintf("uid-%s-%d", pod.Name, uids))
+		}
+		return false, nil, nil
+	})
+	w.Client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		del := a.(k8stesting.DeleteAction)
+		obj, err := w.Client.Tracker().Get(a.GetResource(), a.GetNamespace(), del.GetName())
+		if err != nil {
+			return false, nil, nil
+		}
+		pod := obj.(*corev1.Pod)
+		w.Mu.Lock()
+		down := w.KubeletDown[pod.Spec.NodeName]
+		w.Mu.Unlock()
+		if grace := del.GetDeleteOptions().GracePeriodSeconds; !down || grace != nil && *grace == 0 {
+			return false, nil, nil
+		}
+		if pod.DeletionTimestamp == nil {
+			pod.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+			if err := w.Client.Tracker().Update(a.GetResource(), pod, a.GetNamespace()); err != nil {
+				return true, nil, err
+			}
+		}
+		return true, nil, nil
 	})
 }
 
