@@ -154,15 +154,14 @@ func (d Direct) receive(r *http.Request, blobs string) (PackResult, error) {
 		return PackResult{}, err
 	}
 	defer os.Remove(f.Name()) // a no-op once renamed
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), r.Body)
+	n, sum, err := copyHashing(f, r.Body)
 	if closeErr := f.Close(); err == nil {
 		err = closeErr
 	}
 	if err != nil {
 		return PackResult{}, fmt.Errorf("receive archive: %w", err)
 	}
-	digest := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
+	digest := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum)}
 	// The disk blob handler's layout: the registry serves it from there.
 	layerPath := filepath.Join(blobs, digest.Algorithm, digest.Hex)
 	if err := os.MkdirAll(filepath.Dir(layerPath), 0o700); err != nil {
@@ -188,6 +187,49 @@ func (d Direct) receive(r *http.Request, blobs string) (PackResult, error) {
 		PushMillis:   received.Sub(start).Milliseconds(),
 		BuildMillis:  time.Since(received).Milliseconds(),
 	}, nil
+}
+
+// copyBuffer is the size of the chunks received archives are copied in.
+const copyBuffer = 1 << 20
+
+// copyHashing copies src to dst and returns the SHA-256 of what it copied.
+// The hash runs on its own goroutine over the chunk just written while the
+// next one is received and written, so that hashing overlaps the copy
+// instead of adding to it; two buffers take turns, nothing is copied twice.
+func copyHashing(dst io.Writer, src io.Reader) (int64, []byte, error) {
+	h := sha256.New()
+	written := make(chan []byte)
+	free := make(chan []byte, 2)
+	free <- make([]byte, copyBuffer)
+	free <- make([]byte, copyBuffer)
+	hashed := make(chan struct{})
+	go func() {
+		defer close(hashed)
+		for chunk := range written {
+			h.Write(chunk)
+			free <- chunk[:cap(chunk)]
+		}
+	}()
+	var n int64
+	var err error
+	for err == nil {
+		buf := <-free
+		k, readErr := io.ReadFull(src, buf)
+		if k > 0 {
+			if _, err = dst.Write(buf[:k]); err != nil {
+				break
+			}
+			n += int64(k)
+			written <- buf[:k]
+		}
+		if readErr == io.EOF || readErr == io.ErrUnexpectedEOF {
+			break
+		}
+		err = readErr
+	}
+	close(written)
+	<-hashed
+	return n, h.Sum(nil), err
 }
 
 // send streams the archive to the target node's agent (the direct

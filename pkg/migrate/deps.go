@@ -73,9 +73,9 @@ type RecordStore interface {
 
 // Deps are the outside systems a migration talks to.
 type Deps struct {
-	Client       kubernetes.Interface
-	Kubelet      Kubelet
-	Packer       Packer
+	Client  kubernetes.Interface
+	Kubelet Kubelet
+	Packer  Packer
 	// DialBroker connects to the broker; called once, in preflight (or by
 	// recovery).
 	DialBroker func(ctx context.Context, url string) (Broker, error)
