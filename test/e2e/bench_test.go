@@ -238,6 +238,10 @@ func BenchmarkStateSize(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(took.Milliseconds()), "raw-node-copy-ms")
+			if took, err = fileNodeCopy(env(b, "LAB_RUN"), archive); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(took.Milliseconds()), "file-node-copy-ms")
 			b.ReportMetric(float64(archive>>20), "archive-MiB")
 		})
 	}

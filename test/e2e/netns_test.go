@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"time"
 
@@ -37,9 +38,46 @@ func inNetns(ns string, fn func() error) error {
 }
 
 // rawNodeCopy sends size bytes over one TCP connection from node-a's
-// network to node-b's, as plainly as it gets: the baseline of a direct
-// transfer.
+// network to node-b's, as plainly as it gets, from memory to nowhere: the
+// floor of any transfer between the nodes.
 func rawNodeCopy(size int64) (time.Duration, error) {
+	chunk := make([]byte, 1<<20)
+	_, _ = cryptorand.Read(chunk)
+	return nodeCopy(&repeated{chunk: chunk}, size, io.Discard)
+}
+
+// fileNodeCopy copies a file of size bytes from node-a's disk to node-b's
+// over one TCP connection, as nc would: the baseline of a direct transfer,
+// which reads the archive from the source node's disk and writes it to the
+// target node's. The file is written (untimed) first, so it is in the page
+// cache as a checkpoint archive just written is.
+func fileNodeCopy(runDir string, size int64) (time.Duration, error) {
+	src, err := os.CreateTemp(filepath.Join(runDir, "node-a"), "bench-copy-*")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(src.Name())
+	defer src.Close()
+	chunk := make([]byte, 1<<20)
+	_, _ = cryptorand.Read(chunk)
+	if _, err := io.CopyN(src, &repeated{chunk: chunk}, size); err != nil {
+		return 0, err
+	}
+	if _, err := src.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	dst, err := os.CreateTemp(filepath.Join(runDir, "node-b"), "bench-copy-*")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(dst.Name())
+	defer dst.Close()
+	return nodeCopy(src, size, dst)
+}
+
+// nodeCopy sends size bytes of src from node-a's network to node-b's over
+// one TCP connection into sink, and times it until sink has all of them.
+func nodeCopy(src io.Reader, size int64, sink io.Writer) (time.Duration, error) {
 	var ln net.Listener
 	if err := inNetns("klab-node-b", func() (err error) {
 		ln, err = net.Listen("tcp", "198.51.100.12:0")
@@ -56,7 +94,7 @@ func rawNodeCopy(size int64) (time.Duration, error) {
 			return
 		}
 		defer c.Close()
-		n, err := io.Copy(io.Discard, c)
+		n, err := io.Copy(sink, c)
 		if err == nil && n != size {
 			err = fmt.Errorf("received %d of %d bytes", n, size)
 		}
@@ -69,10 +107,8 @@ func rawNodeCopy(size int64) (time.Duration, error) {
 	}); err != nil {
 		return 0, err
 	}
-	chunk := make([]byte, 1<<20)
-	_, _ = cryptorand.Read(chunk)
 	t0 := time.Now()
-	_, err := io.CopyN(conn, &repeated{chunk: chunk}, size)
+	_, err := io.CopyN(conn, src, size)
 	conn.Close()
 	if err == nil {
 		err = <-received
