@@ -63,9 +63,10 @@ func (c Client) Checkpoint(ctx context.Context, node, namespace, pod, container 
 }
 
 // Healthy returns nil if node's kubelet answers its health check through
-// the API server. Its error is an apierrors.APIStatus when the API server
-// answered but could not reach the kubelet, anything else when the API
-// server itself did not answer.
+// the API server. Its error is an apierrors.APIStatus with a gateway code
+// (503) when the API server answered but could not reach the kubelet, or
+// the kubelet answered unhealthy; anything else when the API server itself
+// did not answer or refused.
 func (c Client) Healthy(ctx context.Context, node string) error {
 	body, err := c.REST.Get().Resource("nodes").Name(node).SubResource("proxy", "healthz").DoRaw(ctx)
 	if err != nil {

@@ -15,8 +15,9 @@ import (
 // Kubelet is what a migration asks of nodes' kubelets.
 type Kubelet interface {
 	Checkpoint(ctx context.Context, node, namespace, pod, container string, timeout time.Duration) (string, error)
-	// Healthy returns nil if node's kubelet answers; an apierrors.APIStatus
-	// error if the API server answered that it cannot reach it.
+	// Healthy returns nil if node's kubelet answers; a gateway error
+	// (apierrors.APIStatus 502–504) if the API server answered that it
+	// cannot reach it.
 	Healthy(ctx context.Context, node string) error
 }
 

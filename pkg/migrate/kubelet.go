@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,11 +39,10 @@ func (m *Migration) kubeletAway(ctx context.Context, node string) <-chan error {
 		var since time.Time
 		_ = wait.PollUntilContextCancel(ctx, min(time.Second, timeout/4), true, func(ctx context.Context) (bool, error) {
 			err := m.Kubelet.Healthy(ctx, node)
-			var status apierrors.APIStatus
 			switch {
 			case err == nil:
 				since = time.Time{}
-			case ctx.Err() != nil || !errors.As(err, &status):
+			case ctx.Err() != nil || !kubeletUnreachable(err):
 			case since.IsZero():
 				since = time.Now()
 			case time.Since(since) >= timeout:
@@ -53,6 +53,22 @@ func (m *Migration) kubeletAway(ctx context.Context, node string) <-chan error {
 		})
 	}()
 	return away
+}
+
+// kubeletUnreachable tells an API server that answered that it cannot reach
+// the kubelet (a gateway error) from every other failure: a refusal
+// (forbidden) or an API server that does not answer says nothing of the
+// kubelet.
+func kubeletUnreachable(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	switch status.Status().Code {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
 }
 
 // deletePod deletes pod name and waits until it is gone. The delete is

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // scriptedKubelet answers health checks from a script, one answer per
@@ -42,6 +43,7 @@ func TestKubeletAway(t *testing.T) {
 		{"unreachable", []error{unreachable}, true},
 		{"back in between", []error{unreachable, unreachable, nil, unreachable, nil}, false},
 		{"the API server down", []error{apiDown}, false},
+		{"forbidden", []error{apierrors.NewForbidden(schema.GroupResource{Resource: "nodes/proxy"}, "node-b", errors.New("RBAC"))}, false},
 		{"healthy", []error{nil}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
