@@ -101,7 +101,7 @@ func (m *Migration) deletePod(ctx context.Context, phase report.PhaseName, name 
 	}
 	stop()
 	<-gone
-	m.progress(phase, fmt.Sprintf("%v: stopping pod %s through the runtime of %s", awayErr, name, node))
+	m.progress(phase, fmt.Sprintf("stopping pod %s through the runtime of %s: %v", name, node, awayErr))
 	stopped, err := m.Packer.StopPod(ctx, node, string(pod.UID))
 	if err != nil {
 		return fmt.Errorf("%w, and pod %s could not be stopped through the node's runtime either: %w; once the kubelet is back, recover the migration", awayErr, name, err)

@@ -111,7 +111,7 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 		}
 		// Running, so addressed too.
 	case err := <-kubeletAway:
-		return created, fmt.Errorf("%w: pod %s cannot start on %s", err, name, node)
+		return created, fmt.Errorf("pod %s cannot start on %s: %w", name, node, err)
 	}
 	m.progress(report.Restore, "pod has an address; waiting for the restored application")
 	app := m.app(name)
@@ -129,7 +129,7 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 				return false, err
 			}
 		case err := <-kubeletAway:
-			podErr = fmt.Errorf("%w: pod %s cannot start on %s", err, name, node)
+			podErr = fmt.Errorf("pod %s cannot start on %s: %w", name, node, err)
 			return false, podErr
 		default:
 		}

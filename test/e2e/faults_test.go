@@ -345,7 +345,7 @@ func TestFaultTargetKubeletGoneDuringRestore(t *testing.T) {
 	} else {
 		t.Logf("rolled back %s after the kubelet went", took.Round(time.Millisecond))
 	}
-	if !strings.Contains(out.String(), "has not answered") {
+	if !strings.Contains(out.String(), "the kubelet on node-b does not answer") {
 		t.Fatalf("the plugin never said that the kubelet does not answer:\n%s", out)
 	}
 	l.rolledBackServing(t, w, rec, before)
