@@ -86,7 +86,7 @@ func TestSoak(t *testing.T) {
 			strconv.FormatInt(rec.TotalMillis, 10), strconv.FormatInt(downtime, 10),
 			strconv.FormatInt(rec.CriticalPathMillis(), 10), strconv.FormatInt(rec.OverheadMillis(), 10), strconv.FormatUint(st.Totals.Count, 10)})
 		out.Flush()
-		t.Logf("run %d %s %v %s → %s: total %d ms, downtime %d ms, %d applied exactly once", run, pod, variant, node, to, rec.TotalMillis, downtime, st.Totals.Count)
+		t.Logf("run %d %s %v %s → %s: total %d ms, downtime %d ms, %d applied exactly once; %s", run, pod, variant, node, to, rec.TotalMillis, downtime, st.Totals.Count, stepSummary(rec))
 		images = append(images, rec.Images...)
 		run++
 		return rec
