@@ -32,7 +32,7 @@ func WriteCSV(w io.Writer, records []*Record) error {
 	phaseCols, stepCols, labelCols := csvColumns(records)
 	header := []string{"id", "strategy", "mode", "namespace", "pod", "source_node", "target_node", "started", "outcome",
 		"total_ms", "downtime_ms", "critical_path_ms", "overhead_ms", "lambda", "mu", "backlog", "replayed", "archive_bytes",
-		"predicted_total_ms", "predicted_replay_ms", "predicted_downtime_ms"}
+		"predicted_total_ms", "predicted_replay_ms", "predicted_downtime_ms", "to_shadow_ms", "to_final_ms"}
 	for _, c := range phaseCols {
 		header = append(header, "phase_"+c+"_ms")
 	}
@@ -59,6 +59,11 @@ func WriteCSV(w io.Writer, records []*Record) error {
 			row = append(row, msKnown(p.TotalMillis), msKnown(p.ReplayMillis), msKnown(p.DowntimeMillis))
 		} else {
 			row = append(row, "", "", "")
+		}
+		if sh := r.Shadow; sh != nil { // shadow mode's two gaps, which downtime adds up
+			row = append(row, ms(sh.ToShadowMillis), ms(sh.ToFinalMillis))
+		} else {
+			row = append(row, "", "")
 		}
 		phases, steps := map[string]int64{}, map[string]int64{}
 		for _, p := range r.Phases {
