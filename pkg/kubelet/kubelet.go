@@ -14,6 +14,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
@@ -70,6 +71,16 @@ func (c Client) Checkpoint(ctx context.Context, node, namespace, pod, container 
 func (c Client) Healthy(ctx context.Context, node string) error {
 	body, err := c.REST.Get().Resource("nodes").Name(node).SubResource("proxy", "healthz").DoRaw(ctx)
 	if err != nil {
+		// The API server's own text ("error trying to reach service: dial
+		// tcp …: connection refused") says more than client-go's for a 503.
+		detail := strings.TrimSpace(string(body))
+		var status metav1.Status
+		if json.Unmarshal(body, &status) == nil && status.Message != "" {
+			detail = status.Message
+		}
+		if detail != "" {
+			return &kubeletError{fmt.Sprintf("the kubelet on %s does not answer: %s", node, truncate(detail)), err}
+		}
 		return fmt.Errorf("the kubelet on %s does not answer: %w", node, err)
 	}
 	if answer := strings.TrimSpace(string(body)); answer != "ok" {
@@ -77,6 +88,15 @@ func (c Client) Healthy(ctx context.Context, node string) error {
 	}
 	return nil
 }
+
+// kubeletError is an error with its own text around the API server's.
+type kubeletError struct {
+	msg string
+	err error
+}
+
+func (e *kubeletError) Error() string { return e.msg }
+func (e *kubeletError) Unwrap() error { return e.err }
 
 func isRuntimeFailure(err error) bool {
 	var status apierrors.APIStatus

@@ -97,11 +97,12 @@ func TestHealthyTellsTheKubeletFromTheAPIServer(t *testing.T) {
 	}
 	down := client(t, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte("error trying to reach service: dial tcp 10.0.0.2:10250: connect: connection refused"))
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"error trying to reach service: dial tcp 10.0.0.2:10250: connect: connection refused","reason":"ServiceUnavailable","code":503}`))
 	})
 	var status apierrors.APIStatus
-	if err := down.Healthy(context.Background(), "node-b"); !errors.As(err, &status) || !strings.Contains(err.Error(), "node-b") {
-		t.Fatalf("kubelet away: %v, want an API status naming the node", err)
+	if err := down.Healthy(context.Background(), "node-b"); !errors.As(err, &status) || !strings.Contains(err.Error(), "node-b") || !strings.Contains(err.Error(), "does not answer: error trying to reach service") {
+		t.Fatalf("kubelet away: %v, want an API status naming the node and the API server's reason", err)
 	}
 	srv := httptest.NewServer(http.NotFoundHandler())
 	srv.Close()

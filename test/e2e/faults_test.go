@@ -312,17 +312,41 @@ func TestFaultTargetKubeletStoppedDuringRestore(t *testing.T) {
 // TestFaultTargetKubeletGoneDuringRestore: the target node's kubelet stops
 // as the restore starts and stays away. The pod cannot start there: the
 // migration rolls back once the kubelet has not answered for
-// --kubelet-timeout, not after the phase's three minutes, and the target
-// node's agent stops whatever of the copy its runtime has (a graceful
-// delete would wait for the kubelet forever). The source never stopped;
-// when the kubelet returns, nothing of the copy comes back.
+// --kubelet-timeout, not after the phase's three minutes. The source never
+// stopped; when the kubelet returns, nothing of the copy comes back.
 func TestFaultTargetKubeletGoneDuringRestore(t *testing.T) {
 	l := setup(t)
+	l.targetKubeletGone(t, func(w *workload.Workload, out *bytes.Buffer) { l.whenPhase(t, w, report.Restore, out) })
+}
+
+// TestFaultTargetKubeletGoneWithTheCopyRunning: the target's kubelet stops
+// once the restored pod has its sandbox (an address), and the migration
+// fails later (--inject-failure replay). A graceful delete of the copy would
+// wait for that kubelet forever: the target node's agent stops the pod's
+// sandbox through the runtime, which ends the copy's processes, and the pod
+// is deleted at once.
+func TestFaultTargetKubeletGoneWithTheCopyRunning(t *testing.T) {
+	l := setup(t)
+	out := l.targetKubeletGone(t, func(_ *workload.Workload, out *bytes.Buffer) {
+		whenOutput(t, out, "pod has an address")
+	}, "--inject-failure", "replay")
+	if !strings.Contains(out, "stopped 1 sandbox(es)") {
+		t.Fatalf("the copy's sandbox was not stopped through the runtime:\n%s", out)
+	}
+}
+
+// targetKubeletGone migrates a consumer to node-b, stops node-b's kubelet
+// once when has seen its moment, and requires a rollback within
+// --kubelet-timeout (5 s) of the kubelet going, with the source serving,
+// conservation, nothing left and no process of the copy running, then and
+// once the kubelet is back. It returns the plugin's output.
+func (l *lab) targetKubeletGone(t *testing.T, when func(*workload.Workload, *bytes.Buffer), flags ...string) string {
+	t.Helper()
 	daemon := labDaemons(t)
 	w := l.deploy(t, "10")
 	before := waitApplied(t, w, "consumer", 20)
-	cmd, out := l.start(t, w, "pod", "consumer", "--to", "node-b", "--kubelet-timeout", "5s")
-	l.whenPhase(t, w, report.Restore, out)
+	cmd, out := l.start(t, w, append([]string{"pod", "consumer", "--to", "node-b", "--kubelet-timeout", "5s"}, flags...)...)
+	when(w, out)
 	daemon("stop", "node-b-kubelet")
 	down := time.Now()
 	target := l.onlyRecord(t, w).TargetPod
@@ -338,7 +362,7 @@ func TestFaultTargetKubeletGoneDuringRestore(t *testing.T) {
 	}
 	rec, err := l.finished(t, w, cmd, out)
 	if err == nil {
-		t.Fatal("the migration succeeded onto a node whose kubelet never started the pod")
+		t.Fatal("the migration succeeded onto a node whose kubelet was gone")
 	}
 	if took := time.Since(down); took > time.Minute {
 		t.Fatalf("the migration ended %s after the kubelet went: it waited for a timeout other than --kubelet-timeout", took.Round(time.Second))
@@ -365,6 +389,7 @@ func TestFaultTargetKubeletGoneDuringRestore(t *testing.T) {
 		t.Fatalf("processes of the restored pod run again with the kubelet back: %v", pids)
 	}
 	checkConservation(t, w, "consumer")
+	return out.String()
 }
 
 // TestFaultProducerRestartedAfterMigration: after a migration the producer
