@@ -17,6 +17,12 @@ var RuntimeSockets = map[string]string{
 	"containerd": "/run/containerd/containerd.sock",
 }
 
+// dialRuntime connects to the runtime's CRI socket (connections are made
+// lazily, at the first call).
+func dialRuntime(socket string) (*grpc.ClientConn, error) {
+	return grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
 // runtimeSocketPath is where a serving agent finds its node's runtime.
 const runtimeSocketPath = "/var/run/kubectl-migrate/cri.sock"
 
@@ -37,7 +43,7 @@ type PullResult struct {
 // pulled with the runtime's own credentials (a registry that needs the
 // pod's pull secret fails here, and the caller pulls through a pod).
 func pullImages(ctx context.Context, socket string, images []string) (PullResult, error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := dialRuntime(socket)
 	if err != nil {
 		return PullResult{}, err
 	}
@@ -73,7 +79,7 @@ type RuntimeInfo struct {
 
 // runtimeInfo asks the runtime at socket for its version and configuration.
 func runtimeInfo(ctx context.Context, socket string) (RuntimeInfo, error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := dialRuntime(socket)
 	if err != nil {
 		return RuntimeInfo{}, err
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -32,7 +30,7 @@ type StopPodResult struct {
 // container) and removes them, then looks again until none is left, since
 // a sandbox can still be in the making when the first list is taken.
 func stopPod(ctx context.Context, socket, uid string) (StopPodResult, error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := dialRuntime(socket)
 	if err != nil {
 		return StopPodResult{}, err
 	}
