@@ -158,7 +158,7 @@ func migrateByProtocol(t *testing.T, restartProducer bool) {
 	src := f.consumer(5 * time.Millisecond)
 	stopSrc := start(t, src.Run)
 	prod := f.producer(100, 0)
-	stopProd := start(t, prod.Run)
+	start(t, prod.Run)
 	eventually(t, 10*time.Second, "source applying", func() bool { return src.State().LastSeq >= 20 })
 
 	bindReplayQueue(t, f)
@@ -185,8 +185,11 @@ func migrateByProtocol(t *testing.T, restartProducer bool) {
 	control(t, target, Control{Type: StartReplay, Payload: ControlPayload{Queue: ReplayQueueName(f.queue)}})
 	var earlier Totals // what producer runs before the current one confirmed
 	if restartProducer {
+		// Stopped, not cancelled: a message whose confirm is on its way is
+		// counted then, where a cancelled producer would have delivered it
+		// uncounted.
 		prod.Stop()
-		stopProd()
+		eventually(t, 5*time.Second, "first producer run stopped", func() bool { return prod.State().Stopped })
 		earlier = prod.State().Totals
 		first := prod.State().Position()
 		prod = f.producer(100, 0)
