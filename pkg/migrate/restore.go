@@ -90,6 +90,7 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	defer stopWatch()
 	podFailed := make(chan error, 1)
 	kubeletAway := m.kubeletAway(watchCtx, node)
+	cannotStart := func(err error) error { return fmt.Errorf("pod %s cannot start on %s: %w", name, node, err) }
 	addressed := make(chan struct{})
 	var once sync.Once
 	running := kube.ContainersRunning("restored ", m.Migrated)
@@ -111,7 +112,7 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 		}
 		// Running, so addressed too.
 	case err := <-kubeletAway:
-		return created, fmt.Errorf("pod %s cannot start on %s: %w", name, node, err)
+		return created, cannotStart(err)
 	}
 	m.progress(report.Restore, "pod has an address; waiting for the restored application")
 	app := m.app(name)
@@ -129,7 +130,7 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 				return false, err
 			}
 		case err := <-kubeletAway:
-			podErr = fmt.Errorf("pod %s cannot start on %s: %w", name, node, err)
+			podErr = cannotStart(err)
 			return false, podErr
 		default:
 		}
