@@ -413,8 +413,11 @@ func (f *fakeApp) State(_ context.Context, t appctl.Target) (ms2m.State, error) 
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
 	st, ok := w.Apps[t.Pod]
-	if !ok || w.Unanswered[t.Pod] > 0 {
+	if w.Unanswered[t.Pod] > 0 {
 		w.Unanswered[t.Pod]--
+		ok = false
+	}
+	if !ok {
 		return ms2m.State{}, fmt.Errorf("%s unreachable", t)
 	}
 	answer := *st
