@@ -96,8 +96,8 @@ func TestHealthyTellsTheKubeletFromTheAPIServer(t *testing.T) {
 		t.Fatalf("healthy kubelet: %v (asked %s)", err, gotPath)
 	}
 	down := client(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json") // before WriteHeader, or it is not sent
 		w.WriteHeader(http.StatusServiceUnavailable)
-		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"error trying to reach service: dial tcp 10.0.0.2:10250: connect: connection refused","reason":"ServiceUnavailable","code":503}`))
 	})
 	var status apierrors.APIStatus
