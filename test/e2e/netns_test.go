@@ -41,9 +41,7 @@ func inNetns(ns string, fn func() error) error {
 // network to node-b's, as plainly as it gets, from memory to nowhere: the
 // floor of any transfer between the nodes.
 func rawNodeCopy(size int64) (time.Duration, error) {
-	chunk := make([]byte, 1<<20)
-	_, _ = cryptorand.Read(chunk)
-	return nodeCopy(&repeated{chunk: chunk}, size, io.Discard)
+	return nodeCopy(randomBytes(), size, io.Discard)
 }
 
 // fileNodeCopy copies a file of size bytes from node-a's disk to node-b's
@@ -58,9 +56,7 @@ func fileNodeCopy(runDir string, size int64) (time.Duration, error) {
 	}
 	defer os.Remove(src.Name())
 	defer src.Close()
-	chunk := make([]byte, 1<<20)
-	_, _ = cryptorand.Read(chunk)
-	if _, err := io.CopyN(src, &repeated{chunk: chunk}, size); err != nil {
+	if _, err := io.CopyN(src, randomBytes(), size); err != nil {
 		return 0, err
 	}
 	if _, err := src.Seek(0, io.SeekStart); err != nil {
@@ -114,6 +110,14 @@ func nodeCopy(src io.Reader, size int64, sink io.Writer) (time.Duration, error) 
 		err = <-received
 	}
 	return time.Since(t0), err
+}
+
+// randomBytes reads one random MiB over and over: incompressible bytes
+// without the cost of generating them all.
+func randomBytes() io.Reader {
+	chunk := make([]byte, 1<<20)
+	_, _ = cryptorand.Read(chunk)
+	return &repeated{chunk: chunk}
 }
 
 // repeated reads chunk over and over.
