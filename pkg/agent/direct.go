@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -17,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -79,16 +81,11 @@ func (d Direct) handler() (http.Handler, error) {
 		return nil, err
 	}
 	reg := ggcrregistry.New(ggcrregistry.WithBlobHandler(statByName{dir: blobs, disk: ggcrregistry.NewDiskBlobHandler(blobs)}), ggcrregistry.Logger(log.New(io.Discard, "", 0)))
+	publishing := &publishing{pending: map[string]*publication{}}
 	mux := http.NewServeMux()
-	mux.Handle("/v2/", d.guard(reg))
+	mux.Handle("/v2/", d.guard(publishing.waitFor(reg)))
 	mux.Handle("PUT "+receivePath, d.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		res, err := d.receive(r, blobs)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(res)
+		d.receive(w, r, blobs, publishing)
 	})))
 	return mux, nil
 }
@@ -140,96 +137,195 @@ func (d Direct) guard(next http.Handler) http.Handler {
 	})
 }
 
-// receive stores the archive in the body as a layer, hashing it on the way,
-// and publishes the checkpoint image made of it in the agent's registry.
-func (d Direct) receive(r *http.Request, blobs string) (PackResult, error) {
+// receive stores the archive in the body as a layer and answers as soon as
+// the last byte is on disk; the checkpoint image made of it is published in
+// the agent's registry (as repository:tag) once the layer's hash is known,
+// while the kubelet sets up the target pod's sandbox, and a pull of the
+// image that comes sooner waits for it (waitFor). Hashing in the stream
+// would make the transfer SHA-256's speed, slower than a node-to-node copy;
+// reading the body through net/http would copy every byte through user
+// space: the body is spliced from the connection to the file instead.
+func (d Direct) receive(w http.ResponseWriter, r *http.Request, blobs string, publishing *publishing) {
 	q := r.URL.Query()
 	repository, tag, container := q.Get("repository"), q.Get("tag"), q.Get("container")
 	if repository == "" || tag == "" || container == "" {
-		return PackResult{}, errors.New("receive needs repository, tag and container")
+		http.Error(w, "receive needs repository, tag and container", http.StatusBadRequest)
+		return
 	}
+	if r.ContentLength <= 0 {
+		http.Error(w, "receive needs the archive's length", http.StatusLengthRequired)
+		return
+	}
+	conn, buffered, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		http.Error(w, "receive: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	defer conn.Close()
 	start := time.Now()
+	res, err := d.store(conn, buffered.Reader, r.ContentLength, blobs, repository+":"+tag, container, publishing)
+	if err != nil {
+		answer(conn, http.StatusInternalServerError, "text/plain; charset=utf-8", []byte(err.Error()+"\n"))
+		return
+	}
+	res.PushMillis = time.Since(start).Milliseconds()
+	body, _ := json.Marshal(res)
+	answer(conn, http.StatusOK, "application/json", body)
+}
+
+// store writes the size bytes of the archive from conn (those already read
+// first) to a new file in blobs, then publishes the image of ref made of it
+// in the background.
+func (d Direct) store(conn net.Conn, buffered *bufio.Reader, size int64, blobs, ref, container string, publishing *publishing) (PackResult, error) {
 	f, err := os.CreateTemp(blobs, "receive-*")
 	if err != nil {
 		return PackResult{}, err
 	}
+	n, err := io.CopyN(f, buffered, min(int64(buffered.Buffered()), size))
+	for err == nil && n < size {
+		// A sender silent this long is gone; without a deadline a
+		// hijacked connection would wait for it forever.
+		_ = conn.SetReadDeadline(time.Now().Add(receiveIdle))
+		var k int64
+		k, err = io.CopyN(f, conn, min(receiveChunk, size-n)) // splice(2)
+		n += k
+	}
+	if err != nil {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+		return PackResult{}, fmt.Errorf("receive archive (%d of %d bytes): %w", n, size, err)
+	}
+	published := publishing.begin(ref)
+	received := time.Now()
+	go func() {
+		err := d.publish(f, n, blobs, ref, container)
+		published(err)
+		if err != nil {
+			log.Printf("publish %s: %v", ref, err)
+			return
+		}
+		log.Printf("published %s (%d bytes) %v after its last byte", ref, n, time.Since(received).Round(time.Millisecond))
+	}()
+	// The node pulls it by tag: that read waits for the publication.
+	return PackResult{Image: d.local(ref), ArchiveBytes: n}, nil
+}
+
+const (
+	receiveChunk = 16 << 20
+	receiveIdle  = 30 * time.Second
+)
+
+// answer writes a response on a hijacked connection and ends it.
+func answer(conn net.Conn, status int, contentType string, body []byte) {
+	resp := http.Response{
+		StatusCode:    status,
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        http.Header{"Content-Type": {contentType}},
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Close:         true,
+	}
+	_ = conn.SetWriteDeadline(time.Now().Add(receiveIdle))
+	_ = resp.Write(conn)
+}
+
+// publish names the received layer by its hash and pushes the checkpoint
+// image's config and manifest to the agent's registry (the layer is there
+// already).
+func (d Direct) publish(f *os.File, n int64, blobs, ref, container string) error {
 	defer os.Remove(f.Name()) // a no-op once renamed
-	n, sum, err := copyHashing(f, r.Body)
+	h := sha256.New()
+	_, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, n), make([]byte, 1<<20))
 	if closeErr := f.Close(); err == nil {
 		err = closeErr
 	}
 	if err != nil {
-		return PackResult{}, fmt.Errorf("receive archive: %w", err)
+		return fmt.Errorf("hash the received archive: %w", err)
 	}
-	digest := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum)}
+	digest := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
 	// The disk blob handler's layout: the registry serves it from there.
 	layerPath := filepath.Join(blobs, digest.Algorithm, digest.Hex)
 	if err := os.MkdirAll(filepath.Dir(layerPath), 0o700); err != nil {
-		return PackResult{}, err
+		return err
 	}
 	if err := os.Rename(f.Name(), layerPath); err != nil {
-		return PackResult{}, err
+		return err
 	}
-	received := time.Now()
-	// Hashed as it arrived: not read again to be published.
 	img, err := image.CheckpointImageOf(image.FileLayer{Path: layerPath, Hash: digest, Len: n}, container)
 	if err != nil {
-		return PackResult{}, err
+		return err
 	}
-	// Only the config and the manifest go up: the registry has the layer.
-	pushed, err := d.registry().Push(r.Context(), d.local(repository+":"+tag), img)
-	if err != nil {
-		return PackResult{}, err
-	}
-	return PackResult{
-		Image:        pushed, // by digest, as the node pulls it
-		ArchiveBytes: n,
-		PushMillis:   received.Sub(start).Milliseconds(),
-		BuildMillis:  time.Since(received).Milliseconds(),
-	}, nil
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = d.registry().Push(ctx, d.local(ref), img)
+	return err
 }
 
-// copyBuffer is the size of the chunks received archives are copied in.
-const copyBuffer = 1 << 20
+// publishing tracks the images being published after their transfer, so
+// that the node's pull of one waits for it rather than finding nothing.
+type publishing struct {
+	mu      sync.Mutex
+	pending map[string]*publication // by repository:tag
+}
 
-// copyHashing copies src to dst and returns the SHA-256 of what it copied.
-// The hash runs on its own goroutine over the chunk just written while the
-// next one is received and written, so that hashing overlaps the copy
-// instead of adding to it; two buffers take turns, nothing is copied twice.
-func copyHashing(dst io.Writer, src io.Reader) (int64, []byte, error) {
-	h := sha256.New()
-	written := make(chan []byte)
-	free := make(chan []byte, 2)
-	free <- make([]byte, copyBuffer)
-	free <- make([]byte, copyBuffer)
-	hashed := make(chan struct{})
-	go func() {
-		defer close(hashed)
-		for chunk := range written {
-			h.Write(chunk)
-			free <- chunk[:cap(chunk)]
+type publication struct {
+	done chan struct{}
+	err  error
+}
+
+// publishWait bounds how long a pull waits for its image's publication.
+const publishWait = 2 * time.Minute
+
+// begin marks ref as being published; the returned func ends it.
+func (p *publishing) begin(ref string) func(error) {
+	pub := &publication{done: make(chan struct{})}
+	p.mu.Lock()
+	p.pending[ref] = pub
+	p.mu.Unlock()
+	return func(err error) {
+		pub.err = err
+		close(pub.done)
+		p.mu.Lock()
+		if err == nil && p.pending[ref] == pub {
+			delete(p.pending, ref) // published: the registry answers from now on
 		}
-	}()
-	var n int64
-	var err error
-	for err == nil {
-		buf := <-free
-		k, readErr := io.ReadFull(src, buf)
-		if k > 0 {
-			if _, err = dst.Write(buf[:k]); err != nil {
-				break
-			}
-			n += int64(k)
-			written <- buf[:k]
-		}
-		if readErr == io.EOF || readErr == io.ErrUnexpectedEOF {
-			break
-		}
-		err = readErr
+		p.mu.Unlock()
 	}
-	close(written)
-	<-hashed
-	return n, h.Sum(nil), err
+}
+
+// waitFor holds the node's read of a manifest being published until it is
+// (or says why it never will be). Requests with credentials are the
+// publication's own push, which looks for the manifest first: they pass.
+func (p *publishing) waitFor(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		repo, ref, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v2/"), "/manifests/")
+		_, _, pushing := r.BasicAuth()
+		if !ok || pushing || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		p.mu.Lock()
+		pub := p.pending[repo+":"+ref]
+		p.mu.Unlock()
+		if pub != nil {
+			started := time.Now()
+			select {
+			case <-pub.done:
+			case <-r.Context().Done():
+				return
+			case <-time.After(publishWait):
+				http.Error(w, "the checkpoint image is still being published", http.StatusServiceUnavailable)
+				return
+			}
+			if pub.err != nil {
+				http.Error(w, "the checkpoint image could not be published: "+pub.err.Error(), http.StatusInternalServerError)
+				return
+			}
+			log.Printf("a read of %s:%s waited %v for its publication", repo, ref, time.Since(started).Round(time.Millisecond))
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // send streams the archive to the target node's agent (the direct

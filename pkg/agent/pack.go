@@ -38,7 +38,7 @@ type PackRequest struct {
 // PackResult is what the agent reports back, as JSON in its termination
 // message.
 type PackResult struct {
-	Image        string `json:"image"` // digest reference
+	Image        string `json:"image"` // digest reference; with a direct transfer, the tag its node pulls
 	ArchiveBytes int64  `json:"archiveBytes"`
 	BuildMillis  int64  `json:"buildMillis"`
 	PushMillis   int64  `json:"pushMillis"`

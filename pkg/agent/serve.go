@@ -159,15 +159,19 @@ func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Dir
 		return err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var probeErr error
+	probed := make(chan error, 1)
 	if direct == nil {
 		ready.Store(true)
+		probed <- nil
 	} else {
 		go func() {
 			// Published through the agent's own server, which must run.
-			if probeErr = direct.publishProbe(ctx); probeErr != nil {
+			err := direct.publishProbe(ctx)
+			probed <- err
+			if err != nil {
 				cancel()
 				return
 			}
@@ -193,8 +197,9 @@ func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Dir
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	if probeErr != nil {
-		return fmt.Errorf("publish the probe image: %w", probeErr)
+	// A probe cut short by the end of the agent is no failure of it.
+	if err := <-probed; err != nil && parent.Err() == nil {
+		return fmt.Errorf("publish the probe image: %w", err)
 	}
 	return nil
 }

@@ -112,6 +112,10 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 		}
 		m.Record.Images = append(m.Record.Images, res.Image)
 		m.Record.ArchiveBytes += res.ArchiveBytes
+		if m.Transfer == Direct {
+			m.progress(report.Image, fmt.Sprintf("container %s → %s (%d KiB, sent in %d ms)", c, res.Image, res.ArchiveBytes/1024, res.PushMillis))
+			continue
+		}
 		m.progress(report.Image, fmt.Sprintf("container %s → %s (%d KiB, build %d ms, push %d ms)", c, res.Image, res.ArchiveBytes/1024, res.BuildMillis, res.PushMillis))
 	}
 	return nil
