@@ -208,6 +208,7 @@ func BenchmarkStateSize(b *testing.B) {
 		}
 		b.Run("ballast="+name, func(b *testing.B) {
 			var archive int64
+			sent := map[string]float64{} // each transfer's push or stream, ms
 			for _, transfer := range []string{"registry", "direct"} {
 				l := setup(b)
 				w := l.deployWith(b, workload.Options{Rate: "10", Ballast: ballast})
@@ -222,6 +223,9 @@ func BenchmarkStateSize(b *testing.B) {
 				b.ReportMetric(float64(rec.OverheadMillis()), transfer+"-overhead-ms")
 				for _, p := range rec.Phases {
 					for _, st := range p.Steps {
+						if st.Name == report.Push {
+							sent[transfer] += float64(st.DurationMillis)
+						}
 						if st.Name == report.Push || st.Name == report.CheckpointCall || st.Name == report.PodRunning {
 							b.ReportMetric(float64(st.DurationMillis), transfer+"-"+strings.ReplaceAll(string(st.Name), " ", "-")+"-ms")
 						}
@@ -234,6 +238,7 @@ func BenchmarkStateSize(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(took.Milliseconds()), "raw-upload-ms")
+			b.ReportMetric(sent["registry"]/max(1, float64(took.Milliseconds())), "push/raw-upload")
 			if took, err = rawNodeCopy(archive); err != nil {
 				b.Fatal(err)
 			}
@@ -242,6 +247,7 @@ func BenchmarkStateSize(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(took.Milliseconds()), "file-node-copy-ms")
+			b.ReportMetric(sent["direct"]/max(1, float64(took.Milliseconds())), "stream/file-node-copy")
 			b.ReportMetric(float64(archive>>20), "archive-MiB")
 		})
 	}

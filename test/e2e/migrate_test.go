@@ -49,7 +49,8 @@ func (l *lab) checkMigrated(t testing.TB, w *workload.Workload, rec report.Recor
 	}
 	wantImage := l.registry + "/checkpoints/consumer@sha256:"
 	if len(rec.Images) > 0 && strings.HasPrefix(rec.Images[0], "localhost:") { // --transfer direct
-		wantImage = fmt.Sprintf("localhost:%d/%s/consumer@sha256:", agent.DirectPort, w.Namespace)
+		// By tag: the pull of it waits for the agent to publish it.
+		wantImage = fmt.Sprintf("localhost:%d/%s/consumer:consumer-%s", agent.DirectPort, w.Namespace, rec.ID)
 	}
 	if pod.Spec.NodeName != "node-b" || !strings.HasPrefix(pod.Spec.Containers[0].Image, wantImage) {
 		t.Fatalf("target %s on %s from %s", pod.Name, pod.Spec.NodeName, pod.Spec.Containers[0].Image)
