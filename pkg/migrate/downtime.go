@@ -33,13 +33,19 @@ func downtimeBound(first, last ms2m.State) time.Duration {
 }
 
 // measureGaps measures downtime; in shadow mode, the gap at each of the two
-// switchovers (both seen by the final pod, which carries the shadow's
-// history) and downtime as their sum.
+// switchovers and downtime as their sum. The first is the shadow's, read
+// from the shadow while it served (readShadowGap); the final pod's history
+// would show the final pod's own replay of a message the shadow had served
+// long before, when the final stage checkpointed the shadow first. If the
+// shadow had not served one yet, the final pod's history is the truth.
 func (m *Migration) measureGaps(ctx context.Context) (*report.Downtime, *report.Shadow) {
 	if m.final == nil {
 		return m.measureDowntime(ctx, m.SourceFinal), nil
 	}
-	toShadow := m.final.measureDowntime(ctx, m.SourceFinal)
+	toShadow := m.shadowGap
+	if toShadow == nil {
+		toShadow = m.final.measureDowntime(ctx, m.SourceFinal)
+	}
 	toFinal := m.final.measureDowntime(ctx, m.final.SourceFinal)
 	if toShadow == nil || toFinal == nil {
 		return nil, nil
@@ -49,9 +55,27 @@ func (m *Migration) measureGaps(ctx context.Context) (*report.Downtime, *report.
 	return toFinal, shadow
 }
 
+// shadowReadTimeout bounds readShadowGap's one question.
+const shadowReadTimeout = 2 * time.Second
+
+// readShadowGap asks the shadow, once and without waiting (the final stage
+// is under way), for the first message it applied after the source's last,
+// which gives the first switchover's gap. Called as the final stage's
+// replay starts: the shadow has served for the final stage's checkpoint,
+// image and restore by then.
+func (m *Migration) readShadowGap(ctx context.Context) {
+	if downtimeBound(m.SourceState, m.SourceFinal) == 0 {
+		return // no traffic: no gap to measure
+	}
+	ctx, cancel := context.WithTimeout(ctx, shadowReadTimeout)
+	defer cancel()
+	if a, err := m.App.AppliedAfter(ctx, m.targetApp(), m.SourceFinal.Position()); err == nil {
+		m.shadowGap = gapAfter(m.SourceFinal, a)
+	}
+}
+
 // measureDowntime computes downtime from the instances' own timestamps: the
-// source's last applied message N, and the target applying N+1. If N+1 was
-// sent after the source stopped, waiting only began when it was sent.
+// source's last applied message N, and the target applying N+1.
 func (m *Migration) measureDowntime(ctx context.Context, last ms2m.State) *report.Downtime {
 	bound := downtimeBound(m.SourceState, last)
 	if bound == 0 {
@@ -60,10 +84,7 @@ func (m *Migration) measureDowntime(ctx context.Context, last ms2m.State) *repor
 	}
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	var next struct {
-		seq             uint64
-		sent, appliedAt time.Time
-	}
+	var next ms2m.Applied
 	err := wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
 		a, err := m.App.AppliedAfter(ctx, m.targetApp(), last.Position())
 		if errors.Is(err, appctl.ErrNotApplied) {
@@ -72,25 +93,32 @@ func (m *Migration) measureDowntime(ctx context.Context, last ms2m.State) *repor
 		if err != nil {
 			return false, err
 		}
-		next.seq, next.sent, next.appliedAt = a.Seq, a.Sent, a.AppliedAt
+		next = a
 		return true, nil
 	})
 	if err != nil {
 		m.progress(report.Cleanup, fmt.Sprintf("no message within %s after the switchover to measure downtime with", bound.Round(100*time.Millisecond)))
 		return nil
 	}
+	return gapAfter(last, next)
+}
+
+// gapAfter is the downtime between the source's last applied message and
+// the target applying the next one, next. If next was sent after the source
+// stopped, waiting only began when it was sent.
+func gapAfter(last ms2m.State, next ms2m.Applied) *report.Downtime {
 	waitingSince := last.LastAppliedAt
-	if next.sent.After(waitingSince) {
-		waitingSince = next.sent
+	if next.Sent.After(waitingSince) {
+		waitingSince = next.Sent
 	}
 	// A target that replayed past the source's last message before the
 	// source stopped left no gap at all.
 	return &report.Downtime{
-		Millis:              max(0, next.appliedAt.Sub(waitingSince).Milliseconds()),
+		Millis:              max(0, next.AppliedAt.Sub(waitingSince).Milliseconds()),
 		SourceLastSeq:       last.LastSeq,
 		SourceLastAppliedAt: last.LastAppliedAt,
-		NextSeq:             next.seq,
-		NextSentAt:          next.sent,
-		NextAppliedAt:       next.appliedAt,
+		NextSeq:             next.Seq,
+		NextSentAt:          next.Sent,
+		NextAppliedAt:       next.AppliedAt,
 	}
 }

@@ -89,6 +89,9 @@ type Migration struct {
 	targetNode *corev1.Node
 	// final is the stage whose State is State.Final.
 	final *Migration
+	// shadowGap is the first switchover's gap in shadow mode, read from the
+	// shadow while it served.
+	shadowGap *report.Downtime
 	// phase is the index in Record.Phases of the phase running.
 	phase int
 

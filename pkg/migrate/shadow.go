@@ -33,7 +33,7 @@ func shadowPhases() []Phase {
 		preflight{},
 		shadow(prepare{}), shadow(checkpoint{}), shadow(packImages{}), shadow(restore{}), shadow(replay{}), shadow(handover{}),
 		final(prepare{}), final(checkpoint{}), final(packImages{}), final(detach{}), final(restore{}), final(adopt{}),
-		final(replay{}), final(switchover{}), final(cleanup{}),
+		inStage{Phase: replay{}, stage: "final", onFinal: true, before: func(ctx context.Context, m *Migration) { m.readShadowGap(ctx) }}, final(switchover{}), final(cleanup{}),
 	}
 }
 
@@ -43,11 +43,16 @@ type inStage struct {
 	Phase
 	stage   string
 	onFinal bool
+	// before runs on the migration (not its final stage) first.
+	before func(context.Context, *Migration)
 }
 
 func (s inStage) Stage() string { return s.stage }
 
 func (s inStage) Run(ctx context.Context, m *Migration) error {
+	if s.before != nil {
+		s.before(ctx, m)
+	}
 	if !s.onFinal {
 		return s.Phase.Run(ctx, m)
 	}

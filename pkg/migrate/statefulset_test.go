@@ -284,3 +284,20 @@ func TestInjectedFailureRollsBack(t *testing.T) {
 	}
 	checkStatefulSet(t, w, "node-a", other)
 }
+
+// TestShadowGapsComeFromThePodThatServed: the first switchover's gap is the
+// shadow's, read while it serves, even when the final pod's history has the
+// same message later, from its own replay (the final stage checkpointed the
+// shadow before the shadow applied it); the second is the final pod's.
+func TestShadowGapsComeFromThePodThatServed(t *testing.T) {
+	w := migratetest.NewStatefulSetWorld(t)
+	consumer1(t, w)
+	w.AppliedDelay = map[string]time.Duration{"consumer-0-shadow": 100 * time.Millisecond, "consumer-0": 2400 * time.Millisecond}
+	rec, err := migrate.Run(context.Background(), stsConfig(migrate.MS2M, migrate.Shadow), w.Deps(), migrate.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Shadow == nil || rec.Shadow.ToShadowMillis != 100 || rec.Shadow.ToFinalMillis != 2400 || rec.Downtime == nil || rec.Downtime.Millis != 2500 {
+		t.Fatalf("shadow gaps %+v, downtime %+v: want 100 ms read from the shadow, 2400 ms from the final pod", rec.Shadow, rec.Downtime)
+	}
+}

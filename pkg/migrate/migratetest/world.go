@@ -61,6 +61,12 @@ type World struct {
 	// delete; the node's runtime still answers its agent.
 	KubeletDown map[string]bool
 
+	// AppliedDelay, by pod, is how long after its sending that pod applied
+	// the first message after any position (a gap of exactly that); pods
+	// not named answer as one instance that applied it 1.5 s after the
+	// last application.
+	AppliedDelay map[string]time.Duration
+
 	// AfterCheckpoint, if set, runs once the archive exists, before the
 	// kubelet's answer: a test's process can die there.
 	AfterCheckpoint func()
@@ -471,6 +477,13 @@ func (f *fakeApp) AppliedAfter(_ context.Context, t appctl.Target, p ms2m.Positi
 		if st.LastAppliedAt.After(last) {
 			last = st.LastAppliedAt
 		}
+	}
+	if delay, ok := w.AppliedDelay[t.Pod]; ok {
+		if _, running := w.Apps[t.Pod]; !running {
+			return ms2m.Applied{}, fmt.Errorf("%s unreachable", t)
+		}
+		sent := last.Add(time.Second) // after the source stopped: the gap is the delay
+		return ms2m.Applied{Producer: p.Producer, Seq: p.Seq + 1, Sent: sent, AppliedAt: sent.Add(delay)}, nil
 	}
 	return ms2m.Applied{Producer: p.Producer, Seq: p.Seq + 1, Sent: last.Add(-time.Second), AppliedAt: last.Add(1500 * time.Millisecond)}, nil
 }
