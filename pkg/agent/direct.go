@@ -93,8 +93,9 @@ func (d Direct) handler() (http.Handler, error) {
 // statByName is the disk blob handler, but for Stat, which it answers from
 // the file's size instead of hashing the whole blob again (the disk handler
 // does, at every HEAD and before every GET: two more passes over a
-// checkpoint). A blob's name is its digest: receive hashed it as it arrived,
-// and the registry verifies what is pushed to it before storing it.
+// checkpoint). A blob's name is its digest: publish hashed a received
+// archive before naming it so, and the registry verifies what is pushed to
+// it before storing it.
 type statByName struct {
 	dir  string
 	disk ggcrregistry.BlobHandler
