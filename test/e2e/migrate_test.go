@@ -198,7 +198,7 @@ func TestThresholdCutoff(t *testing.T) {
 	// the target's replay (on a loaded machine it fires as replay starts),
 	// and fall well inside the ≈ 8 s the replay takes without a cutoff.
 	const replayMax = 4 * time.Second
-	_, wPlain, plain := migrateLivePodAt(t, "16", "--label", "rate=16")
+	wPlain, plain := plainAt16(t)
 	checkConservation(t, wPlain, plain.TargetPod)
 	_, wCut, cut := migrateLivePodAt(t, "16", "--label", "rate=16", "--replay-max", replayMax.String())
 	checkConservation(t, wCut, cut.TargetPod)
@@ -219,6 +219,32 @@ func TestThresholdCutoff(t *testing.T) {
 	}
 	t.Logf("at 16 msg/s: total %d ms without cutoff, %d ms with (T_cutoff %d ms, fired after %d ms, replay %d ms); downtime %d vs %d ms",
 		plain.TotalMillis, cut.TotalMillis, c.CutoffMillis, c.FiredAfterMillis, c.ReplayMillis, plain.Downtime.Millis, cut.Downtime.Millis)
+}
+
+// plainAt16 is TestThresholdCutoff's baseline, MS2M at 16 msg/s without a
+// cutoff. μ ≈ 20/s leaves little room: when the shared machine slows the
+// target to λ, the migration rightly rolls back, early, naming
+// --replay-max; that rollback must keep every message, and the baseline is
+// taken once more on a fresh workload. Any other failure, or a second
+// rollback, fails the test.
+func plainAt16(t *testing.T) (*workload.Workload, report.Record) {
+	l := setup(t)
+	for attempt := 1; ; attempt++ {
+		w := l.deploy(t, "16")
+		before := waitApplied(t, w, "consumer", 30)
+		rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--label", "rate=16")
+		if err != nil && attempt == 1 && rec.Outcome == report.RolledBack && strings.Contains(rec.Error, "--replay-max") {
+			checkConservation(t, w, "consumer")
+			t.Logf("the baseline rolled back (%s); once more", rec.Error)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("migration failed: %v\n%s", err, stderr)
+		}
+		l.checkMigrated(t, w, rec, before)
+		checkTimings(t, rec)
+		return w, rec
+	}
 }
 
 // TestReplayThatCannotCatchUpEndsEarly: at 24 msg/s a consumer taking 50 ms
