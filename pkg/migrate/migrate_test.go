@@ -184,6 +184,9 @@ func TestRollbackAtEveryPhase(t *testing.T) {
 			if _, err := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-abcde", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Fatalf("target pod left behind: %v", err)
 			}
+			if err := w.Conservation(); err != nil {
+				t.Fatal(err)
+			}
 			if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
 				t.Fatalf("source not serving after rollback: %+v", src)
 			}
@@ -519,6 +522,9 @@ func TestTargetKubeletGone(t *testing.T) {
 			}
 			if _, err := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer-abcde", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Fatalf("target pod left behind: %v", err)
+			}
+			if err := w.Conservation(); err != nil {
+				t.Fatal(err)
 			}
 			w.Mu.Lock()
 			defer w.Mu.Unlock()

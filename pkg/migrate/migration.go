@@ -48,6 +48,9 @@ type State struct {
 	// saved by a process that died during the create still names it.
 	TargetRequested bool        `json:"targetRequested,omitempty"`
 	Target          *corev1.Pod `json:"target,omitempty"`
+	// TargetRestored is the state the restored copy held with: its
+	// checkpoint's. A copy whose state moved past it applied messages.
+	TargetRestored ms2m.State `json:"targetRestored"`
 	// SourceFinal is the source's state when it stopped.
 	SourceFinal  ms2m.State `json:"sourceFinal"`
 	SourceHalted bool       `json:"sourceHalted,omitempty"`

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
@@ -99,10 +101,23 @@ func (stopSource) Rollback(ctx context.Context, m *Migration) error {
 	return resumeSource(ctx, m)
 }
 
-// resumeSource puts a stopped source back on its primary queue.
+// resumeSource puts a stopped source back on its primary queue. A
+// StatefulSet pod's source gives its name to the restored copy: once the
+// source is deleted, a resume sent to that name would reach the copy, which
+// would consume the primary queue while the rollback still restores the
+// source's own state (detach's rollback brings the source back instead).
 func resumeSource(ctx context.Context, m *Migration) error {
-	if !m.SourceHalted {
+	if !m.SourceHalted || m.SourceDeleted {
 		return nil
+	}
+	if m.Pod == m.TargetName {
+		pod, err := m.Client.CoreV1().Pods(m.Namespace).Get(ctx, m.Pod, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("resume the source: %w", err)
+		}
+		if err != nil || pod.UID != m.Source.UID || pod.DeletionTimestamp != nil {
+			return nil // the name no longer holds the source
+		}
 	}
 	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Resume}); err != nil {
 		return fmt.Errorf("resume the source: %w", err)

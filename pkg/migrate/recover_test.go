@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
@@ -106,6 +107,9 @@ func TestRecoverFromACrashAtEveryStep(t *testing.T) {
 				crashed := crashAt(t, w, testConfig(strategy), n)
 				last := crashed.Phases[len(crashed.Phases)-1]
 				rec := recoverTwice(t, w, crashed)
+				if err := w.Conservation(); err != nil {
+					t.Fatalf("crashed in %s, recovered to %s: %v", last.Name, rec.Outcome, err)
+				}
 				ctx := context.Background()
 				_, srcErr := w.Client.CoreV1().Pods("default").Get(ctx, "consumer", metav1.GetOptions{})
 				_, tgtErr := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-abcde", metav1.GetOptions{})
@@ -148,7 +152,12 @@ func TestRecoverStatefulSetFromACrashAtEveryStep(t *testing.T) {
 				t.Parallel()
 				w := migratetest.NewStatefulSetWorld(t)
 				other := consumer1(t, w)
-				rec := recoverTwice(t, w, crashAt(t, w, stsConfig(tc.strategy, tc.mode), n))
+				crashed := crashAt(t, w, stsConfig(tc.strategy, tc.mode), n)
+				last := crashed.Phases[len(crashed.Phases)-1]
+				rec := recoverTwice(t, w, crashed)
+				if err := w.Conservation(); err != nil {
+					t.Fatalf("crashed in %s, recovered to %s: %v", last.Name, rec.Outcome, err)
+				}
 				node := "node-a"
 				if rec.Outcome == report.Succeeded {
 					node = "node-b"
@@ -236,4 +245,35 @@ func TestRecoverRemovesAnArchiveItNeverLearnt(t *testing.T) {
 	if len(w.Archives) != 0 {
 		t.Fatalf("archives left: %v", w.Archives)
 	}
+}
+
+// TestRecoveryMovesBackACopyThatConsumed: a StatefulSet pod's restored copy
+// that consumed its primary queue before the commit point (whatever told it
+// to) holds messages nothing else has; recovery moves its state back into
+// the source's place instead of deleting it.
+func TestRecoveryMovesBackACopyThatConsumed(t *testing.T) {
+	w := migratetest.NewStatefulSetWorld(t)
+	other := consumer1(t, w)
+	cfg := stsConfig(migrate.StopAndCopy, migrate.Sequential)
+	hooks := migrate.Hooks{PhaseStarted: func(p report.PhaseTiming) {
+		if p.Name == report.Switchover {
+			target := appctl.Target{Namespace: "default", Pod: "consumer-0", Port: cfg.ControlPort}
+			if _, err := w.Deps().App.Control(context.Background(), target, ms2m.Control{Type: ms2m.Resume}); err != nil {
+				t.Error(err)
+			}
+			runtime.Goexit()
+		}
+	}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = migrate.Run(context.Background(), cfg, w.Deps(), hooks)
+	}()
+	<-done
+	w.ExpireLeases()
+	rec := recoverTwice(t, w, w.Records()[0])
+	if rec.Outcome != report.RolledBack {
+		t.Fatalf("recovered to %s", rec.Outcome)
+	}
+	checkStatefulSet(t, w, "node-a", other) // conservation included
 }

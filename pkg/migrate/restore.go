@@ -43,9 +43,9 @@ func (restore) Name() report.PhaseName { return report.Restore }
 func (restore) Run(ctx context.Context, m *Migration) error {
 	m.TargetRequested = true
 	m.Record.TargetPod = m.TargetName
-	created, err := m.restoreAs(ctx, m.TargetName, m.TargetNode)
+	created, held, err := m.restoreAs(ctx, m.TargetName, m.TargetNode)
 	if created != nil {
-		m.Target = created
+		m.Target, m.TargetRestored = created, held
 		if saveErr := m.save(ctx); err == nil {
 			err = saveErr
 		}
@@ -55,12 +55,13 @@ func (restore) Run(ctx context.Context, m *Migration) error {
 
 // restoreAs creates pod name on node from the checkpoint images and waits
 // until the restored application answers as the checkpointed process and
-// holds. It returns the pod once created, even if waiting failed.
+// holds. It returns the pod once created, even if waiting failed, and the
+// state the copy held with: its checkpoint's.
 //
 // The node has the base images the restore builds on: preflight had the
 // target pull them, and every other restore is onto a node that ran the
 // checkpointed container.
-func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.Pod, error) {
+func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.Pod, ms2m.State, error) {
 	pod := TargetPod(m.Source, name, node, m.ID, m.Images, m.RegistrySecret)
 	if m.StatefulSet != "" {
 		// Per-pod Services select this label: the StatefulSet's own name has
@@ -72,12 +73,12 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 		}
 	}
 	if err := m.save(ctx); err != nil {
-		return nil, err
+		return nil, ms2m.State{}, err
 	}
 	start := time.Now()
 	created, err := m.Client.CoreV1().Pods(m.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("create pod %s on %s: %w", name, node, err)
+		return nil, ms2m.State{}, fmt.Errorf("create pod %s on %s: %w", name, node, err)
 	}
 	m.step(report.PodCreate, "", start, 0)
 	m.progress(report.Restore, "pod "+name+" created on "+node)
@@ -108,11 +109,11 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	case <-addressed:
 	case err := <-podFailed:
 		if err != nil {
-			return created, m.explainRestoreFailure(ctx, node, err)
+			return created, ms2m.State{}, m.explainRestoreFailure(ctx, node, err)
 		}
 		// Running, so addressed too.
 	case err := <-kubeletAway:
-		return created, cannotStart(err)
+		return created, ms2m.State{}, cannotStart(err)
 	}
 	m.progress(report.Restore, "pod has an address; waiting for the restored application")
 	app := m.app(name)
@@ -148,40 +149,75 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	})
 	switch {
 	case podErr != nil:
-		return created, m.explainRestoreFailure(ctx, node, podErr)
+		return created, st, m.explainRestoreFailure(ctx, node, podErr)
 	case err != nil && answeredAt.IsZero():
-		return created, fmt.Errorf("the restored application in %s never answered on port %d: %w", name, m.ControlPort, err)
+		return created, st, fmt.Errorf("the restored application in %s never answered on port %d: %w", name, m.ControlPort, err)
 	case err != nil && st.Process != m.SourceState.Process:
-		return created, err
+		return created, st, err
 	case err != nil:
-		return created, fmt.Errorf("the restored application stayed in %s mode instead of holding after its reconnect; it does not follow the MS2M contract: %w", st.Mode, err)
+		return created, st, fmt.Errorf("the restored application stayed in %s mode instead of holding after its reconnect; it does not follow the MS2M contract: %w", st.Mode, err)
 	}
 	// Running is when the restored process first answered: the runtime's
 	// work ends there, whenever the kubelet reports it.
 	m.stepTook(report.PodRunning, "", start, answeredAt.Sub(start), 0)
 	m.step(report.AppHolding, "", answeredAt, 0)
-	return created, nil
+	return created, st, nil
 }
 
-// Rollback deletes the restored pod, unless it holds the only full state: a
-// StatefulSet pod's copy that replayed after its source was deleted has
-// applied messages the source never had and the replay queue no longer
-// holds, so it moves back instead.
+// Rollback deletes the restored pod, unless it may hold messages nothing
+// else has: a StatefulSet pod's copy (its source deleted) that replayed, or
+// that answers with a state past the one it was restored with, moves back
+// into the source's place instead. A bare pod's copy that consumed the
+// primary queue while its source was stopped would be the only holder of
+// those messages, so the rollback stops there, journal kept, rather than
+// delete it; the engine never resumes a copy before its commit point.
 func (restore) Rollback(ctx context.Context, m *Migration) error {
 	if !m.TargetRequested {
 		return nil
 	}
-	if m.SourceDeleted && !m.ReplayStarted.IsZero() && m.Target != nil {
-		m.progress(report.Restore, "the restored copy replayed: moving its state back into "+m.Pod+" on "+m.SourceNode)
+	consumed, fromPrimary := "", false
+	if m.Target != nil && (m.SourceDeleted || m.SourceHalted) {
+		consumed, fromPrimary = m.targetConsumed(ctx)
+	}
+	switch {
+	case consumed != "" && m.SourceDeleted:
+		m.progress(report.Restore, consumed+": moving its state back into "+m.Pod+" on "+m.SourceNode)
 		if err := m.moveBack(ctx, m.Target, m.State); err != nil {
 			return err
 		}
 		m.SourceDeleted, m.SourceHalted = false, false
-	} else if err := m.deletePod(ctx, report.Restore, m.TargetName); err != nil {
-		return err
+	case fromPrimary && m.Pod != m.TargetName:
+		// What a bare pod's copy replayed its running source has too.
+		return fmt.Errorf("%s while the source %s was stopped: it alone holds those messages, so it is kept; finish the migration forward by hand or move its state back", consumed, m.Pod)
+	default:
+		if err := m.deletePod(ctx, report.Restore, m.TargetName); err != nil {
+			return err
+		}
 	}
 	m.Target, m.TargetRequested = nil, false
 	return nil
+}
+
+// targetConsumed says why the restored copy may have applied messages since
+// its restore ("" if it cannot have), and whether from its primary queue: it
+// was told to replay, or it answers consuming, or with a state past the one
+// it held with after the restore. A copy that does not answer consumes
+// nothing: its broker connection died with the checkpoint, and only the
+// engine tells it to consume again.
+func (m *Migration) targetConsumed(ctx context.Context) (why string, fromPrimary bool) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := m.App.State(ctx, m.targetApp())
+	held := m.TargetRestored
+	switch {
+	case err == nil && st.Mode == ms2m.ModePrimary && !st.PendingRestore:
+		return "the restored copy consumed its primary queue", true
+	case !m.ReplayStarted.IsZero() || err == nil && st.Mode == ms2m.ModeReplay:
+		return "the restored copy replayed", false
+	case err == nil && held.Process != "" && (st.LastSeq != held.LastSeq || st.Producer != held.Producer || st.Totals.Count != held.Totals.Count):
+		return fmt.Sprintf("the restored copy applied messages since its restore (at %s, restored at %s)", st.Position(), held.Position()), true
+	}
+	return "", false
 }
 
 // explainRestoreFailure names the setting when node's runtime refused the

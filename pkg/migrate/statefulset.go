@@ -112,7 +112,7 @@ func (m *Migration) restoreSourceInPlace(ctx context.Context) error {
 	if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.Pod, nil); err != nil { // a source still terminating
 		return err
 	}
-	if _, err := m.restoreAs(ctx, m.Pod, m.SourceNode); err != nil {
+	if _, _, err := m.restoreAs(ctx, m.Pod, m.SourceNode); err != nil {
 		return err
 	}
 	if err := m.resumeRestored(ctx, m.sourceApp(), m.ReplayQueue, m.SourceFinal.Position()); err != nil {

@@ -49,6 +49,9 @@ func checkStatefulSet(t *testing.T, w *migratetest.World, node string, before *c
 	if err != nil || pod.Spec.NodeName != node || pod.Labels["statefulset.kubernetes.io/pod-name"] != "consumer-0" {
 		t.Fatalf("consumer-0 on %s, labels %v, owned by %+v, want node %s owned by %s", pod.Spec.NodeName, pod.Labels, metav1.GetControllerOf(pod), node, sts.UID)
 	}
+	if err := w.Conservation(); err != nil {
+		t.Fatal(err)
+	}
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
 	if app := w.Apps["consumer-0"]; app.Process != "p1" || app.Mode != ms2m.ModePrimary || app.PendingRestore {

@@ -57,6 +57,7 @@ func NewStatefulSetWorld(t *testing.T) *World {
 	w.Apps["consumer-0"] = w.Apps["consumer"]
 	delete(w.Apps, "consumer")
 	w.Apps["consumer-1"] = &ms2m.State{Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p2", LastAppliedAt: time.Now()}
+	w.acked["p2"] = 100
 	w.Mu.Unlock()
 	created := 1
 	w.Client.PrependReactor("create", "statefulsets", func(a k8stesting.Action) (bool, runtime.Object, error) {

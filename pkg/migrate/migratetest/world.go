@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,6 +87,16 @@ type World struct {
 	reconnecting map[string]bool
 	// deletedSets are the StatefulSets whose deletion has begun.
 	deletedSets map[types.UID]bool
+
+	// acked is, by process identity (one lineage of state), the last
+	// sequence acknowledged from the primary queue by any of its copies;
+	// restored lists the pods running a copy restored from a checkpoint.
+	acked    map[string]uint64
+	restored map[string]bool
+	// violations are the breaches of conservation the fakes saw: a copy
+	// that went on from a state missing messages another copy had
+	// acknowledged, or two copies consuming the primary queue at once.
+	violations []string
 }
 
 // Node returns a Ready node with the given runtime.
@@ -125,12 +136,16 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 		Apps:     map[string]*ms2m.State{"consumer": {Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
 		Archives: map[string]bool{}, Images: map[string]bool{}, reconnecting: map[string]bool{}, Unanswered: map[string]int{},
 		failed: map[report.PhaseName]int{}, published: 100, deletedSets: map[types.UID]bool{},
+		acked: map[string]uint64{}, restored: map[string]bool{},
 	}
 	w.Client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		r := a.(k8stesting.CreateAction).GetObject().(*authzv1.SelfSubjectAccessReview)
 		r.Status.Allowed = true
 		return true, r, nil
 	})
+	for _, st := range w.Apps {
+		w.acked[st.Process] = st.LastSeq
+	}
 	w.versionLeases()
 	w.podsOnDeadKubelets()
 	w.startKubelet()
@@ -189,6 +204,7 @@ func (w *World) startKubelet() {
 			case pod.Annotations[freshAnnotation] != "":
 				w.Mu.Lock()
 				w.Apps[pod.Name] = &ms2m.State{Mode: ms2m.ModePrimary, Process: FreshProcess}
+				delete(w.restored, pod.Name)
 				w.Mu.Unlock()
 			case w.fail(report.Restore) != nil:
 				state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerError", Message: "criu failed"}}
@@ -199,6 +215,7 @@ func (w *World) startKubelet() {
 				// broker connection (on its first answer here).
 				restored := w.snapshot
 				w.Apps[pod.Name] = &restored
+				w.restored[pod.Name] = true
 				if restored.PendingRestore {
 					w.reconnecting[pod.Name] = true
 				}
@@ -406,9 +423,81 @@ func (f *fakeBroker) DeleteQueue(_ context.Context, queue string) error {
 	if err := w.fail(report.Cleanup); err != nil {
 		return err
 	}
+	var held []string
+	if strings.HasSuffix(queue, ".ms2m-migration") {
+		held = w.runningPods(func(st *ms2m.State, restored bool) bool { return restored && st.Mode == ms2m.ModeHold })
+	}
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
 	delete(w.Queues, queue)
+	// As the real consumer does: a restored copy still running when its
+	// migration's queue goes takes itself for a restart and serves.
+	for _, pod := range held {
+		if st := w.Apps[pod]; st != nil && st.Mode == ms2m.ModeHold {
+			w.serve(pod, st)
+		}
+	}
+	return nil
+}
+
+// runningPods lists the pods that exist (not being deleted) and whose
+// application matches.
+func (w *World) runningPods(match func(st *ms2m.State, restored bool) bool) []string {
+	pods, err := w.Client.Tracker().List(corev1.SchemeGroupVersion.WithResource("pods"), corev1.SchemeGroupVersion.WithKind("Pod"), "default")
+	if err != nil {
+		return nil
+	}
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	var names []string
+	for _, p := range pods.(*corev1.PodList).Items {
+		if st := w.Apps[p.Name]; st != nil && p.DeletionTimestamp == nil && match(st, w.restored[p.Name]) {
+			names = append(names, p.Name)
+		}
+	}
+	return names
+}
+
+// serve puts pod's application on the primary queue (w.Mu held). The
+// producer goes on meanwhile, and the copy consumes what arrives: a copy
+// whose state lacks what another copy of it acknowledged has lost those
+// messages, as the real consumer's "sequence gap" shows.
+func (w *World) serve(pod string, st *ms2m.State) {
+	if acked := w.acked[st.Process]; st.LastSeq < acked {
+		w.violations = append(w.violations, fmt.Sprintf("%s resumed the primary queue at %d, but copies of its state had acknowledged up to %d: %d messages lost", pod, st.LastSeq, acked, acked-st.LastSeq))
+	}
+	st.Mode, st.PendingRestore = ms2m.ModePrimary, false
+	w.published += 10
+	st.LastSeq = w.published
+	w.acked[st.Process] = st.LastSeq
+}
+
+// Conservation returns the breaches of conservation the world saw, and
+// those it sees now: every lineage of state must be served by exactly one
+// running pod, and that pod's state must hold every message any copy of it
+// acknowledged.
+func (w *World) Conservation() error {
+	serving := map[string][]string{}
+	for _, pod := range w.runningPods(func(st *ms2m.State, _ bool) bool { return st.Mode != ms2m.ModeHold }) {
+		w.Mu.Lock()
+		serving[w.Apps[pod].Process] = append(serving[w.Apps[pod].Process], pod)
+		w.Mu.Unlock()
+	}
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	problems := slices.Clone(w.violations)
+	for process, acked := range w.acked {
+		pods := serving[process]
+		switch {
+		case len(pods) != 1:
+			problems = append(problems, fmt.Sprintf("state %s is served by %d pods %v, want 1", process, len(pods), pods))
+		case w.Apps[pods[0]].LastSeq < acked:
+			problems = append(problems, fmt.Sprintf("%s serves state %s at %d, but %d was acknowledged", pods[0], process, w.Apps[pods[0]].LastSeq, acked))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("conservation broken: %s", strings.Join(problems, "; "))
+	}
 	return nil
 }
 
@@ -458,7 +547,7 @@ func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg ms2m.Control) 
 	case ms2m.Stop:
 		st.Mode = ms2m.ModeHold
 	case ms2m.Resume, ms2m.EndReplay:
-		st.Mode, st.PendingRestore = ms2m.ModePrimary, false
+		w.serve(t.Pod, st)
 	case ms2m.StartReplay:
 		st.Mode, st.PendingRestore = ms2m.ModeReplay, false
 		if !stuck {
