@@ -40,9 +40,12 @@ integration: lint $(KUBECTL) ## unit and integration tests (real RabbitMQ, regis
 	eval "$$(bash test/services.sh up)" && \
 	MIGRATE_TEST_KUBECTL=$(KUBECTL) go test -race -count=1 ./...
 
-e2e: ## live pods migrated on the lab's real two-node cluster (root)
+# The whole crash matrix runs here: its cases, each in a namespace of its
+# own, run E2E_PARALLEL at a time (the rest of e2e runs one test at a time).
+E2E_PARALLEL ?= 4
+e2e: ## live pods migrated on the lab's real two-node cluster, with the whole crash matrix (root)
 	go run ./test/lab up
-	eval "$$(go run ./test/lab env)" && go test -tags e2e -count=1 -v -timeout 50m ./test/e2e
+	eval "$$(go run ./test/lab env)" && E2E_CRASH_MATRIX=all go test -tags e2e -count=1 -v -parallel $(E2E_PARALLEL) -timeout 70m ./test/e2e
 
 # The core of e2e again on containerd nodes (2.3.7, restore opted in), and
 # the opt-in itself: a node left at containerd's default is refused, then
@@ -95,10 +98,12 @@ soak: ## 20 back-to-back migrations, conservation after each, counts back to bas
 	eval "$$(go run ./test/lab env)" && E2E_SOAK=1 E2E_SOAK_CSV=$(CURDIR)/soak.csv go test -tags e2e -count=1 -v -timeout 60m -run 'TestSoak' ./test/e2e
 
 # Every step of every strategy and mode: the plugin SIGKILLed as each phase
-# starts, then recovered (e2e runs a chosen few of them).
-crash-matrix: ## the plugin killed at every step of every mode, then recovered (lab, ~25 min)
+# starts, then recovered; e2e runs it too. CRASH_RUNS repeats it, since
+# races hide in single runs.
+CRASH_RUNS ?= 1
+crash-matrix: ## the plugin killed at every step of every mode, then recovered, CRASH_RUNS times (lab, ~5 min a run)
 	go run ./test/lab up
-	eval "$$(go run ./test/lab env)" && E2E_CRASH_MATRIX=all go test -tags e2e -count=1 -v -timeout 90m -run 'TestRecover' ./test/e2e
+	eval "$$(go run ./test/lab env)" && E2E_CRASH_MATRIX=all go test -tags e2e -count=$(CRASH_RUNS) -v -parallel $(E2E_PARALLEL) -timeout 90m -run 'TestRecover' ./test/e2e
 
 # The release, offline: goreleaser check and a full local release (six
 # archives, checksums, the multi-arch agent image to the loopback registry,

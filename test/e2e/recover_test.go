@@ -172,6 +172,7 @@ func TestRecoverPodAfterCrash(t *testing.T) {
 		{name: "stop-and-copy/image", args: []string{"--strategy", "stop-and-copy", "--inject-crash", "image"}, want: report.RolledBack},
 	}, false) {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case has a namespace, queues and records of its own
 			l := setup(t)
 			w := l.deploy(t, "10")
 			before := waitApplied(t, w, "consumer", 20)
@@ -206,6 +207,7 @@ func TestRecoverStatefulSetAfterCrash(t *testing.T) {
 		{name: "shadow/cleanup-final", args: []string{"--mode", "shadow", "--inject-crash", "cleanup/final"}, want: report.Succeeded},
 	}, true) {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			l := setup(t)
 			b := l.startStatefulSet(t, 20)
 			rec := l.crashAndRecover(t, b.w, tc, "sts", "consumer-0", "--queue", b.w.Queue)
