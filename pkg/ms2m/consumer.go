@@ -94,14 +94,27 @@ func (c *Consumer) AppliedAfter(p Position) (Applied, bool) {
 	return Applied{}, false
 }
 
+// The backoff between dials the broker refuses, in a row.
+const (
+	firstBackoff = 100 * time.Millisecond
+	maxBackoff   = 2 * time.Second
+)
+
 // Run consumes until ctx ends, reconnecting to the broker with backoff. A
-// restored copy finds its connection dead and comes back through here.
+// restored copy finds its connection dead and comes back through here: a
+// connection that had been established is redialled at once, and the
+// backoff grows only over dials that fail in a row, so what a long-lived
+// process went through before its checkpoint never delays its reconnect
+// after a restore.
 func (c *Consumer) Run(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
+	backoff := time.Duration(0)
 	for {
-		err := c.session(ctx)
+		connected, err := c.session(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if connected {
+			backoff = 0
 		}
 		c.cfg.Logf("broker session ended: %v; reconnecting in %s", err, backoff)
 		c.settle() // nothing consumes while disconnected
@@ -110,7 +123,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 2*time.Second)
+		backoff = min(max(2*backoff, firstBackoff), maxBackoff)
 		c.reconnected()
 	}
 }
@@ -159,15 +172,15 @@ func (c *Consumer) resumeAfterRestart() {
 	c.toPrimaryLocked(time.Now())
 }
 
-// session runs one broker connection.
-func (c *Consumer) session(ctx context.Context) error {
+// session runs one broker connection; connected says whether it got one.
+func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	conn, err := amqp.Dial(c.cfg.URL)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close()
 	if err := DeclareTopology(conn, c.cfg.Exchange, c.cfg.Queue); err != nil {
-		return err
+		return true, err
 	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	for {
@@ -176,9 +189,9 @@ func (c *Consumer) session(ctx context.Context) error {
 			c.settle()
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
+				return true, ctx.Err()
 			case err := <-closed:
-				return fmt.Errorf("connection closed: %v", err)
+				return true, fmt.Errorf("connection closed: %v", err)
 			case <-c.wake:
 			case <-time.After(holdCheck):
 				if c.isHeld() && c.migrationGone(conn) {
@@ -188,7 +201,7 @@ func (c *Consumer) session(ctx context.Context) error {
 			continue
 		}
 		if err := c.consume(ctx, conn, queue, closed); err != nil {
-			return err
+			return true, err
 		}
 	}
 }
