@@ -19,7 +19,8 @@ build: ## the plugin, the agent and the sample workload into bin/
 $(STATICCHECK):
 	mkdir -p bin && GOBIN=$(CURDIR)/bin go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) && mv bin/staticcheck $@
 
-lint: $(STATICCHECK) ## gofmt, go vet and staticcheck
+lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, and no binary or file over 1 MB tracked
+	bash test/lint/tracked.sh
 	@files=$$(gofmt -l . test/kubectl); if [ -n "$$files" ]; then echo "not gofmt-ed (run gofmt -w .):"; echo "$$files"; exit 1; fi
 	go vet ./...
 	go vet -tags e2e ./test/e2e
