@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
@@ -39,7 +40,11 @@ func (j *journal) save(ctx context.Context) error {
 		return err
 	}
 	j.record.Journal = data
-	err = retry.OnError(saveBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
+	// A refusal (RBAC, admission) will not pass on a retry; an outage may.
+	refused := func(err error) bool {
+		return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+	}
+	err = retry.OnError(saveBackoff, func(err error) bool { return ctx.Err() == nil && !refused(err) }, func() error {
 		return j.store.Save(ctx, j.record)
 	})
 	if err != nil {

@@ -11,6 +11,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
@@ -542,5 +545,25 @@ func TestTargetKubeletGone(t *testing.T) {
 				t.Fatalf("left behind: queues %v archives %v images %v", w.Queues, w.Archives, w.Images)
 			}
 		})
+	}
+}
+
+// TestUnwritableRecordLeavesNoLock: a caller who may create but not update
+// ConfigMaps gets a migration that rolls back at its first journal update,
+// and the pod's lock goes with it, so the next migration is not refused.
+func TestUnwritableRecordLeavesNoLock(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	w.Client.PrependReactor("update", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "kubectl-migrate-abcde", errors.New("RBAC: update not allowed"))
+	})
+	rec, err := migrate.Run(context.Background(), testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{})
+	if err == nil || !strings.Contains(err.Error(), "forbidden") || rec.Outcome != report.RolledBack {
+		t.Fatalf("got %v (%s)", err, rec.Outcome)
+	}
+	if err := w.Conservation(); err != nil {
+		t.Fatal(err)
+	}
+	if leases := w.Leases(); len(leases) != 0 {
+		t.Fatalf("leases left: %v", leases)
 	}
 }

@@ -46,13 +46,15 @@ func (preflight) Run(ctx context.Context, m *Migration) (err error) {
 	}
 	// These find the nodes the agents start on.
 	first := []check{
+		// Before anything else: a caller short of a permission hears all it
+		// lacks at once, and nothing (not even a lease) is left behind.
+		{"permissions", checkPermissions},
 		{"lock", func(ctx context.Context, m *Migration) error { return m.acquireLeases(ctx, false) }},
 		{"source pod", checkSourcePod},
 		{"target node", checkTargetNode},
 	}
 	rest := []check{
 		{"volumes", checkVolumes},
-		{"permissions", checkPermissions},
 		{"target pod name", checkTargetName},
 		{"broker", checkBroker},
 		{"registry", checkRegistry},
@@ -288,13 +290,27 @@ type permission struct {
 	why                                string
 }
 
+// permissions is every access a migration of a bare pod makes, so that a
+// caller short of one hears it from preflight, before anything changed
+// (docs/rbac.yaml grants exactly these; a test keeps the two equal).
 var permissions = []permission{
-	{"", "create", "nodes", "proxy", false, "to checkpoint through the kubelet API"},
+	{"", "get", "pods", "", true, "to read the source, the target and the agents"},
+	{"", "list", "pods", "", true, "to watch the pods it waits for"},
+	{"", "watch", "pods", "", true, "to wait for the restored pod and the agents"},
 	{"", "create", "pods", "", true, "to create the restored pod and the agent pods"},
 	{"", "delete", "pods", "", true, "to remove the source and the agent pods"},
 	{"", "create", "pods", "proxy", true, "to send control messages to the application"},
 	{"", "get", "pods", "proxy", true, "to read the application's state"},
+	{"", "get", "configmaps", "", true, "to read the migration's record"},
+	{"", "list", "configmaps", "", true, "to list migration records"},
 	{"", "create", "configmaps", "", true, "to record the migration"},
+	{"", "update", "configmaps", "", true, "to keep the migration's journal"},
+	{"coordination.k8s.io", "get", "leases", "", true, "to see whether another migration holds the pod"},
+	{"coordination.k8s.io", "create", "leases", "", true, "to lock the pod while it moves"},
+	{"coordination.k8s.io", "update", "leases", "", true, "to renew the lock"},
+	{"coordination.k8s.io", "delete", "leases", "", true, "to release the lock"},
+	{"", "get", "nodes", "", false, "to check the source and target nodes"},
+	{"", "create", "nodes", "proxy", false, "to checkpoint through the kubelet API"},
 }
 
 var statefulSetPermissions = []permission{
@@ -309,40 +325,77 @@ func checkPermissions(ctx context.Context, m *Migration) error {
 		return err
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("missing permissions, grant them with RBAC: %s", strings.Join(missing, "; "))
+		return fmt.Errorf("missing permissions in namespace %s, grant them with RBAC (docs/rbac.yaml has them all): %s", m.Namespace, strings.Join(missing, "; "))
 	}
 	return nil
 }
 
 // MissingPermissions lists, each with why, the accesses a migration in
 // namespace (of a StatefulSet pod, with statefulSet) needs and the caller
-// lacks, as the API server's SelfSubjectAccessReviews answer.
+// lacks, as the API server's SelfSubjectAccessReviews answer (asked all at
+// once).
 func MissingPermissions(ctx context.Context, client kubernetes.Interface, namespace string, statefulSet bool) ([]string, error) {
-	var missing []string
 	needed := permissions
 	if statefulSet {
 		needed = append(slices.Clone(permissions), statefulSetPermissions...)
 	}
-	for _, p := range needed {
-		attrs := &authzv1.ResourceAttributes{Group: p.group, Verb: p.verb, Resource: p.resource, Subresource: p.subresource}
-		if p.namespaced {
-			attrs.Namespace = namespace
-		}
-		review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
-			&authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: attrs}},
-			metav1.CreateOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("check permissions: %w", err)
-		}
-		if !review.Status.Allowed {
-			res := p.resource
-			if p.subresource != "" {
-				res += "/" + p.subresource
+	missing := make([]string, len(needed))
+	g, ctx := errgroup.WithContext(ctx)
+	for i, p := range needed {
+		g.Go(func() error {
+			attrs := &authzv1.ResourceAttributes{Group: p.group, Verb: p.verb, Resource: p.resource, Subresource: p.subresource}
+			if p.namespaced {
+				attrs.Namespace = namespace
 			}
-			missing = append(missing, fmt.Sprintf("%s %s (%s)", p.verb, res, p.why))
-		}
+			review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
+				&authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: attrs}},
+				metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("check permissions: %w", err)
+			}
+			if !review.Status.Allowed {
+				missing[i] = fmt.Sprintf("%s %s (%s)", p.verb, p.qualifiedResource(), p.why)
+			}
+			return nil
+		})
 	}
-	return missing, nil
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(missing, func(s string) bool { return s == "" }), nil
+}
+
+// qualifiedResource is the resource as RBAC and kubectl name it:
+// resource[/subresource][.group].
+func (p permission) qualifiedResource() string {
+	res := p.resource
+	if p.subresource != "" {
+		res += "/" + p.subresource
+	}
+	if p.group != "" {
+		res += "." + p.group
+	}
+	return res
+}
+
+// Permission is one access a migration needs, for the docs' RBAC test.
+type Permission struct {
+	Group, Verb, Resource, Subresource string
+	Namespaced                         bool
+}
+
+// NeededPermissions lists every access a migration (of a StatefulSet pod,
+// with statefulSet) needs.
+func NeededPermissions(statefulSet bool) []Permission {
+	needed := permissions
+	if statefulSet {
+		needed = append(slices.Clone(permissions), statefulSetPermissions...)
+	}
+	out := make([]Permission, len(needed))
+	for i, p := range needed {
+		out[i] = Permission{Group: p.group, Verb: p.verb, Resource: p.resource, Subresource: p.subresource, Namespaced: p.namespaced}
+	}
+	return out
 }
 
 func checkTargetName(ctx context.Context, m *Migration) error {

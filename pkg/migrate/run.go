@@ -96,13 +96,16 @@ func (m *Migration) finish(ctx context.Context) error {
 		}
 	}
 	m.Record.Journal = nil // nothing left to finish or undo
+	// The migration ended for good: its locks go even if its record cannot
+	// be written (say, the caller may not update ConfigMaps), or they would
+	// refuse every later migration of the pod.
+	defer m.leases.release(ctx)
 	if err := m.Records.Save(ctx, m.Record); err != nil {
 		if m.Record.Outcome == report.Succeeded {
 			return fmt.Errorf("migration succeeded but %w", err)
 		}
 		return err
 	}
-	m.leases.release(ctx)
 	return nil
 }
 
