@@ -64,7 +64,7 @@ func TestSoak(t *testing.T) {
 	}
 	defer f.Close()
 	out := csv.NewWriter(f)
-	_ = out.Write([]string{"run", "id", "pod", "variant", "from", "to", "outcome", "total_ms", "downtime_ms", "critical_path_ms", "overhead_ms", "applied"})
+	_ = out.Write([]string{"run", "id", "pod", "variant", "from", "to", "outcome", "total_ms", "downtime_ms", "critical_path_ms", "overhead_ms", "holding_ms", "applied"})
 
 	otherNode := map[string]string{"node-a": "node-b", "node-b": "node-a"}
 	var images []string
@@ -84,7 +84,8 @@ func TestSoak(t *testing.T) {
 		}
 		_ = out.Write([]string{strconv.Itoa(run), rec.ID, pod, kind + " " + strings.Join(variant, " "), node, to, string(rec.Outcome),
 			strconv.FormatInt(rec.TotalMillis, 10), strconv.FormatInt(downtime, 10),
-			strconv.FormatInt(rec.CriticalPathMillis(), 10), strconv.FormatInt(rec.OverheadMillis(), 10), strconv.FormatUint(st.Totals.Count, 10)})
+			strconv.FormatInt(rec.CriticalPathMillis(), 10), strconv.FormatInt(rec.OverheadMillis(), 10),
+			strconv.FormatInt(holdingMillis(rec), 10), strconv.FormatUint(st.Totals.Count, 10)})
 		out.Flush()
 		t.Logf("run %d %s %v %s → %s: total %d ms, downtime %d ms, %d applied exactly once; %s", run, pod, variant, node, to, rec.TotalMillis, downtime, st.Totals.Count, stepSummary(rec))
 		images = append(images, rec.Images...)
@@ -144,4 +145,17 @@ func contiguous(t *testing.T, w interface {
 		t.Fatalf("%s applied %d messages with digest %s; 1..%d exactly once would be %d with %s", pod, st.Totals.Count, st.Totals.Digest, n, n, want)
 	}
 	return st
+}
+
+// holdingMillis is how long the restored application took to reconnect and
+// hold (the restore's "application holding" step): what a restored process
+// carries from its past must not make it grow from run to run.
+func holdingMillis(rec report.Record) int64 {
+	p, _ := rec.Phase(report.Restore)
+	for _, s := range p.Steps {
+		if s.Name == report.AppHolding {
+			return s.DurationMillis
+		}
+	}
+	return -1
 }
