@@ -567,3 +567,27 @@ func TestUnwritableRecordLeavesNoLock(t *testing.T) {
 		t.Fatalf("leases left: %v", leases)
 	}
 }
+
+// TestRollbackLeavesAPodItDidNotCreate: a pod that took the target's name
+// between preflight and restore is someone else's; the failed restore rolls
+// back without deleting it.
+func TestRollbackLeavesAPodItDidNotCreate(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	hooks := migrate.Hooks{PhaseStarted: func(p report.PhaseTiming) {
+		if p.Name == report.Restore {
+			other := migratetest.SourcePod()
+			other.Name, other.Labels = "consumer-abcde", map[string]string{"app": "someone-else"}
+			if _, err := w.Client.CoreV1().Pods("default").Create(context.Background(), other, metav1.CreateOptions{}); err != nil {
+				t.Error(err)
+			}
+		}
+	}}
+	rec, err := migrate.Run(context.Background(), testConfig(migrate.MS2M), w.Deps(), hooks)
+	if err == nil || !strings.Contains(err.Error(), "already exists") || rec.Outcome != report.RolledBack {
+		t.Fatalf("got %v (%s)", err, rec.Outcome)
+	}
+	pod, err := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer-abcde", metav1.GetOptions{})
+	if err != nil || pod.Labels["app"] != "someone-else" {
+		t.Fatalf("the other pod was deleted or replaced: %v", err)
+	}
+}

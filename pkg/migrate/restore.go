@@ -190,7 +190,12 @@ func (restore) Rollback(ctx context.Context, m *Migration) error {
 		// What a bare pod's copy replayed its running source has too.
 		return fmt.Errorf("%s while the source %s was stopped: it alone holds those messages, so it is kept; finish the migration forward by hand or move its state back", consumed, m.Pod)
 	default:
-		if err := m.deletePod(ctx, report.Restore, m.TargetName); err != nil {
+		pod, err := m.Client.CoreV1().Pods(m.Namespace).Get(ctx, m.TargetName, metav1.GetOptions{})
+		if err == nil && pod.Labels[MigrationLabel] != m.ID {
+			// The create failed on a pod of that name that is someone
+			// else's (or the source itself): not ours to delete.
+			m.progress(report.Restore, "pod "+m.TargetName+" is not this migration's: left alone")
+		} else if err := m.deletePod(ctx, report.Restore, m.TargetName); err != nil {
 			return err
 		}
 	}
