@@ -61,7 +61,7 @@ included), the registry push with the agent's credentials, the pull by the
 target node, the restore itself. Everything it created is removed again.
 It exits non-zero if any link fails.`,
 		Example: checkExample,
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE:    runE(o),
 	}
 	fs := cmd.Flags()
@@ -149,7 +149,10 @@ func (o *CheckOptions) Run(ctx context.Context) error {
 		fmt.Fprintln(w, render.CheckVerdict(result))
 	}
 	if err == nil && !result.OK() {
-		err = errCheckFailed
+		err = withCode(ExitCheckFailed, errCheckFailed)
+		if quiet {
+			err = withCode(ExitCheckFailed, errors.New("the check failed; run it without -q to see which link"))
+		}
 	}
 	return err
 }

@@ -39,6 +39,7 @@ type migrationFlags struct {
 	CheckpointTimeout time.Duration
 	Timeout           time.Duration
 	DryRun            bool
+	dryRunMode        string
 	KeepOnFailure     bool
 	DeleteImage       bool
 	Labels            []string
@@ -75,7 +76,8 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs.DurationVar(&f.KubeletTimeout, "kubelet-timeout", 15*time.Second, "how long a node's kubelet may not answer before the migration stops waiting for it (a target it never starts rolls back)")
 	fs.DurationVar(&f.CheckpointTimeout, "checkpoint-timeout", time.Minute, "time the kubelet gives the runtime for one checkpoint")
 	fs.DurationVar(&f.Timeout, "timeout", 15*time.Minute, "time limit of the whole migration (rollback gets its own)")
-	fs.BoolVar(&f.DryRun, "dry-run", false, "run the preflight checks and print the plan; change nothing")
+	fs.StringVar(&f.dryRunMode, "dry-run", "none", "none migrates; client or server (a bare --dry-run is client) runs the preflight checks against the cluster and prints the plan, changing nothing that stays")
+	fs.Lookup("dry-run").NoOptDefVal = "client"
 	fs.BoolVar(&f.KeepOnFailure, "keep-on-failure", false, "leave everything as it is when the migration fails, for debugging")
 	fs.BoolVar(&f.DeleteImage, "delete-image", false, "delete the checkpoint images from the registry after success")
 	fs.StringSliceVar(&f.Labels, "label", nil, "key=value labels stored with the record, to compare runs (e.g. rate=10)")
@@ -97,7 +99,24 @@ func (f *migrationFlags) complete(pod string) error {
 		return err
 	}
 	f.labels, err = parseLabels(f.Labels)
+	if err != nil {
+		return err
+	}
+	f.DryRun, err = parseDryRun(f.dryRunMode)
 	return err
+}
+
+// parseDryRun reads --dry-run as kubectl does: none, client or server. Both
+// of the latter mean the same here: the checks read the cluster (and start
+// the agents, removed again) but the migration changes nothing.
+func parseDryRun(mode string) (bool, error) {
+	switch mode {
+	case "none", "false", "":
+		return false, nil
+	case "client", "server", "true":
+		return true, nil
+	}
+	return false, fmt.Errorf("--dry-run must be none, client or server, not %q", mode)
 }
 
 // validate checks what the flags alone decide, with the engine's own rules,
@@ -185,6 +204,9 @@ func (f *migrationFlags) run(ctx context.Context, mc migrationCommand) error {
 	hint := "the journal is kept; finish or undo the migration with " + migrate.RecoverCommand(cfg.Namespace, cfg.ID)
 	f.recoverHint.Store(&hint)
 	record, err := migrate.Run(ctx, cfg, deps, st.hooks(f.InjectCrash)) // validates cfg
+	if err != nil {
+		err = withCode(outcomeCode(record), err)
+	}
 	if record == nil {
 		return err
 	}

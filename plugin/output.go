@@ -27,12 +27,20 @@ func validateOutput(format string) error {
 
 // exactlyOne requires one argument, naming it in the error.
 func exactlyOne(what string) cobra.PositionalArgs {
-	return func(_ *cobra.Command, args []string) error {
+	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != 1 {
-			return fmt.Errorf("expected one argument, got %d; give %s", len(args), what)
+			return usageError(cmd, fmt.Errorf("expected one argument, got %d; give %s", len(args), what))
 		}
 		return nil
 	}
+}
+
+// noArgs refuses arguments as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError(cmd, fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args))
+	}
+	return nil
 }
 
 // printData writes v as json or yaml.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -69,7 +70,9 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		{[]string{"check", "--from", "node-a", "--to", "node-a", "--registry", "r/c"}, "--from and --to are both node-a"},
 		{[]string{"check", "--from", "node-a", "--to", "node-b"}, "give --registry"},
 		{[]string{"check", "--from", "node-a", "--to", "node-b", "--registry", "r/c", "-o", "yaml"}, "--output must be json"},
-		{[]string{"check", "node-a", "node-b"}, "unknown command"},
+		{[]string{"check", "node-a", "node-b"}, "takes no arguments"},
+		{[]string{"pod", "consumer", "--to", "node-b", "--dry-run=maybe"}, `--dry-run must be none, client or server, not "maybe"`},
+		{[]string{"pod", "consumer", "--to", "node-b", "--no-such-flag"}, "unknown flag: --no-such-flag (see 'kubectl migrate pod --help')"},
 		{[]string{"node"}, "give the node to drain"},
 		{[]string{"node", "node-a", "--to", "node-a"}, "--to node-a is the node being drained"},
 		{[]string{"node", "node-a", "--to", "node-b", "--to-selector", "pool=x"}, "give --to or --to-selector, not both"},
@@ -85,6 +88,9 @@ func TestBadInputTouchesNothing(t *testing.T) {
 			}
 			if strings.Contains(r.err.Error(), "\n") {
 				t.Fatalf("error is not one line: %q", r.err)
+			}
+			if code := ExitCode(r.err); code != ExitUsage {
+				t.Fatalf("exit code %d, want %d (usage)", code, ExitUsage)
 			}
 			if r.clientCalled != 0 || len(w.Calls) != 0 {
 				t.Fatal("bad input reached the cluster")
@@ -204,6 +210,34 @@ func TestFailedMigrationExitsWithTheCause(t *testing.T) {
 	}
 }
 
+// TestExitCodesTellWhatIsLeft: a script tells a refusal, a rollback and a
+// migration left to recover apart by the exit status alone.
+func TestExitCodesTellWhatIsLeft(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fail  report.PhaseName
+		extra []string
+		want  int
+	}{
+		{"refused in preflight", report.Preflight, nil, ExitRefused},
+		{"rolled back", report.Checkpoint, nil, ExitRolledBack},
+		{"kept for recovery", report.Checkpoint, []string{"--keep-on-failure"}, ExitRecover},
+		{"committed, cleanup unfinished", report.Cleanup, nil, ExitRecover},
+		{"dry run refused", report.Preflight, []string{"--dry-run=server"}, ExitRefused},
+		{"done", "", nil, 0},
+		{"dry run", "", []string{"--dry-run"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := migratetest.NewWorld(t)
+			w.FailAt = tc.fail
+			args := append(append([]string{"pod", "consumer", "--to", "node-b"}, brokerFlags...), tc.extra...)
+			if got := ExitCode(execute(t, w, args...).err); got != tc.want {
+				t.Fatalf("exit code %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestCompletion(t *testing.T) {
 	w := migratetest.NewWorld(t)
 	pods := execute(t, w, "__complete", "pod", "")
@@ -227,5 +261,20 @@ func TestHelpReadsLikeKubectl(t *testing.T) {
 	r := execute(t, migratetest.NewWorld(t), "pod", "--help")
 	if r.err != nil || !strings.Contains(r.out.String(), "kubectl migrate pod NAME --to NODE") || !strings.Contains(r.out.String(), "Examples:") {
 		t.Fatalf("%v\n%s", r.err, r.out)
+	}
+}
+
+// TestNoKubeconfigSaysSo: with no kubeconfig anywhere, the error names the
+// cause, not client-go's fallback address.
+func TestNoKubeconfigSaysSo(t *testing.T) {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "absent"))
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	streams, _, _, _ := genericiooptions.NewTestIOStreams()
+	cmd := NewRootCmd(streams)
+	cmd.SetArgs([]string{"report"})
+	err := cmd.ExecuteContext(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "no kubeconfig found") || strings.Contains(err.Error(), "localhost:8080") {
+		t.Fatalf("got %v", err)
 	}
 }

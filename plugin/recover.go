@@ -87,6 +87,9 @@ func (o *RecoverOptions) Run(ctx context.Context) error {
 	if rec == nil {
 		return err
 	}
+	if err != nil && !rec.Outcome.Final() {
+		err = withCode(ExitRecover, err) // the journal is kept: recover again
+	}
 	if printErr := o.printRecord(rec, o.Output); printErr != nil && err == nil {
 		err = printErr
 	}

@@ -5,6 +5,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
 	_ "k8s.io/client-go/plugin/pkg/client/auth" // kubeconfig auth plugins (OIDC, exec, …)
+	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 )
@@ -49,6 +51,13 @@ func NewRootOptions(streams genericiooptions.IOStreams) *RootOptions {
 		NewDeps:     realDeps,
 	}
 	o.NewClient = func() (kubernetes.Interface, error) {
+		// With no kubeconfig at all, client-go falls back to
+		// localhost:8080, and the error would name that address instead
+		// of the cause.
+		raw, err := o.ConfigFlags.ToRawKubeConfigLoader().RawConfig()
+		if err == nil && len(raw.Clusters) == 0 && !inCluster() && ptr.Deref(o.ConfigFlags.APIServer, "") == "" {
+			return nil, errors.New("no kubeconfig found: set KUBECONFIG, pass --kubeconfig, or create ~/.kube/config")
+		}
 		rc, err := o.ConfigFlags.ToRESTConfig()
 		if err != nil {
 			return nil, err
@@ -60,6 +69,12 @@ func NewRootOptions(streams genericiooptions.IOStreams) *RootOptions {
 		return kubernetes.NewForConfig(rc)
 	}
 	return o
+}
+
+// inCluster reports whether the process runs in a pod, where client-go
+// uses the pod's service account without a kubeconfig.
+func inCluster() bool {
+	return os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBERNETES_SERVICE_PORT") != ""
 }
 
 // NewRootCmd returns the kubectl-migrate command tree.
@@ -75,13 +90,21 @@ func NewRootCmdFor(o *RootOptions) *cobra.Command {
 		Long: `Live-migrate stateful pods between Kubernetes nodes with MS2M: checkpoint the
 running container through the kubelet, restore it on another node, and replay
 the messages it missed from a replay queue, so the source keeps serving until
-a short switchover.`,
+a short switchover.
+
+` + exitCodesHelp,
 		Annotations:       map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl migrate"},
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
-		PersistentPreRunE: func(*cobra.Command, []string) error { return o.validateColor() },
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validateColor(); err != nil {
+				return usageError(cmd, err)
+			}
+			return nil
+		},
 	}
+	cmd.SetFlagErrorFunc(usageError) // the subcommands inherit it
 	o.ConfigFlags.AddFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().StringVar(&o.Color, "color", "auto", "colour output: auto, always or never (NO_COLOR is honoured)")
 	cmd.PersistentFlags().IntVarP(&o.Verbosity, "verbose", "v", 0, "verbosity: 1 shows progress inside phases")
@@ -118,14 +141,14 @@ type command interface {
 }
 
 // runE runs Complete, Validate and Run in order: flags are checked before
-// anything talks to the cluster.
+// anything talks to the cluster, and a bad one exits with ExitUsage.
 func runE(o command) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := o.Complete(args); err != nil {
-			return err
+			return usageError(cmd, err)
 		}
 		if err := o.Validate(); err != nil {
-			return err
+			return usageError(cmd, err)
 		}
 		return o.Run(cmd.Context())
 	}

@@ -1,4 +1,4 @@
-// Command kubectl-migrate is the kubectl plugin: kubectl migrate pod|sts|recover|report|version.
+// Command kubectl-migrate is the kubectl plugin: kubectl migrate pod|sts|node|check|recover|report|version.
 package main
 
 import (
@@ -34,6 +34,6 @@ func main() {
 	cmd := plugin.NewRootCmdFor(root)
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
+		os.Exit(plugin.ExitCode(err))
 	}
 }

@@ -1,0 +1,76 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// Exit codes, distinct so that a script can tell what state a failure left
+// (the README and `kubectl migrate --help` list them).
+const (
+	ExitFailed      = 1 // anything else: the cluster or a system could not be reached, …
+	ExitUsage       = 2 // bad flags or arguments: nothing was done
+	ExitRefused     = 3 // refused before any change (preflight)
+	ExitRolledBack  = 4 // failed and rolled back: the source serves
+	ExitRecover     = 5 // stopped with its journal kept: kubectl migrate recover ID
+	ExitCheckFailed = 6 // kubectl migrate check found a ✗
+)
+
+// exitCodesHelp is the list of exit codes for --help.
+const exitCodesHelp = `Exit codes: 0 done; 1 other failure; 2 bad flags or arguments (nothing done);
+3 refused before any change; 4 failed and rolled back (the source serves);
+5 stopped with its journal kept (run kubectl migrate recover ID); 6 check ✗.`
+
+// ExitError carries the exit code of the state a failure left.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// ExitCode is the exit status for err (0 for nil).
+func ExitCode(err error) int {
+	var e *ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &e):
+		return e.Code
+	}
+	return ExitFailed
+}
+
+func withCode(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &ExitError{Code: code, Err: err}
+}
+
+// usageError is a bad flag or argument of cmd, with kubectl's pointer to
+// its help.
+func usageError(cmd *cobra.Command, err error) error {
+	return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())}
+}
+
+// outcomeCode is the exit code of a migration (or drain) that failed with
+// record rec: refused in preflight, rolled back, or left to recover.
+func outcomeCode(rec *report.Record) int {
+	switch {
+	case rec == nil:
+		return ExitFailed
+	case rec.Outcome == report.RolledBack && len(rec.Phases) < 2:
+		return ExitRefused
+	case rec.Outcome == report.RolledBack:
+		return ExitRolledBack
+	case rec.Outcome == report.Failed, rec.Outcome == report.Committed, rec.Outcome == report.Running:
+		return ExitRecover
+	}
+	return ExitFailed
+}
