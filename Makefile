@@ -93,10 +93,12 @@ eval-quick: ## one run per pod strategy at 10 msg/s, the CSV and the figures (la
 	for f in downtime total phases; do test -s $(EVAL_QUICK_DIR)/$$f.png && test -s $(EVAL_QUICK_DIR)/$$f.svg || exit 1; done
 	test -s $(EVAL_QUICK_DIR)/summary.md
 
-# 20 back-to-back migrations of one live consumer; figures in soak.csv.
-soak: ## 20 back-to-back migrations, conservation after each, counts back to baseline (lab, ~10 min)
+# 20 back-to-back migrations of one live consumer (and 4 of a StatefulSet
+# pod); each run's figures in docs/soak/soak.csv, generated, never edited.
+soak: ## 24 back-to-back migrations, conservation after each, counts back to baseline; docs/soak/soak.csv (lab, ~3 min)
 	go run ./test/lab up
-	eval "$$(go run ./test/lab env)" && E2E_SOAK=1 E2E_SOAK_CSV=$(CURDIR)/soak.csv go test -tags e2e -count=1 -v -timeout 60m -run 'TestSoak' ./test/e2e
+	mkdir -p docs/soak
+	eval "$$(go run ./test/lab env)" && E2E_SOAK=1 E2E_SOAK_CSV=$(CURDIR)/docs/soak/soak.csv go test -tags e2e -count=1 -v -timeout 60m -run 'TestSoak' ./test/e2e
 
 # Every step of every strategy and mode: the plugin SIGKILLed as each phase
 # starts, then recovered; e2e runs it too. CRASH_RUNS repeats it, since
