@@ -35,7 +35,7 @@ func (prepare) Run(ctx context.Context, m *Migration) error {
 	}
 	m.ReplayBound = time.Now()
 	m.Record.Broker.ReplayQueue = m.ReplayQueue
-	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Prepare, Payload: ms2m.ControlPayload{Queue: m.ReplayQueue, Migration: m.tag()}}); err != nil {
+	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Prepare, Payload: ms2m.ControlPayload{Queue: m.ReplayQueue, Migration: m.tag(), Target: m.targetIdentity()}}); err != nil {
 		return err
 	}
 	if err := m.broker.PublishMarker(ctx, m.Broker.Exchange, m.tag()); err != nil {
@@ -89,7 +89,7 @@ func (m *Migration) haltSource(ctx context.Context) error {
 	if err := m.save(ctx); err != nil {
 		return err
 	}
-	st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop})
+	st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop, Payload: ms2m.ControlPayload{Target: m.targetIdentity()}})
 	if err != nil {
 		return fmt.Errorf("stop the source: %w", err)
 	}
@@ -100,6 +100,10 @@ func (m *Migration) haltSource(ctx context.Context) error {
 func (stopSource) Rollback(ctx context.Context, m *Migration) error {
 	return resumeSource(ctx, m)
 }
+
+// targetIdentity names the pod the checkpoint is restored into, which the
+// source keeps in its state: a copy restored into any other pod holds.
+func (m *Migration) targetIdentity() string { return m.Namespace + "/" + m.TargetName }
 
 // resumeSource puts a stopped source back on its primary queue. A
 // StatefulSet pod's source gives its name to the restored copy: once the

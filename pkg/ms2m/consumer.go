@@ -27,6 +27,9 @@ type ConsumerConfig struct {
 	History int
 	// Logf, if set, receives progress and reconnect messages.
 	Logf func(format string, args ...any)
+	// Identity returns "NAMESPACE/POD" of the pod the process runs in now
+	// (default PodIdentity); tests replace it.
+	Identity func() string
 }
 
 // Consumer applies sequenced messages exactly once and obeys MS2M control
@@ -51,10 +54,18 @@ func NewConsumer(cfg ConsumerConfig) *Consumer {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
+	if cfg.Identity == nil {
+		cfg.Identity = PodIdentity
+	}
 	now := time.Now()
+	var homes []string
+	if home := cfg.Identity(); home != "" {
+		homes = []string{home}
+	}
 	return &Consumer{
 		cfg: cfg,
 		st: State{
+			Homes:     homes,
 			Mode:      ModePrimary,
 			Queue:     cfg.Queue,
 			Process:   fmt.Sprintf("%x-%x", now.UnixNano(), rand.Uint32()),
@@ -132,6 +143,14 @@ func (c *Consumer) reconnected() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.st.Reconnects++
+	// A reconnect is also how a restored copy first notices it was moved:
+	// ask where it runs now.
+	if where := c.cfg.Identity(); !mayRunIn(c.st.Homes, where) && c.st.Foreign == "" {
+		c.st.Foreign = where
+		c.held, c.st.Mode, c.st.Queue = true, ModeHold, ""
+		c.cfg.Logf("restored into pod %s, which neither this state's pods %v nor a migration named: holding, consuming nothing", where, c.st.Homes)
+		return
+	}
 	if (c.st.PendingRestore || c.st.Mode == ModeHold) && !c.held {
 		// This is (most likely) the copy restored from a checkpoint, of a
 		// running source or (stop-and-copy) of a stopped one: it must not
@@ -163,7 +182,7 @@ func (c *Consumer) migrationGone(conn *amqp.Connection) bool {
 func (c *Consumer) resumeAfterRestart() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.held || c.st.Mode != ModeHold {
+	if !c.held || c.st.Mode != ModeHold || c.st.Foreign != "" {
 		return
 	}
 	c.held, c.st.PendingRestore = false, false

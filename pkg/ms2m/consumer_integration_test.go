@@ -3,6 +3,7 @@ package ms2m
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -293,5 +294,63 @@ func TestControlRejectsBadMessages(t *testing.T) {
 	// Nothing runs the consume loop, so the stop cannot take effect.
 	if _, err := c.Control(ctx, Control{Type: Stop}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("want a deadline error, got %v", err)
+	}
+}
+
+// restoredCopyIn is restoredCopy, run in the pod identity names.
+func restoredCopyIn(src *Consumer, identity string) *Consumer {
+	src.mu.Lock()
+	cfg := src.cfg
+	src.mu.Unlock()
+	cfg.Identity = func() string { return identity }
+	c := NewConsumer(cfg)
+	src.mu.Lock()
+	c.st = src.st
+	c.history = append([]Applied(nil), src.history...)
+	src.mu.Unlock()
+	c.reconnected()
+	return c
+}
+
+// TestCopyInAPodNoMigrationNamedNeverConsumes: a checkpoint of a migrated
+// source restored by a pod of another namespace (which only has to name the
+// image) holds for good, even once no migration runs, and refuses to
+// consume when told to; the migration's own target resumes.
+func TestCopyInAPodNoMigrationNamedNeverConsumes(t *testing.T) {
+	f := newFixture(t)
+	cfg := ConsumerConfig{URL: f.url, Exchange: f.exchange, Queue: f.queue, Logf: t.Logf, Identity: func() string { return "team/consumer" }}
+	src := NewConsumer(cfg)
+	start(t, src.Run)
+	prod := f.producer(50, 0)
+	start(t, prod.Run)
+	eventually(t, 10*time.Second, "source applying", func() bool { return src.State().LastSeq >= 10 })
+	markMigrating(t, f)
+	control(t, src, Control{Type: Prepare, Payload: ControlPayload{Target: "team/consumer-x1"}})
+
+	foreign := restoredCopyIn(src, "attacker/consumer-x1")
+	start(t, foreign.Run)
+	foreignAt := foreign.State().Position()
+	if st := foreign.State(); st.Foreign != "attacker/consumer-x1" || st.Mode != ModeHold {
+		t.Fatalf("the copy in another namespace's pod does not hold as foreign: %+v", st)
+	}
+	if _, err := foreign.Control(context.Background(), Control{Type: Resume}); err == nil || !strings.Contains(err.Error(), "no migration named") {
+		t.Fatalf("a foreign copy obeyed RESUME: %v", err)
+	}
+	onChannel(t, f, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDelete(MigrationQueueName(f.queue), false, false, false)
+		return err
+	})
+	rightful := restoredCopyIn(src, "team/consumer-x1")
+	start(t, rightful.Run)
+	// The rightful copy resuming on its own (no migration runs) shows
+	// that the foreign one had the same chances to.
+	eventually(t, 10*holdCheck, "the target's copy serving", func() bool {
+		st := rightful.State()
+		return st.Mode == ModePrimary && st.RestoredAgain == 1 && st.Foreign == ""
+	})
+	before := rightful.State().LastSeq
+	eventually(t, 10*time.Second, "the target's copy applying", func() bool { return rightful.State().LastSeq > before+5 })
+	if st := foreign.State(); st.Position() != foreignAt || st.RestoredAgain != 0 || st.Mode != ModeHold {
+		t.Fatalf("the foreign copy consumed or resumed (restored at %s): %+v", foreignAt, st)
 	}
 }

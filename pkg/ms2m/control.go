@@ -27,9 +27,13 @@ func (c *Consumer) control(msg Control) (<-chan struct{}, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
+	if c.st.Foreign != "" && msg.Type != Stop {
+		return nil, fmt.Errorf("this copy runs in pod %s, which no migration named (its pods: %v); it consumes nothing", c.st.Foreign, c.st.Homes)
+	}
 	switch msg.Type {
 	case Prepare:
 		c.st.PendingRestore = true
+		c.addHomeLocked(msg.Payload.Target)
 		return nil, nil
 	case Checkpointed:
 		c.st.PendingRestore = false
@@ -54,6 +58,7 @@ func (c *Consumer) control(msg Control) (<-chan struct{}, error) {
 		}
 	case Stop:
 		c.st.Mode, c.st.Queue = ModeHold, ""
+		c.addHomeLocked(msg.Payload.Target)
 	case Resume:
 		c.clearRestoreMarkLocked()
 		c.toPrimaryLocked(now)

@@ -87,6 +87,9 @@ type ControlPayload struct {
 	UntilProducer string `json:"untilProducer,omitempty"`
 	UntilSeq      uint64 `json:"untilSeq,omitempty"`
 	Migration     string `json:"migration,omitempty"`
+	// Target is "NAMESPACE/POD" of the pod the checkpoint about to be taken
+	// is restored into (PREPARE, STOP): a copy restored anywhere else holds.
+	Target string `json:"target,omitempty"`
 }
 
 // Position is where m stands in the stream: a message is a duplicate
@@ -231,6 +234,12 @@ type State struct {
 	// time its state went back to the checkpoint's, and it resumed its
 	// primary queue on its own.
 	RestoredAgain uint64 `json:"restoredAgain,omitempty"`
+	// Homes are the pods ("NAMESPACE/POD") this state may run in: the one
+	// the process started in and the targets migrations named.
+	Homes []string `json:"homes,omitempty"`
+	// Foreign is the pod a copy found itself restored into that is none of
+	// Homes: such a copy holds for good and obeys no control but STOP.
+	Foreign string `json:"foreign,omitempty"`
 }
 
 // Position is the last message the instance applied.

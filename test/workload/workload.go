@@ -174,6 +174,16 @@ func (w *Workload) WaitApplied(ctx context.Context, pod string, seq uint64, time
 }
 
 // waitState polls pod's state until done says so.
+// WaitFor waits until pod's state satisfies done.
+func (w *Workload) WaitFor(ctx context.Context, pod string, timeout time.Duration, done func(ms2m.State) bool) (ms2m.State, error) {
+	return w.waitState(ctx, pod, timeout, done)
+}
+
+// Control sends a control message to pod's application.
+func (w *Workload) Control(ctx context.Context, pod string, msg ms2m.Control) (ms2m.State, error) {
+	return w.app.Control(ctx, w.Target(pod), msg)
+}
+
 func (w *Workload) waitState(ctx context.Context, pod string, timeout time.Duration, done func(ms2m.State) bool) (ms2m.State, error) {
 	var st ms2m.State
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
