@@ -284,6 +284,7 @@ func TestPreflightRefusals(t *testing.T) {
 		}, "enable_experimental_restore_via_create = true"},
 		{"replay queue exists", func(w *migratetest.World, _ *migrate.Config) { w.Queues["work.ms2m-replay"] = true }, "already exists"},
 		{"app not serving", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Mode = ms2m.ModeHold }, "hold mode"},
+		{"app of a newer contract", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Contract = ms2m.ContractVersion + 1 }, "upgrade kubectl-migrate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := migratetest.NewWorld(t)

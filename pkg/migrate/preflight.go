@@ -562,6 +562,9 @@ func checkApp(ctx context.Context, m *Migration) error {
 	if err != nil {
 		return err
 	}
+	if st.Contract > ms2m.ContractVersion {
+		return fmt.Errorf("the application in pod %s speaks MS2M contract version %d, this kubectl-migrate only up to %d; upgrade kubectl-migrate", m.Pod, st.Contract, ms2m.ContractVersion)
+	}
 	if st.Mode != ms2m.ModePrimary {
 		return fmt.Errorf("the application in pod %s is in %s mode, not consuming its primary queue; is a migration already running?", m.Pod, st.Mode)
 	}

@@ -65,6 +65,7 @@ func NewConsumer(cfg ConsumerConfig) *Consumer {
 	return &Consumer{
 		cfg: cfg,
 		st: State{
+			Contract:  ContractVersion,
 			Homes:     homes,
 			Mode:      ModePrimary,
 			Queue:     cfg.Queue,

@@ -9,6 +9,16 @@ import (
 	"time"
 )
 
+// ContractVersion is the version of the MS2M contract (docs/contract.md)
+// this package implements and reports in State.Contract. A migration
+// manager refuses an application that speaks a newer one than it knows.
+//
+//	1: identity in the body, markers, control messages, restarts (unversioned
+//	   applications report 0 and are taken for 1)
+//	2: homes, target and foreign: a copy restored into a pod no migration
+//	   named consumes nothing; redial at once after a restore
+const ContractVersion = 2
+
 // HTTP paths served by an MS2M application.
 const (
 	StatePath   = "/ms2m/state"
@@ -196,9 +206,11 @@ func messageHash(producer string, seq uint64) uint64 {
 // State is what an instance reports at StatePath and in reply to a control
 // message.
 type State struct {
-	Mode   Mode   `json:"mode"`
-	Queue  string `json:"queue,omitempty"`
-	Totals Totals `json:"totals"`
+	// Contract is the ContractVersion the application implements.
+	Contract int    `json:"contract,omitempty"`
+	Mode     Mode   `json:"mode"`
+	Queue    string `json:"queue,omitempty"`
+	Totals   Totals `json:"totals"`
 	// Producer and LastSeq are the last message applied: its producer run
 	// and sequence.
 	Producer string `json:"producer,omitempty"`
