@@ -23,12 +23,20 @@ var namespaceFiles = []string{
 }
 
 // PodIdentity returns "NAMESPACE/POD" of the pod this process runs in, read
-// afresh: the hostname (a pod's name) and the first namespace file present;
+// afresh: the pod's hostname file (its name) and the first namespace file
+// present;
 // "/POD" when the pod has neither file, "" when even the hostname is
 // unknown.
 func PodIdentity() string {
-	host, err := os.Hostname()
-	name, _, _ := strings.Cut(host, ".") // setHostnameAsFQDN
+	// The runtime mounts the new pod's /etc/hostname into a restored
+	// container, while the kernel's hostname (os.Hostname) comes back from
+	// the checkpoint with the rest of the process's namespaces.
+	host, err := os.ReadFile("/etc/hostname")
+	if err != nil || len(strings.TrimSpace(string(host))) == 0 {
+		h, herr := os.Hostname()
+		host, err = []byte(h), herr
+	}
+	name, _, _ := strings.Cut(strings.TrimSpace(string(host)), ".") // setHostnameAsFQDN
 	if err != nil || name == "" {
 		return ""
 	}
