@@ -10,8 +10,9 @@ import (
 // A copy restored into a pod that neither its source nor a migration named
 // must never consume: it would take messages from the real owner of its
 // queue. The copy learns where it runs from what its new pod gives it (its
-// hostname, the pod's name; the namespace file of its service account
-// mount), never from its checkpointed memory, and compares that with the
+// /etc/hostname, the pod's name; the namespace file of its service account
+// mount), never from its checkpointed memory (nor from the kernel's
+// hostname, which a restore brings back), and compares that with the
 // pods its state may run in: the pod it started in and each migration's
 // target, which the migration names in PREPARE and STOP.
 
