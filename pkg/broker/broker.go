@@ -17,8 +17,8 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 )
 
-// dialTimeout bounds one connection attempt.
-const dialTimeout = 15 * time.Second
+// dialTimeout bounds one connection attempt, the AMQP handshake included.
+var dialTimeout = 15 * time.Second
 
 // Client is a connection to the broker used by the migration manager. It
 // dials again when the connection died (a broker restart), and every call
@@ -46,7 +46,14 @@ func (c *Client) connection(ctx context.Context) (*amqp.Connection, error) {
 		return c.conn, nil
 	}
 	conn, err := amqp.DialConfig(c.url, amqp.Config{Dial: func(network, addr string) (net.Conn, error) {
-		return (&net.Dialer{Timeout: dialTimeout}).DialContext(ctx, network, addr)
+		conn, err := (&net.Dialer{Timeout: dialTimeout}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		// As amqp091's own dialer does: a peer that accepts but never
+		// speaks AMQP must not hold the handshake forever (the library
+		// clears the deadline once the connection is open).
+		return conn, conn.SetDeadline(time.Now().Add(dialTimeout))
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("connect to broker %s: %w", redact(c.url), err)

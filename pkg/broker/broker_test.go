@@ -3,8 +3,10 @@ package broker
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -96,5 +98,45 @@ func TestRedialsAndHonoursContext(t *testing.T) {
 	cancel()
 	if _, err := c.QueueDepth(cancelled, queue); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled call: %v", err)
+	}
+}
+
+// TestDialGivesUpOnASilentPeer: a peer that accepts the TCP connection but
+// never speaks AMQP (a wrong port, a stuck proxy) fails the dial within its
+// timeout instead of hanging it.
+func TestDialGivesUpOnASilentPeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	defer func() {
+		select {
+		case c := <-accepted:
+			_ = c.Close()
+		default:
+		}
+	}()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c // accepted, never answered
+		}
+	}()
+	defer func(d time.Duration) { dialTimeout = d }(dialTimeout)
+	dialTimeout = 300 * time.Millisecond
+	done := make(chan error, 1)
+	go func() {
+		_, err := Dial(context.Background(), "amqp://guest:guest@"+ln.Addr().String()+"/")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a silent peer was taken for a broker")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the dial hangs on a silent peer")
 	}
 }
