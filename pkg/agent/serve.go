@@ -107,6 +107,10 @@ type statusError struct {
 
 func (e statusError) Error() string { return e.msg }
 
+// maxRequestBytes bounds a call's JSON body: the largest, a pull's list of
+// images, is a few KiB.
+const maxRequestBytes = 1 << 20
+
 // jsonCall serves one of the agent's calls: it touches the idle timer,
 // decodes the JSON request, and answers do's result as JSON or its error
 // (500, or a statusError's status).
@@ -114,7 +118,7 @@ func jsonCall[Req, Res any](touch func(), what string, do func(context.Context, 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		touch()
 		var req Req
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBytes)).Decode(&req); err != nil {
 			http.Error(w, "malformed "+what+" request: "+err.Error(), http.StatusBadRequest)
 			return
 		}

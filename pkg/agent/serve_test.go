@@ -10,7 +10,7 @@ import (
 )
 
 // TestServeAnswersAndEndsWhenIdle: a warm agent answers its health check,
-// refuses a malformed request, and ends on its own once nobody asks for
+// refuses a malformed or oversized request, and ends on its own once nobody asks for
 // anything (its migration died).
 func TestServeAnswersAndEndsWhenIdle(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -28,6 +28,13 @@ func TestServeAnswersAndEndsWhenIdle(t *testing.T) {
 	resp, err = http.Post(base+packPath, "application/json", strings.NewReader("{"))
 	if err != nil || resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("malformed pack: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	// A body past the bound is refused, not read into memory.
+	huge := `{"archive":"` + strings.Repeat("a", 2*maxRequestBytes) + `"}`
+	resp, err = http.Post(base+packPath, "application/json", strings.NewReader(huge))
+	if err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("oversized pack: %v %v", resp, err)
 	}
 	resp.Body.Close()
 	select {
