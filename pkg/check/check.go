@@ -453,8 +453,12 @@ func (c *checker) cleanup(ctx context.Context) (string, error) {
 			errs, left = append(errs, err.Error()), append(left, "image "+c.image)
 		}
 	}
-	if err := c.deps.Packer.Release(ctx); err != nil {
-		errs, left = append(errs, err.Error()), append(left, "agent pods labelled "+migrate.MigrationLabel+"="+MigrationID(c.cfg.ID))
+	// Only agents it asked for can be left: a check stopped before (say, by
+	// an API server it cannot reach) names none.
+	if c.agentPods > 0 {
+		if err := c.deps.Packer.Release(ctx); err != nil {
+			errs, left = append(errs, err.Error()), append(left, "agent pods labelled "+migrate.MigrationLabel+"="+MigrationID(c.cfg.ID))
+		}
 	}
 	if len(left) > 0 {
 		return "", fail("remove them by hand: "+strings.Join(left, ", "), "left behind: %s", strings.Join(errs, "; "))

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
 )
@@ -79,5 +81,20 @@ func TestRemedies(t *testing.T) {
 		if !strings.Contains(tc.got, tc.want) {
 			t.Errorf("remedy %q does not name %q", tc.got, tc.want)
 		}
+	}
+}
+
+// TestUnreachableAPIServerNamesNoLeftovers: a check that could not reach the
+// API server started nothing, and its cleanup says so instead of naming
+// agent pods to remove by hand.
+func TestUnreachableAPIServerNamesNoLeftovers(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	w.Client.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New(`Get "https://10.0.0.1:6443/api": dial tcp 10.0.0.1:6443: connect: connection refused`)
+	})
+	r := Run(context.Background(), testConfig(), w.Deps(), nil)
+	cleanup := r.Links[len(r.Links)-1]
+	if cleanup.Name != LinkCleanup || cleanup.Status != OK || strings.Contains(cleanup.Detail+cleanup.Remedy, "agent pods") {
+		t.Fatalf("cleanup link after an unreachable API server: %+v", cleanup)
 	}
 }
