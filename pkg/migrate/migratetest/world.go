@@ -334,9 +334,13 @@ func (f *fakePacker) Warm(_ context.Context, podName, node string, opts agent.Wa
 	return nil
 }
 
-func (f *fakePacker) Release(context.Context) error {
-	(*World)(f).record("release agents")
-	return nil
+// Release lists the agent pods to end them, as the real launcher does, so
+// it fails when the API server cannot be reached.
+func (f *fakePacker) Release(ctx context.Context) error {
+	w := (*World)(f)
+	w.record("release agents")
+	_, err := w.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kubectl-migrate-agent"})
+	return err
 }
 
 func (f *fakePacker) Runtime(_ context.Context, node string) (agent.RuntimeInfo, error) {
