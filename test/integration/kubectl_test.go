@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kubectl-migrate/kubectl-migrate/plugin"
 )
 
 // kubectl returns the kubectl to test with: MIGRATE_TEST_KUBECTL (the Makefile
@@ -71,8 +73,14 @@ func TestRealKubectlRunsThePlugin(t *testing.T) {
 			t.Errorf("kubectl %s: exit %d, stdout lacks %q:\n%s%s", strings.Join(tc.args, " "), r.exitCode, tc.want, r.stdout, r.stderr)
 		}
 	}
+	// Bad input: one line naming the fix and pointing at the help, and the
+	// usage exit code, through the real kubectl and the built binary.
 	r := run("migrate", "pod", "consumer")
-	if r.exitCode == 0 || r.stderr != "error: --to NODE is required: the node to move pod consumer to\n" {
+	if r.exitCode != plugin.ExitUsage || r.stderr != "error: --to NODE is required: the node to move pod consumer to (see 'kubectl migrate pod --help')\n" {
 		t.Fatalf("bad input: exit %d, stderr %q", r.exitCode, r.stderr)
+	}
+	r = run("migrate", "pod", "consumer", "--to", "node-b", "--no-such-flag")
+	if r.exitCode != plugin.ExitUsage || !strings.Contains(r.stderr, "unknown flag: --no-such-flag (see 'kubectl migrate pod --help')") {
+		t.Fatalf("unknown flag: exit %d, stderr %q", r.exitCode, r.stderr)
 	}
 }
