@@ -60,7 +60,7 @@ e2e-containerd: ## the core e2e and the restore opt-in on the containerd lane (r
 	go run ./test/lab down
 
 # The lab benchmarks (not timed tests): strategies at 4, 10 and 16 msg/s,
-# StatefulSet modes, state size; results in README "Measured on the lab".
+# StatefulSet modes, state size; results in docs/performance.md.
 bench: ## the lab benchmarks: strategies, StatefulSet modes, state size (lab, ~25 min)
 	go run ./test/lab up
 	eval "$$(go run ./test/lab env)" && go test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 90m -v ./test/e2e
