@@ -96,6 +96,10 @@ the drain's record and lease are kept in the current namespace.`,
 	}
 	o.add(cmd)
 	fs := cmd.Flags()
+	// A drain reads each pod's queue and moves all its containers: these
+	// stay only to refuse with the reason, out of --help.
+	_ = fs.MarkHidden("queue")
+	_ = fs.MarkHidden("container")
 	fs.Lookup("to").Usage = "the node to move pods to (default: any Ready, schedulable node that fits each)"
 	fs.StringVar(&o.ToSelector, "to-selector", "", "label selector of the nodes to move pods to, e.g. pool=stateful")
 	fs.IntVar(&o.Parallel, "parallel", 2, "migrations at once")

@@ -262,6 +262,12 @@ func TestHelpReadsLikeKubectl(t *testing.T) {
 	if r.err != nil || !strings.Contains(r.out.String(), "kubectl migrate pod NAME --to NODE") || !strings.Contains(r.out.String(), "Examples:") {
 		t.Fatalf("%v\n%s", r.err, r.out)
 	}
+	// node refuses --queue and -c (each pod names its own): its help
+	// does not offer them.
+	r = execute(t, migratetest.NewWorld(t), "node", "--help")
+	if r.err != nil || strings.Contains(r.out.String(), "--queue") || strings.Contains(r.out.String(), "--container") {
+		t.Fatalf("node --help offers flags it refuses: %v\n%s", r.err, r.out)
+	}
 }
 
 // TestNoKubeconfigSaysSo: with no kubeconfig anywhere, the error names the
