@@ -66,6 +66,7 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		{[]string{"sts", "consumer-0", "--to", "node-b", "--mode", "parallel"}, `--mode must be one of [sequential shadow], not "parallel"`},
 		{[]string{"sts", "consumer", "--to", "node-b"}, `"consumer" is not NAME-ORDINAL`},
 		{[]string{"sts", "sts/consumer", "--to", "node-b"}, "give the pod's ordinal with --ordinal N"},
+		{[]string{"sts", "consumer-0", "--to", "node-b", "--transfer", "direct"}, "--transfer direct is for bare pods"},
 		{[]string{"check", "--to", "node-b"}, "give both nodes: kubectl migrate check --from NODE --to NODE"},
 		{[]string{"check", "--from", "node-a", "--to", "node-a", "--registry", "r/c"}, "--from and --to are both node-a"},
 		{[]string{"check", "--from", "node-a", "--to", "node-b"}, "give --registry"},

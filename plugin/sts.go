@@ -70,8 +70,9 @@ persistentvolumes for pods with claims.`
 type StsOptions struct {
 	migrationFlags
 
-	Mode    string
-	Ordinal int
+	Mode     string
+	Ordinal  int
+	transfer string
 
 	statefulSet string
 }
@@ -93,6 +94,10 @@ func NewCmdSts(root *RootOptions) *cobra.Command {
 	cmd.Flags().IntVar(&o.Ordinal, "ordinal", -1, "the pod's ordinal, with sts/NAME")
 	cmd.Flags().StringVar(&o.Mode, "mode", string(migrate.Sequential), "sequential (the source goes before its copy exists) or shadow (through a shadow copy, near-zero downtime)")
 	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{string(migrate.Sequential), string(migrate.Shadow)}, cobra.ShellCompDirectiveNoFileComp))
+	// Only the registry carries a StatefulSet pod's checkpoint: kept to
+	// say why, out of --help.
+	cmd.Flags().StringVar(&o.transfer, "transfer", string(migrate.ViaRegistry), "")
+	_ = cmd.Flags().MarkHidden("transfer")
 	return cmd
 }
 
@@ -107,7 +112,12 @@ func (o *StsOptions) Complete(args []string) error {
 }
 
 // Validate checks the flags before anything talks to the cluster.
-func (o *StsOptions) Validate() error { return o.validate(o) }
+func (o *StsOptions) Validate() error {
+	if o.transfer != string(migrate.ViaRegistry) {
+		return fmt.Errorf("--transfer %s is for bare pods: a StatefulSet pod's rollback restores its source from the checkpoint image on the source node, so the image must be in a registry both nodes pull from; give --registry", o.transfer)
+	}
+	return o.validate(o)
+}
 
 // Run migrates the StatefulSet pod.
 func (o *StsOptions) Run(ctx context.Context) error { return o.run(ctx, o) }
