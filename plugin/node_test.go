@@ -94,8 +94,8 @@ func TestRecoverADrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	list := execute(t, w, "report")
-	if !strings.Contains(list.out.String(), "interrupted") || !strings.Contains(list.out.String(), "kubectl migrate recover dr41n") {
-		t.Fatalf("report does not point at the drain's recovery:\n%s", list.out)
+	if !strings.Contains(list.out.String(), "interrupted") || !strings.Contains(list.errOut.String(), "kubectl migrate recover dr41n") {
+		t.Fatalf("report does not point at the drain's recovery:\n%s\nstderr:\n%s", list.out, list.errOut)
 	}
 	r := execute(t, w, "recover", "dr41n", "-o", "json")
 	if r.err != nil {

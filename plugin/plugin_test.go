@@ -138,7 +138,7 @@ func TestPodMigratesAndReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	list := execute(t, w, "report")
-	if list.err != nil || !strings.Contains(list.out.String(), saved[0].ID) || !strings.Contains(list.out.String(), "node-a → node-b") {
+	if list.err != nil || !strings.Contains(strings.Join(strings.Fields(list.out.String()), " "), saved[0].ID+" ms2m consumer node-a node-b succeeded") {
 		t.Fatalf("report list: %v\n%s", list.err, list.out)
 	}
 	detail := execute(t, w, "report", saved[0].ID, "-o", "json")
@@ -283,5 +283,27 @@ func TestNoKubeconfigSaysSo(t *testing.T) {
 	err := cmd.ExecuteContext(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "no kubeconfig found") || strings.Contains(err.Error(), "localhost:8080") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestReportListIsForScripts: the list is plain columns on stdout, the
+// empty case and the recovery hints go to stderr naming the namespace.
+func TestReportListIsForScripts(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	empty := execute(t, w, "report")
+	if empty.err != nil || empty.out.Len() != 0 || !strings.Contains(empty.errOut.String(), "No migrations recorded in namespace default") {
+		t.Fatalf("empty list: %v\nstdout %q\nstderr %q", empty.err, empty.out, empty.errOut)
+	}
+	all := execute(t, w, "report", "-A")
+	if !strings.Contains(all.errOut.String(), "in any namespace") {
+		t.Fatalf("empty -A list: stderr %q", all.errOut)
+	}
+	rec := &report.Record{ID: "b3c4d", Strategy: "ms2m", Namespace: "default", Pod: "consumer", SourceNode: "node-a", TargetNode: "node-b", Outcome: report.Succeeded}
+	if err := (report.Store{Client: w.Client}).Save(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	r := execute(t, w, "report", "-A", "--no-headers")
+	if fields := strings.Fields(r.out.String()); r.err != nil || len(fields) != 10 || fields[0] != "default" || fields[1] != "b3c4d" {
+		t.Fatalf("report -A --no-headers: %v\n%q", r.err, r.out)
 	}
 }

@@ -39,6 +39,7 @@ const reportExample = `  # List the migrations recorded in the current namespace
 type ReportOptions struct {
 	*RootOptions
 	AllNamespaces bool
+	NoHeaders     bool
 	Output        string
 	Compare       bool
 	Selector      string
@@ -55,8 +56,10 @@ func NewCmdReport(root *RootOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "report [ID]",
 		Short: "Show recorded migrations and their per-phase timings",
-		Long: `Without an ID, list the recorded migrations: strategy, pod, source → target
-node, outcome, downtime and total time. With an ID, show that migration's
+		Long: `Without an ID, list the recorded migrations as kubectl get lists objects
+(plain columns, --no-headers, -A): strategy, pod, source and target node,
+outcome, downtime and total time; the migrations that did not end are named
+on stderr with the command that ends each. With an ID, show that migration's
 sub-process breakdown: each phase's duration, its share of the whole and a
 proportional bar, one stacked bar of the whole migration coloured by phase,
 and downtime against total migration time.
@@ -76,6 +79,7 @@ namespace, so any machine with access to the cluster sees them.`,
 	}
 	f := cmd.Flags()
 	f.BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "list migrations in all namespaces")
+	f.BoolVar(&o.NoHeaders, "no-headers", false, "leave the list's header row out")
 	f.StringVarP(&o.Output, "output", "o", "", "output format: json, yaml or csv (default: a table or the breakdown)")
 	f.BoolVar(&o.Compare, "compare", false, "draw the selected migrations side by side")
 	f.StringVarP(&o.Selector, "selector", "l", "", "select migrations by label (e.g. rate=10,strategy=ms2m)")
@@ -146,7 +150,20 @@ func (o *ReportOptions) Run(ctx context.Context) error {
 	case o.Compare:
 		return render.Compare(cw, render.GroupBy(records, o.GroupBy), o.renderOptions(cw))
 	}
-	return render.List(cw, records, o.renderOptions(cw))
+	if len(records) == 0 {
+		where := "in namespace " + o.namespace
+		if o.namespace == "" {
+			where = "in any namespace"
+		}
+		_, err := fmt.Fprintf(o.ErrOut, "No migrations recorded %s.\n", where)
+		return err
+	}
+	opts := o.renderOptions(cw)
+	opts.NoHeaders, opts.AllNamespaces = o.NoHeaders, o.AllNamespaces
+	if err := render.List(o.Out, records, opts); err != nil {
+		return err
+	}
+	return render.RecoverHints(o.ErrOut, records)
 }
 
 // selected are the records named by ID, or else those the selector matches,

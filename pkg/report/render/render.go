@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"charm.land/lipgloss/v2"
@@ -24,6 +25,9 @@ type Options struct {
 	BarWidth int
 	// Now is used for ages in the list.
 	Now time.Time
+	// NoHeaders leaves the list's header row out; AllNamespaces adds its
+	// NAMESPACE column.
+	NoHeaders, AllNamespaces bool
 }
 
 func (o Options) barWidth() int {
@@ -46,20 +50,34 @@ func newTable(headers ...string) *table.Table {
 		})
 }
 
-// List writes one row per migration.
+// List writes one row per migration as kubectl get does: plain columns a
+// script can cut (no borders, no colour, one word a field), NAMESPACE first
+// with o.AllNamespaces, no header row with o.NoHeaders. Nothing for no
+// records: the caller says so on stderr.
 func List(w io.Writer, records []*report.Record, o Options) error {
 	if len(records) == 0 {
-		_, err := fmt.Fprintln(w, "No migrations recorded. Run kubectl migrate pod NAME --to NODE first.")
-		return err
+		return nil
 	}
-	t := newTable("ID", "STRATEGY", "POD", "NODES", "OUTCOME", "DOWNTIME", "TOTAL", "AGE")
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	row := func(cells ...string) {
+		if !o.AllNamespaces {
+			cells = cells[1:]
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	if !o.NoHeaders {
+		row("NAMESPACE", "ID", "STRATEGY", "POD", "FROM", "TO", "OUTCOME", "DOWNTIME", "TOTAL", "AGE")
+	}
 	for _, r := range records {
-		t.Row(r.ID, strategyText(r, "/"), r.Namespace+"/"+r.Pod, r.SourceNode+" → "+r.TargetNode,
-			outcomeStyle(r.Outcome).Render(string(r.Outcome)), downtimeText(r), totalText(r), formatAge(o.Now, r.StartedAt))
+		row(r.Namespace, r.ID, strategyText(r, "/"), r.Pod, cmpOr(r.SourceNode, "-"), cmpOr(r.TargetNode, "-"),
+			string(r.Outcome), plainDash(downtimeText(r)), plainDash(totalText(r)), formatAge(o.Now, r.StartedAt))
 	}
-	if _, err := fmt.Fprintln(w, t.String()); err != nil {
-		return err
-	}
+	return tw.Flush()
+}
+
+// RecoverHints writes, one line each, the command that ends each listed
+// migration that did not end (for stderr, beside the list).
+func RecoverHints(w io.Writer, records []*report.Record) error {
 	for _, r := range records {
 		if (len(r.Journal) > 0 || r.Drain != nil && r.Outcome == report.Interrupted) && r.Outcome != report.Running {
 			if _, err := fmt.Fprintf(w, "%s did not end (%s); finish or undo it: %s\n", r.ID, r.Outcome, report.RecoverCommand(r.Namespace, r.ID)); err != nil {
@@ -68,6 +86,21 @@ func List(w io.Writer, records []*report.Record, o Options) error {
 		}
 	}
 	return nil
+}
+
+func cmpOr(s, otherwise string) string {
+	if s == "" {
+		return otherwise
+	}
+	return s
+}
+
+// plainDash keeps a list's empty cells one ASCII field wide.
+func plainDash(s string) string {
+	if s == "–" || s == "" {
+		return "-"
+	}
+	return s
 }
 
 // strategyText is the strategy with a StatefulSet pod's mode.

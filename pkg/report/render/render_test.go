@@ -139,10 +139,30 @@ func TestRenderRecordGolden(t *testing.T) {
 }
 
 func TestRenderListGolden(t *testing.T) {
-	out := render(t, colorprofile.NoTTY, func(w *colorprofile.Writer) error {
-		return List(w, []*report.Record{sampleRecord(), shadowRecord(), rolledBackRecord()}, Options{Now: t0.Add(5 * time.Minute)})
-	})
-	golden(t, "list", out)
+	for _, tc := range []struct {
+		name string
+		opts Options
+	}{
+		{"list", Options{}},
+		{"list-no-headers", Options{NoHeaders: true}},
+		{"list-all-namespaces", Options{AllNamespaces: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.Now = t0.Add(5 * time.Minute)
+			var out bytes.Buffer
+			if err := List(&out, []*report.Record{sampleRecord(), shadowRecord(), rolledBackRecord()}, tc.opts); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, tc.name, out.Bytes())
+			// One field per column, for awk: every row has as many.
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			for _, l := range lines {
+				if len(strings.Fields(l)) != len(strings.Fields(lines[0])) {
+					t.Errorf("%q has %d fields, the first row %d", l, len(strings.Fields(l)), len(strings.Fields(lines[0])))
+				}
+			}
+		})
+	}
 }
 
 func TestStackedBarFillsTheWidth(t *testing.T) {
