@@ -59,8 +59,9 @@ func usageError(cmd *cobra.Command, err error) error {
 	return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())}
 }
 
-// outcomeCode is the exit code of a migration (or drain) that failed with
-// record rec: refused in preflight, rolled back, or left to recover.
+// outcomeCode is the exit code of a migration that failed with record rec:
+// refused in preflight, rolled back, or left to recover (a drain still
+// exits with ExitFailed).
 func outcomeCode(rec *report.Record) int {
 	switch {
 	case rec == nil:

@@ -25,9 +25,8 @@ var namespaceFiles = []string{
 
 // PodIdentity returns "NAMESPACE/POD" of the pod this process runs in, read
 // afresh: the pod's hostname file (its name) and the first namespace file
-// present;
-// "/POD" when the pod has neither file, "" when even the hostname is
-// unknown.
+// present; "/POD" when the pod has no namespace file, "" when even the
+// hostname is unknown.
 func PodIdentity() string {
 	// The runtime mounts the new pod's /etc/hostname into a restored
 	// container, while the kernel's hostname (os.Hostname) comes back from
