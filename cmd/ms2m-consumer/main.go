@@ -1,7 +1,7 @@
 // Command ms2m-consumer is the sample stateful consumer of the MS2M
-// evaluation: it applies sequenced messages, each taking --work, keeps count,
-// sum and digest of the applied set in memory, and follows the MS2M contract
-// so kubectl-migrate can move it between nodes.
+// evaluation: it applies messages, each taking --work, keeps the sum of
+// their values in memory, and follows the MS2M contract through pkg/ms2m so
+// kubectl-migrate can move it between nodes.
 package main
 
 import (
@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/sample"
 )
 
 // makeBallast returns n bytes written through, so they are resident and a
@@ -37,11 +38,13 @@ func makeBallast(n int64) []byte {
 func main() {
 	var cfg ms2m.ConsumerConfig
 	ms2m.BrokerFlags(flag.CommandLine, &cfg.URL, &cfg.Exchange, &cfg.Queue)
-	flag.DurationVar(&cfg.Work, "work", 0, "time to apply one message, e.g. 50ms")
+	work := flag.Duration("work", 0, "time to apply one message, e.g. 50ms")
 	listen := flag.String("listen", ":8080", "HTTP address of the MS2M endpoints")
 	ballast := flag.String("ballast", "", "extra resident memory the consumer holds, e.g. 64Mi: how a checkpoint's cost grows with the state")
 	flag.Parse()
 	cfg.Logf = log.Printf
+	var sum sample.Sum
+	cfg.Handle, cfg.AppState = sum.Handler(*work), sum.State
 	var held []byte
 	if *ballast != "" {
 		size, err := resource.ParseQuantity(*ballast)

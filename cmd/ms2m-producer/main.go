@@ -1,7 +1,7 @@
 // Command ms2m-producer is the sample producer of the MS2M evaluation: it
-// publishes sequenced messages at --rate per second with publisher confirms
-// and reports the totals of what the broker accepted, so a consumer's final
-// state can be checked against it.
+// publishes messages at --rate per second with publisher confirms and
+// reports the totals and value sum of what the broker accepted, so a
+// consumer's final state can be checked against it.
 package main
 
 import (
@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/sample"
 )
 
 func main() {
@@ -23,6 +24,9 @@ func main() {
 	listen := flag.String("listen", ":8080", "HTTP address of the state endpoint")
 	flag.Parse()
 	cfg.Logf = log.Printf
+	var sum sample.Sum
+	cfg.Body, cfg.ContentType, cfg.AppState = sample.Body, "application/json", sum.State
+	cfg.Confirmed = func(_ uint64, body []byte) { _ = sum.Add(body) }
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

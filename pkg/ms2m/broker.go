@@ -2,15 +2,15 @@ package ms2m
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// DeclareTopology declares the fanout exchange and the durable primary queue
-// bound to it. It is idempotent, so producer and consumer both call it.
+// DeclareTopology declares the fanout exchange, the durable primary queue
+// bound to it, and the primary queue's park queue. It is idempotent, so
+// producer and consumer both call it.
 func DeclareTopology(conn *amqp.Connection, exchange, queue string) error {
 	ch, err := conn.Channel()
 	if err != nil {
@@ -26,6 +26,9 @@ func DeclareTopology(conn *amqp.Connection, exchange, queue string) error {
 	if err := ch.QueueBind(queue, "", exchange, false, nil); err != nil {
 		return fmt.Errorf("bind queue %s to %s: %w", queue, exchange, err)
 	}
+	if _, err := ch.QueueDeclare(ParkQueueName(queue), true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare queue %s: %w", ParkQueueName(queue), err)
+	}
 	return nil
 }
 
@@ -40,9 +43,11 @@ func PublishMarker(ctx context.Context, conn *amqp.Connection, exchange, id stri
 	if err := ch.Confirm(false); err != nil {
 		return err
 	}
-	body, _ := json.Marshal(Message{Marker: id, Sent: time.Now()})
-	conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, "", false, false,
-		amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
+	conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, "", false, false, amqp.Publishing{
+		Headers: amqp.Table{HeaderMarker: id}, DeliveryMode: amqp.Persistent, Timestamp: time.Now(),
+		// The body is for people reading a queue; consumers go by the header.
+		ContentType: "text/plain", Body: []byte("ms2m marker " + id),
+	})
 	if err != nil {
 		return fmt.Errorf("publish marker: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -12,6 +13,35 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
+
+// Delivery is one message as the application's handler sees it: its
+// identity from the headers, its body untouched.
+type Delivery struct {
+	ID Position
+	// Sent is when the producer published it (HeaderSent); zero if unknown.
+	Sent        time.Time
+	Body        []byte
+	ContentType string
+	Headers     amqp.Table
+	MessageID   string
+	// Queue is where it came from: the primary queue, or the replay queue
+	// while a restored copy catches up.
+	Queue       string
+	Redelivered bool
+	// Attempt counts this process's tries at this message, from 1.
+	Attempt int
+}
+
+// HandlerFunc applies one message to the application's state. It is called
+// once per message the instance has not applied yet, one at a time, in queue
+// order. It returns nil once the message is applied; the message is then
+// acknowledged, and its identity recorded, so a redelivery or replay of it is
+// never handed over again. An error (or a panic) means "not applied": the
+// message goes back to its queue and is tried again, up to MaxAttempts, and
+// is then parked (ParkQueueName) and skipped. ctx ends when the consumer
+// stops running; a handler that returns ctx's error leaves the message
+// unacknowledged for the broker to redeliver.
+type HandlerFunc func(ctx context.Context, d Delivery) error
 
 // ConsumerConfig configures a Consumer.
 type ConsumerConfig struct {
@@ -21,8 +51,20 @@ type ConsumerConfig struct {
 	Exchange string
 	// Queue is the primary queue, bound to Exchange.
 	Queue string
-	// Work is how long applying one message takes (the paper's service time).
-	Work time.Duration
+	// Handle applies a message; required.
+	Handle HandlerFunc
+	// MaxAttempts bounds the tries at a message whose handler fails
+	// (default 3); the last failure parks it.
+	MaxAttempts int
+	// RetryDelay is the pause before a failed message goes back to its
+	// queue, times the attempt (default 100ms): a failing dependency gets
+	// time to recover, and the queue is not spun.
+	RetryDelay time.Duration
+	// AppState, if set, is reported as State.App: the application's own
+	// account of its state (e.g. a digest of its data), which a check of a
+	// migration compares beside the totals. It is called from HTTP
+	// handlers, concurrently with Handle.
+	AppState func() any
 	// History is how many applied messages are remembered for AppliedPath.
 	History int
 	// Logf, if set, receives progress and reconnect messages.
@@ -41,6 +83,12 @@ type Consumer struct {
 	st      State
 	held    bool // a restored copy holding while its migration runs
 	history []Applied
+	// failed counts this process's failed tries at the message in hand: one
+	// at a time (prefetch 1), so one entry is enough.
+	failed struct {
+		at    Position
+		times int
+	}
 	// waiters are closed once the consume loop has acted on the latest mode.
 	waiters []chan struct{}
 	wake    chan struct{}
@@ -50,6 +98,12 @@ type Consumer struct {
 func NewConsumer(cfg ConsumerConfig) *Consumer {
 	if cfg.History <= 0 {
 		cfg.History = 20000
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 3
+	}
+	if cfg.RetryDelay <= 0 {
+		cfg.RetryDelay = 100 * time.Millisecond
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
@@ -76,11 +130,20 @@ func NewConsumer(cfg ConsumerConfig) *Consumer {
 	}
 }
 
-// State returns a snapshot of the consumer's state.
+// State returns a snapshot of the consumer's state, with the
+// application's own (AppState).
 func (c *Consumer) State() State {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.st
+	st := c.st
+	c.mu.Unlock()
+	if c.cfg.AppState != nil {
+		b, err := json.Marshal(c.cfg.AppState())
+		if err != nil {
+			b, _ = json.Marshal(map[string]string{"error": err.Error()})
+		}
+		st.App = b
+	}
+	return st
 }
 
 // AppliedAfter returns the first remembered message applied after the one
@@ -119,6 +182,9 @@ const (
 // process went through before its checkpoint never delays its reconnect
 // after a restore.
 func (c *Consumer) Run(ctx context.Context) error {
+	if c.cfg.Handle == nil {
+		return errors.New("ms2m: ConsumerConfig.Handle is required")
+	}
 	backoff := time.Duration(0)
 	for {
 		connected, err := c.session(ctx)
@@ -237,6 +303,9 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, queue str
 	if err := ch.Qos(1, 0, false); err != nil {
 		return err
 	}
+	if err := ch.Confirm(false); err != nil { // for parking: see park
+		return err
+	}
 	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", queue, err)
@@ -259,48 +328,110 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, queue str
 			if !ok {
 				return errors.New("delivery channel closed")
 			}
-			c.handle(ctx, d, queue)
+			c.handle(ctx, ch, d, queue)
 		}
 	}
 }
 
-func (c *Consumer) handle(ctx context.Context, d amqp.Delivery, queue string) {
+func (c *Consumer) handle(ctx context.Context, ch *amqp.Channel, d amqp.Delivery, queue string) {
 	start := time.Now()
-	var m Message
-	if err := json.Unmarshal(d.Body, &m); err != nil {
-		c.cfg.Logf("dropping malformed message: %v", err)
-		_ = d.Reject(false)
+	id, err := Identify(d.Headers)
+	if err != nil {
+		c.park(ctx, ch, d, fmt.Sprintf("no message identity (%v): stamp messages with headers %s and %s", err, HeaderProducer, HeaderSeq))
 		return
 	}
-	if m.Marker != "" {
+	if id.Marker != "" {
 		c.mu.Lock()
-		c.st.Barrier = m.Marker
+		c.st.Barrier = id.Marker
 		c.mu.Unlock()
 		_ = d.Ack(false)
 		return
 	}
 	c.mu.Lock()
-	duplicate := c.st.Reached(m.Position())
+	duplicate := c.st.Reached(id.Position)
 	if duplicate {
 		c.st.Skipped++
 	}
+	attempt := 1
+	if c.failed.at == id.Position {
+		attempt += c.failed.times
+	}
 	c.mu.Unlock()
-	if !duplicate && c.cfg.Work > 0 {
+	if duplicate {
+		// An ack that fails (the connection died under a restore) is
+		// harmless: the message comes back and is skipped again.
+		_ = d.Ack(false)
+		return
+	}
+	err = c.callHandler(ctx, Delivery{
+		ID: id.Position, Sent: id.Sent, Body: d.Body, ContentType: d.ContentType, Headers: d.Headers,
+		MessageID: d.MessageId, Queue: queue, Redelivered: d.Redelivered, Attempt: attempt,
+	})
+	switch {
+	case err == nil:
+		c.apply(id, queue)
+		_ = d.Ack(false)
+		c.served(time.Since(start))
+	case ctx.Err() != nil:
+		// Shutting down: unacknowledged, the broker redelivers it.
+	case attempt >= c.cfg.MaxAttempts:
+		c.park(ctx, ch, d, fmt.Sprintf("handler failed %d times, last: %v", attempt, err))
+		c.mu.Lock()
+		c.passLocked(id.Position) // parked: a replayed copy of it is not tried again
+		c.mu.Unlock()
+	default:
+		c.mu.Lock()
+		c.failed.at, c.failed.times = id.Position, attempt
+		c.mu.Unlock()
+		c.cfg.Logf("message %s not applied (attempt %d of %d): %v", id.Position, attempt, c.cfg.MaxAttempts, err)
 		select {
 		case <-ctx.Done():
-			return // unacknowledged: the broker redelivers it
-		case <-time.After(c.cfg.Work):
+			return
+		case <-time.After(time.Duration(attempt) * c.cfg.RetryDelay):
+		}
+		_ = d.Nack(false, true) // back to its place at the head of the queue
+	}
+}
+
+// callHandler runs the application's handler, turning a panic into an error
+// so that one bad message does not crash the process (and loop its restart).
+func (c *Consumer) callHandler(ctx context.Context, d Delivery) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	return c.cfg.Handle(ctx, d)
+}
+
+// park sets a message aside, unapplied, on the park queue, and acknowledges
+// it once the broker confirmed the copy: nothing is dropped, and the queue
+// moves on. If the copy cannot be made the message goes back to its queue.
+func (c *Consumer) park(ctx context.Context, ch *amqp.Channel, d amqp.Delivery, reason string) {
+	queue := ParkQueueName(c.cfg.Queue)
+	c.cfg.Logf("parking a message on %s: %s", queue, reason)
+	headers := amqp.Table{}
+	maps.Copy(headers, d.Headers)
+	headers[HeaderParked] = reason
+	conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, amqp.Publishing{
+		Headers: headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
+		DeliveryMode: amqp.Persistent, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, Body: d.Body,
+	})
+	if err == nil {
+		var ok bool
+		if ok, err = conf.WaitContext(ctx); err == nil && !ok {
+			err = errors.New("the broker refused it")
 		}
 	}
-	if !duplicate {
-		c.apply(m, queue)
+	if err != nil {
+		c.cfg.Logf("could not park it (%v): returning it to its queue", err)
+		_ = d.Nack(false, true)
+		return
 	}
-	// An ack that fails (the connection died under a restore) is harmless: the
-	// message comes back and is skipped as a duplicate.
 	_ = d.Ack(false)
-	if !duplicate {
-		c.served(time.Since(start))
-	}
+	c.mu.Lock()
+	c.st.Parked++
+	c.mu.Unlock()
 }
 
 // served folds one message's service time into ServiceMillis, a moving
@@ -316,10 +447,27 @@ func (c *Consumer) served(took time.Duration) {
 	c.st.ServiceMillis += (ms - c.st.ServiceMillis) / 10
 }
 
-func (c *Consumer) apply(m Message, queue string) {
+// apply records that the message id was applied.
+func (c *Consumer) apply(id Identity, queue string) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.passLocked(id.Position)
+	c.st.Totals.Add(id.Position)
+	c.st.LastAppliedAt = now
+	if len(c.history) >= 2*c.cfg.History { // trim in halves: amortised O(1)
+		c.history = append(c.history[:0], c.history[c.cfg.History:]...)
+	}
+	c.history = append(c.history, Applied{Producer: id.Producer, Seq: id.Seq, Sent: id.Sent, AppliedAt: now, Queue: queue})
+	if c.st.Mode == ModeReplay && c.st.UntilSeq > 0 && c.st.Reached(Position{Producer: c.st.UntilProducer, Seq: c.st.UntilSeq}) {
+		c.toPrimaryLocked(now)
+	}
+}
+
+// passLocked moves the position past m, applied or parked: a message at or
+// before it is a duplicate from now on.
+func (c *Consumer) passLocked(m Position) {
+	c.failed.at, c.failed.times = Position{}, 0
 	if m.Producer != c.st.Producer {
 		// A new producer run: its sequence starts again.
 		if c.st.LastSeq != 0 || c.st.Producer != "" {
@@ -330,18 +478,9 @@ func (c *Consumer) apply(m Message, queue string) {
 		c.st.Producer, c.st.LastSeq = m.Producer, 0
 	}
 	if c.st.LastSeq != 0 && m.Seq != c.st.LastSeq+1 {
-		c.cfg.Logf("sequence gap: applied %d after %d", m.Seq, c.st.LastSeq)
+		c.cfg.Logf("sequence gap: %d after %d", m.Seq, c.st.LastSeq)
 	}
-	c.st.Totals.Add(m)
 	c.st.LastSeq = m.Seq
-	c.st.LastAppliedAt = now
-	if len(c.history) >= 2*c.cfg.History { // trim in halves: amortised O(1)
-		c.history = append(c.history[:0], c.history[c.cfg.History:]...)
-	}
-	c.history = append(c.history, Applied{Producer: m.Producer, Seq: m.Seq, Sent: m.Sent, AppliedAt: now, Queue: queue})
-	if c.st.Mode == ModeReplay && c.st.UntilSeq > 0 && c.st.Reached(Position{Producer: c.st.UntilProducer, Seq: c.st.UntilSeq}) {
-		c.toPrimaryLocked(now)
-	}
 }
 
 func (c *Consumer) toPrimaryLocked(now time.Time) {

@@ -49,8 +49,20 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
+// consumer counts what it applies; each message takes work.
 func (f *fixture) consumer(work time.Duration) *Consumer {
-	return NewConsumer(ConsumerConfig{URL: f.url, Exchange: f.exchange, Queue: f.queue, Work: work, Logf: f.t.Logf})
+	return NewConsumer(ConsumerConfig{URL: f.url, Exchange: f.exchange, Queue: f.queue, Logf: f.t.Logf, Handle: sleep(work)})
+}
+
+func sleep(work time.Duration) HandlerFunc {
+	return func(ctx context.Context, _ Delivery) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(work):
+			return nil
+		}
+	}
 }
 
 func (f *fixture) producer(rate float64, count uint64) *Producer {
@@ -318,7 +330,7 @@ func restoredCopyIn(src *Consumer, identity string) *Consumer {
 // consume when told to; the migration's own target resumes.
 func TestCopyInAPodNoMigrationNamedNeverConsumes(t *testing.T) {
 	f := newFixture(t)
-	cfg := ConsumerConfig{URL: f.url, Exchange: f.exchange, Queue: f.queue, Logf: t.Logf, Identity: func() string { return "team/consumer" }}
+	cfg := ConsumerConfig{URL: f.url, Exchange: f.exchange, Queue: f.queue, Logf: t.Logf, Handle: sleep(0), Identity: func() string { return "team/consumer" }}
 	src := NewConsumer(cfg)
 	start(t, src.Run)
 	prod := f.producer(50, 0)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -23,7 +22,16 @@ type ProducerConfig struct {
 	Rate float64
 	// Count stops the producer after this many messages (0: no limit).
 	Count uint64
-	Logf  func(format string, args ...any)
+	// Body returns the body of the message at seq (default: empty).
+	Body        func(seq uint64) []byte
+	ContentType string
+	// Confirmed, if set, is told each message the broker confirmed, so the
+	// application can keep its own account of what was sent (AppState).
+	Confirmed func(seq uint64, body []byte)
+	// AppState, if set, is reported as ProducerState.App: what a consumer
+	// that applied exactly the confirmed messages reports as its State.App.
+	AppState func() any
+	Logf     func(format string, args ...any)
 }
 
 // ProducerState is what a producer reports at StatePath: Totals are those of
@@ -36,15 +44,20 @@ type ProducerState struct {
 	Totals   Totals `json:"totals"`
 	LastSeq  uint64 `json:"lastSeq"`
 	Stopped  bool   `json:"stopped"`
+	// App is the application's account of what was confirmed
+	// (ProducerConfig.AppState).
+	App json.RawMessage `json:"app,omitempty"`
 }
 
 // Position is the last message the broker confirmed.
 func (s ProducerState) Position() Position { return Position{Producer: s.Producer, Seq: s.LastSeq} }
 
-// Producer publishes sequenced messages at a fixed rate with publisher
-// confirms, and counts what the broker accepted.
+// Producer is a load generator for trying and testing MS2M consumers: it
+// publishes messages at a fixed rate through a Publisher and counts what
+// the broker confirmed.
 type Producer struct {
 	cfg  ProducerConfig
+	pub  *Publisher
 	mu   sync.Mutex
 	st   ProducerState
 	stop chan struct{}
@@ -56,61 +69,36 @@ func NewProducer(cfg ProducerConfig) *Producer {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	run := fmt.Sprintf("%x-%04x", time.Now().UnixNano(), rand.Uint32()>>16)
-	return &Producer{cfg: cfg, st: ProducerState{Producer: run}, stop: make(chan struct{})}
+	if cfg.Body == nil {
+		cfg.Body = func(uint64) []byte { return nil }
+	}
+	pub := NewPublisher(PublisherConfig{URL: cfg.URL, Exchange: cfg.Exchange, Queue: cfg.Queue, Logf: cfg.Logf})
+	return &Producer{cfg: cfg, pub: pub, st: ProducerState{Producer: pub.Run()}, stop: make(chan struct{})}
 }
 
 // State returns a snapshot of what was confirmed.
 func (p *Producer) State() ProducerState {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.st
+	st := p.st
+	p.mu.Unlock()
+	if p.cfg.AppState != nil {
+		st.App, _ = json.Marshal(p.cfg.AppState())
+	}
+	return st
 }
 
 // Stop ends publishing; Run returns after the message in flight is confirmed.
 func (p *Producer) Stop() { p.once.Do(func() { close(p.stop) }) }
 
-// Run publishes until ctx ends, Stop is called or Count is reached,
-// reconnecting on broker errors. A message is counted once confirmed; an
-// unconfirmed one is published again with the same sequence, which
-// consumers skip if it did arrive.
+// Run publishes until ctx ends, Stop is called or Count is reached. A message
+// is counted once confirmed; the Publisher retries an unconfirmed one with
+// the same identity, which consumers skip if it did arrive.
 func (p *Producer) Run(ctx context.Context) error {
 	if p.cfg.Rate <= 0 {
 		return fmt.Errorf("rate must be positive, got %v", p.cfg.Rate)
 	}
 	defer func() { p.mu.Lock(); p.st.Stopped = true; p.mu.Unlock() }()
-	for {
-		err := p.session(ctx)
-		if err == nil || ctx.Err() != nil {
-			return nil
-		}
-		p.cfg.Logf("broker session ended: %v; reconnecting", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-p.stop:
-			return nil
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (p *Producer) session(ctx context.Context) error {
-	conn, err := amqp.Dial(p.cfg.URL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if err := DeclareTopology(conn, p.cfg.Exchange, p.cfg.Queue); err != nil {
-		return err
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	if err := ch.Confirm(false); err != nil {
-		return err
-	}
+	defer p.pub.Close()
 	tick := time.NewTicker(time.Duration(float64(time.Second) / p.cfg.Rate))
 	defer tick.Stop()
 	for {
@@ -124,36 +112,21 @@ func (p *Producer) session(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		if err := p.publishNext(ctx, ch); err != nil {
-			return err
+		// Stop waits for the message in flight: Publish runs to its confirm.
+		seq := p.State().LastSeq + 1
+		body := p.cfg.Body(seq)
+		at, err := p.pub.Publish(ctx, amqp.Publishing{ContentType: p.cfg.ContentType, MessageId: fmt.Sprint(seq), Timestamp: time.Now(), Body: body})
+		if err != nil {
+			return nil // ctx ended; Publish retries everything else
 		}
+		if p.cfg.Confirmed != nil {
+			p.cfg.Confirmed(at.Seq, body)
+		}
+		p.mu.Lock()
+		p.st.Totals.Add(at)
+		p.st.LastSeq = at.Seq
+		p.mu.Unlock()
 	}
-}
-
-func (p *Producer) publishNext(ctx context.Context, ch *amqp.Channel) error {
-	st := p.State()
-	seq := st.LastSeq + 1
-	m := Message{Producer: st.Producer, Seq: seq, Value: int64(seq*7919%1000) + 1, Sent: time.Now()}
-	body, _ := json.Marshal(m)
-	conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, "", false, false, amqp.Publishing{
-		ContentType:  "application/json",
-		DeliveryMode: amqp.Persistent,
-		MessageId:    fmt.Sprint(seq),
-		Timestamp:    m.Sent,
-		Body:         body,
-	})
-	if err != nil {
-		return err
-	}
-	ok, err := conf.WaitContext(ctx)
-	if err != nil || !ok {
-		return fmt.Errorf("message %d not confirmed: %v", seq, err)
-	}
-	p.mu.Lock()
-	p.st.Totals.Add(m)
-	p.st.LastSeq = seq
-	p.mu.Unlock()
-	return nil
 }
 
 // Handler serves GET StatePath and POST ControlPath (only Stop).

@@ -2,11 +2,14 @@ package ms2m
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"slices"
 	"strconv"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // ContractVersion is the version of the MS2M contract (docs/contract.md)
@@ -17,7 +20,10 @@ import (
 //	   applications report 0 and are taken for 1)
 //	2: homes, target and foreign: a copy restored into a pod no migration
 //	   named consumes nothing; redial at once after a restore
-const ContractVersion = 2
+//	3: identity in AMQP headers, bodies opaque; totals on identity alone;
+//	   messages the application cannot apply are parked, not dropped; the
+//	   application's own state check in "app"
+const ContractVersion = 3
 
 // HTTP paths served by an MS2M application.
 const (
@@ -25,6 +31,11 @@ const (
 	ControlPath = "/ms2m/control"
 	AppliedPath = "/ms2m/applied"
 )
+
+// ParkQueueName returns the queue where the consumer of primary sets aside
+// the messages it cannot apply, each with a HeaderParked reason: durable,
+// so nothing is dropped, for the application's operators to inspect.
+func ParkQueueName(primary string) string { return primary + ".ms2m-parked" }
 
 // ReplayQueueSuffix names the replay queue of a primary queue.
 const ReplayQueueSuffix = ".ms2m-replay"
@@ -40,22 +51,113 @@ func ReplayQueueName(primary string) string { return primary + ReplayQueueSuffix
 // queue back on its own.
 func MigrationQueueName(primary string) string { return primary + ".ms2m-migration" }
 
-// Message is the body of every message, JSON-encoded. A message with a
-// Marker is not data: the migration manager publishes it to the exchange
-// after binding the replay queue, and a consumer that takes it from its
-// primary queue has applied every message published before the replay queue
-// existed (queues are FIFO). Consumers record the marker and skip it.
+// Message identity travels in AMQP headers, so that bodies are the
+// application's own bytes. A producer stamps each message with its run and
+// sequence (Publisher does); the migration manager's marker carries only
+// HeaderMarker.
 //
-// Producer identifies the producer's run: sequences start at 1 again when a
-// producer restarts, and a consumer that compared sequences alone would skip
-// the new run's messages as already applied. Empty is one run forever (the
-// contract before producers named their runs).
-type Message struct {
-	Producer string    `json:"producer,omitempty"`
-	Seq      uint64    `json:"seq,omitempty"`
-	Value    int64     `json:"value,omitempty"`
-	Sent     time.Time `json:"sent"`
-	Marker   string    `json:"marker,omitempty"`
+// HeaderProducer identifies the producer's run: sequences start at 1 again
+// when a producer restarts, and a consumer that compared sequences alone
+// would skip the new run's messages as already applied.
+const (
+	HeaderProducer = "ms2m-producer" // string: the producer run's ID
+	HeaderSeq      = "ms2m-seq"      // integer (any width) or decimal string, from 1 within a run
+	HeaderSent     = "ms2m-sent"     // optional integer: Unix nanoseconds at publishing
+	HeaderMarker   = "ms2m-marker"   // string: the migration's marker, on a message that is not data
+	HeaderParked   = "ms2m-parked"   // string: why a consumer set the message aside
+)
+
+// Identity is what a message's headers say about it.
+type Identity struct {
+	Position
+	Sent   time.Time // zero if the producer did not stamp it
+	Marker string    // set on the migration manager's marker, which has no Position
+}
+
+// Identify reads a message's identity from its headers. A message with
+// neither a marker nor a sequence has no identity: a consumer cannot tell
+// whether it applied it already, and parks it.
+func Identify(h amqp.Table) (Identity, error) {
+	var id Identity
+	if m, ok := h[HeaderMarker].(string); ok && m != "" {
+		id.Marker = m
+		return id, nil
+	}
+	seq, err := headerUint(h, HeaderSeq)
+	if err != nil {
+		return id, err
+	}
+	if seq == 0 {
+		return id, fmt.Errorf("header %s is 0; sequences start at 1", HeaderSeq)
+	}
+	id.Seq = seq
+	switch p := h[HeaderProducer].(type) {
+	case nil:
+	case string:
+		id.Producer = p
+	case []byte:
+		id.Producer = string(p)
+	default:
+		return id, fmt.Errorf("header %s is a %T, not a string", HeaderProducer, p)
+	}
+	if ns, err := headerUint(h, HeaderSent); err == nil && ns > 0 {
+		id.Sent = time.Unix(0, int64(ns))
+	}
+	return id, nil
+}
+
+// headerUint reads an unsigned integer header of any AMQP integer width, or
+// a decimal string (some clients cannot choose the width).
+func headerUint(h amqp.Table, name string) (uint64, error) {
+	switch v := h[name].(type) {
+	case nil:
+		return 0, fmt.Errorf("no %s header", name)
+	case int8:
+		return nonNegative(name, int64(v))
+	case int16:
+		return nonNegative(name, int64(v))
+	case int32:
+		return nonNegative(name, int64(v))
+	case int64:
+		return nonNegative(name, v)
+	case int:
+		return nonNegative(name, int64(v))
+	case uint8:
+		return uint64(v), nil
+	case uint16:
+		return uint64(v), nil
+	case uint32:
+		return uint64(v), nil
+	case uint64:
+		return v, nil
+	case string:
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("header %s %q is not a decimal number", name, v)
+		}
+		return n, nil
+	default:
+		return 0, fmt.Errorf("header %s is a %T, not an integer", name, v)
+	}
+}
+
+func nonNegative(name string, n int64) (uint64, error) {
+	if n < 0 {
+		return 0, fmt.Errorf("header %s is negative (%d)", name, n)
+	}
+	return uint64(n), nil
+}
+
+// Stamp returns h (a new table if nil) with the identity of the message at
+// p, sent at sent.
+func Stamp(h amqp.Table, p Position, sent time.Time) amqp.Table {
+	if h == nil {
+		h = amqp.Table{}
+	}
+	h[HeaderProducer] = p.Producer
+	h[HeaderSeq] = int64(p.Seq)
+	h[HeaderSent] = sent.UnixNano()
+	return h
 }
 
 // ControlType names a control message.
@@ -102,10 +204,6 @@ type ControlPayload struct {
 	Target string `json:"target,omitempty"`
 }
 
-// Position is where m stands in the stream: a message is a duplicate
-// exactly when the instance has Reached its position.
-func (m Message) Position() Position { return Position{Producer: m.Producer, Seq: m.Seq} }
-
 // EndReplayAt is the EndReplay message that ends a replay once p is applied.
 func EndReplayAt(p Position) Control {
 	return Control{Type: EndReplay, Payload: ControlPayload{UntilProducer: p.Producer, UntilSeq: p.Seq}}
@@ -137,31 +235,32 @@ const (
 // Totals summarise a set of messages so that two sets can be compared
 // without listing them: the consumer's applied set and the producer's sent
 // set are equal (no loss, no duplicate) exactly when their Totals are.
+//
+// They are computed from identities alone: what a body means is the
+// application's, and so is any check of it (State.App).
 type Totals struct {
 	Count  uint64 `json:"count"`
-	Sum    int64  `json:"sum"`
 	Digest string `json:"digest"`
 	digest uint64
 }
 
-// Add accounts for one message.
-func (t *Totals) Add(m Message) {
+// Add accounts for the message at p.
+func (t *Totals) Add(p Position) {
 	t.Count++
-	t.Sum += m.Value
-	t.addDigest(messageHash(m.Producer, m.Seq)) // a sum of hashes: order-independent, counts duplicates
+	t.addDigest(messageHash(p.Producer, p.Seq)) // a sum of hashes: order-independent, counts duplicates
 }
 
 // Equal reports whether two sets have the same totals (however each was
 // obtained: added up here or read from JSON).
 func (t Totals) Equal(o Totals) bool {
-	return t.Count == o.Count && t.Sum == o.Sum && t.digestValue() == o.digestValue()
+	return t.Count == o.Count && t.digestValue() == o.digestValue()
 }
 
 // Plus returns the totals of both sets together: what a consumer that
 // applied the messages of two producer runs reports, from the totals each
 // run's producer reported.
 func (t Totals) Plus(o Totals) Totals {
-	sum := Totals{Count: t.Count + o.Count, Sum: t.Sum + o.Sum}
+	sum := Totals{Count: t.Count + o.Count}
 	sum.addDigest(t.digestValue() + o.digestValue())
 	return sum
 }
@@ -252,6 +351,13 @@ type State struct {
 	// Foreign is the pod a copy found itself restored into that is none of
 	// Homes: such a copy holds for good and obeys no control but STOP.
 	Foreign string `json:"foreign,omitempty"`
+	// Parked counts messages set aside on the park queue unapplied: with no
+	// identity, or that the handler failed on MaxAttempts times. The
+	// applied set plus the parked ones is what was delivered.
+	Parked uint64 `json:"parked,omitempty"`
+	// App is the application's own account of its state (ConsumerConfig.AppState),
+	// for checks beyond the totals: e.g. a digest of its data.
+	App json.RawMessage `json:"app,omitempty"`
 }
 
 // Position is the last message the instance applied.

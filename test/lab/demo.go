@@ -63,8 +63,8 @@ func (d dirs) demo() error {
 	if err != nil {
 		return err
 	}
-	logf("conservation: the producer sent %d messages; %s on node-b applied each exactly once (sum %d, digest %s)",
-		sent.Totals.Count, target, got.Totals.Sum, got.Totals.Digest)
+	logf("conservation: the producer sent %d messages; %s on node-b applied each exactly once (digest %s, application state %s)",
+		sent.Totals.Count, target, got.Totals.Digest, got.App)
 	logf("explore: export KUBECONFIG=%s PATH=%s:$PATH; kubectl get pods -n %s -o wide; kubectl migrate report -n %s", d.kubeconfig(), plugins, ns, ns)
 	return nil
 }

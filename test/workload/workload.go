@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"time"
 
@@ -227,6 +228,20 @@ func (w *Workload) CheckConservation(ctx context.Context, consumer string) (ms2m
 		return got, sent, fmt.Errorf("conservation broken: applied %+v, sent %+v (at %s of %s, skipped %d)",
 			got.Totals, want, got.Position(), sent.Position(), got.Skipped)
 	}
+	if got.Parked > 0 {
+		return got, sent, fmt.Errorf("%s parked %d messages it could not apply", consumer, got.Parked)
+	}
+	// The application's own account (the sample's sum, the inventory's
+	// digest) is compared too where it covers one producer run.
+	if w.earlier.Count == 0 && (len(got.App) > 0 || len(sent.App) > 0) && !sameJSON(got.App, sent.App) {
+		return got, sent, fmt.Errorf("the application's state differs: %s applied %s, the producer confirmed %s", consumer, got.App, sent.App)
+	}
 	sent.Totals = want
 	return got, sent, nil
+}
+
+// sameJSON reports whether a and b encode the same value.
+func sameJSON(a, b json.RawMessage) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
