@@ -1,12 +1,16 @@
-// Package ms2m is the application side of the MS2M migration contract.
+// Package ms2m is the application side of the MS2M migration contract
+// (docs/contract.md), for Go.
 //
-// A stateful consumer that embeds Consumer can be live-migrated by
-// kubectl-migrate: it applies sequenced messages from a primary queue,
-// deduplicates by sequence, obeys control messages (replay from a queue,
-// replay up to a sequence, switch back to the primary queue, stop), reports
-// its state over HTTP, and reconnects to the broker after it has been
-// restored from a checkpoint on another node.
+// An application gives NewConsumer its message handler and gets the rest of
+// what kubectl-migrate needs to live-migrate it: messages identified by
+// their AMQP headers and applied exactly once, retries and a park queue for
+// messages it cannot apply, the control messages (hold, replay from a queue
+// up to a position, switch back to the primary queue, stop), the HTTP
+// endpoints, and a reconnect at once after a restore on another node — in a
+// pod the migration named, and nowhere else. Its producers publish through
+// Publisher, which stamps each message's identity and waits for the
+// broker's confirm.
 //
-// The wire protocol is plain JSON over HTTP and AMQP so that other languages
-// can implement it; README.md documents it.
+// The wire protocol is JSON over HTTP and AMQP headers, so that other
+// languages can implement it.
 package ms2m

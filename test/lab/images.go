@@ -24,6 +24,7 @@ var labImages = map[string]string{
 	"kubectl-migrate-agent": "./cmd/kubectl-migrate-agent",
 	"ms2m-producer":         "./cmd/ms2m-producer",
 	"ms2m-consumer":         "./cmd/ms2m-consumer",
+	"inventory":             "./examples/inventory",
 }
 
 // ImageRef is where the lab serves a binary's image.

@@ -33,6 +33,9 @@ type Options struct {
 	Rate        string // producer messages per second
 	Work        string // consumer time per message
 	Ballast     string // extra resident memory of the consumer, e.g. 64Mi
+	// App is the application: "" the sample (ms2m-consumer and
+	// ms2m-producer), "inventory" the example in examples/inventory.
+	App string
 }
 
 // Workload is one producer/consumer pair in a namespace of its own, with
@@ -71,16 +74,21 @@ func Deploy(ctx context.Context, client kubernetes.Interface, o Options) (*Workl
 		return w, fmt.Errorf("no default service account in %s: %w", w.Namespace, err)
 	}
 	common := []string{"--url=" + o.BrokerURL, "--exchange=" + w.Exchange, "--queue=" + w.Queue}
-	consumerArgs := append(slices.Clone(common), "--work="+o.Work)
+	consumerImage, consumerArgs := "ms2m-consumer", append(slices.Clone(common), "--work="+o.Work)
+	producerImage, producerArgs := "ms2m-producer", append(slices.Clone(common), "--rate="+o.Rate)
 	if o.Ballast != "" {
 		consumerArgs = append(consumerArgs, "--ballast="+o.Ballast)
 	}
-	consumer := w.pod(o, "consumer", "ms2m-consumer", consumerArgs, map[string]string{
+	if o.App == "inventory" {
+		consumerImage, consumerArgs = "inventory", append([]string{"consume"}, common...)
+		producerImage, producerArgs = "inventory", append([]string{"produce", "--rate=" + o.Rate}, common...)
+	}
+	consumer := w.pod(o, "consumer", consumerImage, consumerArgs, map[string]string{
 		"ms2m.io/broker-url": o.BrokerURL, "ms2m.io/exchange": w.Exchange, "ms2m.io/queue": w.Queue,
 		"ms2m.io/registry": o.Registry + "/checkpoints",
 	})
 	AddProbes(&consumer.Spec.Containers[0])
-	producer := w.pod(o, "producer", "ms2m-producer", append(common, "--rate="+o.Rate), nil)
+	producer := w.pod(o, "producer", producerImage, producerArgs, nil)
 	w.producer = producer.DeepCopy()
 	// The consumer first, so its queue exists before messages flow.
 	for _, p := range []*corev1.Pod{consumer, producer} {
