@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Starts (up) or stops (down) the real services the integration tests use, on
 # loopback only: RabbitMQ (Debian rabbitmq-server) and an OCI registry (Debian
-# docker-registry). Prints the environment the tests read.
+# docker-registry); installs Debian's Python with pika for the Python
+# consumer's contract check. Prints the environment the tests read.
 set -euo pipefail
 STATE=${MIGRATE_SERVICES_DIR:-/tmp/kubectl-migrate-services}
 AMQP_PORT=${AMQP_PORT:-5672}
 REGISTRY_ADDR=${REGISTRY_ADDR:-127.0.0.1:5000}
 
 install() {
-  command -v rabbitmq-server >/dev/null && command -v docker-registry >/dev/null && return
+  command -v rabbitmq-server >/dev/null && command -v docker-registry >/dev/null && /usr/bin/python3 -c 'import pika' 2>/dev/null && return
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rabbitmq-server docker-registry >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rabbitmq-server docker-registry python3-minimal python3-pika >/dev/null
 }
 
 wait_for() { # wait_for SECONDS CMD...: poll a readiness command with a bound
@@ -52,6 +53,7 @@ CFG
   wait_for 30 curl -sf "http://$REGISTRY_ADDR/v2/"
   echo "export MIGRATE_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:$AMQP_PORT/"
   echo "export MIGRATE_TEST_REGISTRY=$REGISTRY_ADDR"
+  echo "export MIGRATE_TEST_PYTHON=/usr/bin/python3" # Debian's, which has pika
 }
 
 down() {

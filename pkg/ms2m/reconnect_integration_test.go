@@ -2,8 +2,6 @@ package ms2m
 
 import (
 	"context"
-	"io"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -11,53 +9,9 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/kubectl-migrate/kubectl-migrate/test/testenv"
 )
-
-// cuttableProxy forwards loopback connections to addr until cut, which
-// closes every connection open through it, as a restore kills a restored
-// process's broker connection.
-type cuttableProxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newCuttableProxy(t *testing.T, addr string) *cuttableProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cuttableProxy{ln: ln}
-	t.Cleanup(func() { _ = ln.Close(); p.cut() })
-	go func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", addr)
-			if err != nil {
-				_ = in.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, in, out)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
-			go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *cuttableProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-}
 
 // TestReconnectsAtOnceEveryTime: a consumer whose connection dies redials at
 // once however often it died before (a restored copy must not carry the
@@ -68,9 +22,9 @@ func TestReconnectsAtOnceEveryTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := newCuttableProxy(t, broker.Host)
+	proxy := testenv.NewCutProxy(t, broker.Host)
 	through := *broker
-	through.Host = proxy.ln.Addr().String()
+	through.Host = proxy.Addr()
 	var mu sync.Mutex
 	var ends []string
 	c := NewConsumer(ConsumerConfig{URL: through.String(), Exchange: f.exchange, Queue: f.queue, Handle: sleep(0), Logf: func(format string, args ...any) {
@@ -91,7 +45,7 @@ func TestReconnectsAtOnceEveryTime(t *testing.T) {
 			return st.Reconnects == uint64(i) && st.LastSeq > seq
 		})
 		seq = c.State().LastSeq
-		proxy.cut()
+		proxy.Cut()
 	}
 	eventually(t, 10*time.Second, "the last reconnect", func() bool { return c.State().Reconnects == 6 })
 	mu.Lock()
@@ -113,9 +67,9 @@ func TestPublisherRetriesWithTheSameIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := newCuttableProxy(t, broker.Host)
+	proxy := testenv.NewCutProxy(t, broker.Host)
 	through := *broker
-	through.Host = proxy.ln.Addr().String()
+	through.Host = proxy.Addr()
 	c := f.consumer(0)
 	start(t, c.Run)
 	pub := NewPublisher(PublisherConfig{URL: through.String(), Exchange: f.exchange, Queue: f.queue, Logf: t.Logf})
@@ -124,7 +78,7 @@ func TestPublisherRetriesWithTheSameIdentity(t *testing.T) {
 	var last Position
 	for i := range 300 {
 		if i%50 == 25 {
-			go proxy.cut() // lands before, during or after a publish
+			go proxy.Cut() // lands before, during or after a publish
 		}
 		at, err := pub.Publish(context.Background(), amqp.Publishing{Body: []byte("x")})
 		if err != nil {
