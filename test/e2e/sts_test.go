@@ -117,17 +117,17 @@ func (l *lab) deployStatefulSetAt(t testing.TB, rate string, changes ...func(ns 
 }
 
 func TestStatefulSetSequential(t *testing.T) {
-	migrateStatefulSet(t, "--strategy", "ms2m")
+	migrateStatefulSet(t, nil, "--strategy", "ms2m")
 }
 
 func TestStatefulSetStopAndCopy(t *testing.T) {
-	migrateStatefulSet(t, "--strategy", "stop-and-copy")
+	migrateStatefulSet(t, nil, "--strategy", "stop-and-copy")
 }
 
 // TestStatefulSetShadow moves the pod through a shadow copy: two MS2M
 // switchovers instead of sequential mode's restore-long gap.
 func TestStatefulSetShadow(t *testing.T) {
-	rec := migrateStatefulSet(t, "--mode", "shadow")
+	rec := migrateStatefulSet(t, nil, "--mode", "shadow")
 	sh := rec.Shadow
 	if rec.Mode != "shadow" || sh == nil || sh.Pod != "consumer-0-shadow" || rec.Downtime.Millis != sh.ToShadowMillis+sh.ToFinalMillis {
 		t.Fatalf("shadow record %+v downtime %+v", sh, rec.Downtime)
@@ -135,13 +135,18 @@ func TestStatefulSetShadow(t *testing.T) {
 	t.Logf("shadow gaps: source → shadow %d ms, shadow → final %d ms", sh.ToShadowMillis, sh.ToFinalMillis)
 }
 
-// migrateStatefulSet moves ordinal 0 of a 2-replica StatefulSet to node-b and
-// checks identity, adoption, state continuity, conservation, that ordinal 1
-// was untouched, that no shadow is left, and that a later rollout works.
-func migrateStatefulSet(t *testing.T, flags ...string) report.Record {
+// migrateStatefulSet moves ordinal 0 of a 2-replica StatefulSet (changed by
+// change, if not nil) to node-b and checks identity, adoption, state
+// continuity, conservation, that ordinal 1 was untouched, that no shadow is
+// left, and that a later rollout works.
+func migrateStatefulSet(t *testing.T, change func(ns string, sts *appsv1.StatefulSet), flags ...string) report.Record {
 	l := setup(t)
 	ctx := context.Background()
-	b := l.startStatefulSet(t, 30)
+	var changes []func(string, *appsv1.StatefulSet)
+	if change != nil {
+		changes = append(changes, change)
+	}
+	b := l.startStatefulSet(t, 30, changes...)
 	w := b.w
 	rec, stderr, err := l.migrate(t, w, append([]string{"sts", "consumer-0", "--to", "node-b", "--queue", w.Queue}, flags...)...)
 	if err != nil {
@@ -239,8 +244,8 @@ type statefulSetBefore struct {
 
 // startStatefulSet deploys the StatefulSet and waits until consumer-0 has
 // applied message applied.
-func (l *lab) startStatefulSet(t *testing.T, applied uint64) statefulSetBefore {
-	w, sts := l.deployStatefulSet(t)
+func (l *lab) startStatefulSet(t *testing.T, applied uint64, changes ...func(ns string, sts *appsv1.StatefulSet)) statefulSetBefore {
+	w, sts := l.deployStatefulSet(t, changes...)
 	state0 := waitApplied(t, w, "consumer-0", applied)
 	other, err := l.client.CoreV1().Pods(w.Namespace).Get(context.Background(), "consumer-1", metav1.GetOptions{})
 	if err != nil {

@@ -64,6 +64,9 @@ var artifacts = []artifact{
 			"-o", filepath.Join(d.cache, "bin")+"/",
 			"github.com/containerd/containerd/v2/cmd/containerd", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2")
 	}, "containerd"},
+	{"python", "python-trixie-pika", func(d dirs, repo string) error {
+		return script(repo, "python-rootfs.sh", d.pythonBase())
+	}, ""},
 	{"runc-wrapper", "runc-wrapper-1", func(d dirs, repo string) error {
 		return goBuild(repo, nil, "-o", d.bin("runc-wrapper"), "./test/lab/runc-wrapper")
 	}, ""},

@@ -61,6 +61,7 @@ func labDirs() dirs {
 }
 
 func (d dirs) bin(name string) string   { return filepath.Join(d.cache, "bin", name) }
+func (d dirs) pythonBase() string       { return filepath.Join(d.cache, "python-trixie.tar.gz") }
 func (d dirs) rootfs() string           { return filepath.Join(d.cache, "rootfs") }
 func (d dirs) pki(name string) string   { return filepath.Join(d.run, "pki", name) }
 func (d dirs) log(name string) string   { return filepath.Join(d.run, "logs", name+".log") }

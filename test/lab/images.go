@@ -1,12 +1,23 @@
 package main
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,6 +36,12 @@ var labImages = map[string]string{
 	"ms2m-producer":         "./cmd/ms2m-producer",
 	"ms2m-consumer":         "./cmd/ms2m-consumer",
 	"inventory":             "./examples/inventory",
+}
+
+// pythonImages are Python programs of this repository, each pushed as an
+// image of Debian's python3 and pika (the python artifact) plus the script.
+var pythonImages = map[string]string{
+	"python-consumer": "examples/python/ms2m_consumer.py",
 }
 
 // ImageRef is where the lab serves a binary's image.
@@ -56,7 +73,64 @@ func (d dirs) pushImages(ctx context.Context, repo string) error {
 			return err
 		}
 	}
+	for name, script := range pythonImages {
+		img, err := d.pythonImage(filepath.Join(repo, script))
+		if err != nil {
+			return fmt.Errorf("image %s: %w", name, err)
+		}
+		if _, err := reg.Push(ctx, imageRef(name), img); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// pythonImage is the Python base layer with script as /app/<name>, its
+// entrypoint.
+func (d dirs) pythonImage(script string) (v1.Image, error) {
+	base, err := tarball.LayerFromFile(d.pythonBase(), tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, err
+	}
+	code, err := os.ReadFile(script)
+	if err != nil {
+		return nil, err
+	}
+	target := "app/" + filepath.Base(script)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{
+		{Typeflag: tar.TypeDir, Name: "app/", Mode: 0o755},
+		{Typeflag: tar.TypeReg, Name: target, Mode: 0o755, Size: int64(len(code))},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := tw.Write(code); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	app, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil },
+		tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, err
+	}
+	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), base, app)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.OS, cfg.Architecture = "linux", runtime.GOARCH
+	cfg.Config.Entrypoint = []string{"/usr/bin/python3", "-u", "/" + target}
+	cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	return mutate.ConfigFile(img, cfg)
 }
 
 // evictImages removes the lab's images (but the pause image, which every
@@ -78,7 +152,7 @@ func (d dirs) evictImages(ctx context.Context) error {
 			return err
 		}
 		images := criv1.NewImageServiceClient(conn)
-		for name := range labImages {
+		for _, name := range slices.Concat(slices.Collect(maps.Keys(labImages)), slices.Collect(maps.Keys(pythonImages))) {
 			if name == "pause" {
 				continue
 			}

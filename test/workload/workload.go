@@ -34,7 +34,9 @@ type Options struct {
 	Work        string // consumer time per message
 	Ballast     string // extra resident memory of the consumer, e.g. 64Mi
 	// App is the application: "" the sample (ms2m-consumer and
-	// ms2m-producer), "inventory" the example in examples/inventory.
+	// ms2m-producer), "inventory" the example in examples/inventory,
+	// "python" the sample's consumer in Python (examples/python) with the
+	// sample's producer.
 	App string
 }
 
@@ -79,9 +81,12 @@ func Deploy(ctx context.Context, client kubernetes.Interface, o Options) (*Workl
 	if o.Ballast != "" {
 		consumerArgs = append(consumerArgs, "--ballast="+o.Ballast)
 	}
-	if o.App == "inventory" {
+	switch o.App {
+	case "inventory":
 		consumerImage, consumerArgs = "inventory", append([]string{"consume"}, common...)
 		producerImage, producerArgs = "inventory", append([]string{"produce", "--rate=" + o.Rate}, common...)
+	case "python":
+		consumerImage = "python-consumer"
 	}
 	consumer := w.pod(o, "consumer", consumerImage, consumerArgs, map[string]string{
 		"ms2m.io/broker-url": o.BrokerURL, "ms2m.io/exchange": w.Exchange, "ms2m.io/queue": w.Queue,
