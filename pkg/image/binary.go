@@ -39,11 +39,11 @@ func BinaryImage(binaryPath, arch string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ociImage(layer, func(cfg *v1.ConfigFile) {
+	return OCIImage(func(cfg *v1.ConfigFile) {
 		cfg.OS, cfg.Architecture = "linux", arch
 		cfg.Config.Entrypoint = []string{target}
 		cfg.Config.Env = []string{"PATH=/usr/local/bin", "SSL_CERT_FILE=" + hostCABundle}
-	})
+	}, layer)
 }
 
 type file struct {

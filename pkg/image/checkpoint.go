@@ -122,7 +122,7 @@ func (r *hashingReader) Close() error { return r.f.Close() }
 // CheckpointImageOf is the checkpoint image of container whose one layer is
 // the (uncompressed) checkpoint archive.
 func CheckpointImageOf(archive v1.Layer, container string) (v1.Image, error) {
-	img, err := ociImage(archive, func(cfg *v1.ConfigFile) { cfg.OS, cfg.Architecture = "linux", goruntime.GOARCH })
+	img, err := OCIImage(func(cfg *v1.ConfigFile) { cfg.OS, cfg.Architecture = "linux", goruntime.GOARCH }, archive)
 	if err != nil {
 		return nil, err
 	}
@@ -137,13 +137,13 @@ func ProbeImage() (v1.Image, error) {
 		return nil, err
 	}
 	layer := static.NewLayer(empty.Bytes(), types.OCILayer)
-	return ociImage(layer, func(cfg *v1.ConfigFile) { cfg.OS, cfg.Architecture = "linux", goruntime.GOARCH })
+	return OCIImage(func(cfg *v1.ConfigFile) { cfg.OS, cfg.Architecture = "linux", goruntime.GOARCH }, layer)
 }
 
-// ociImage is a one-layer image with OCI media types throughout (Docker media
-// types mixed with OCI ones make CRI-O refuse an image: "invalid mixed OCI
-// image"), its config adjusted by configure.
-func ociImage(layer v1.Layer, configure func(*v1.ConfigFile)) (v1.Image, error) {
+// OCIImage is an image of layers with OCI media types throughout (Docker
+// media types mixed with OCI ones make CRI-O refuse an image: "invalid mixed
+// OCI image"), its config adjusted by configure.
+func OCIImage(configure func(*v1.ConfigFile), layers ...v1.Layer) (v1.Image, error) {
 	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	cfg, err := base.ConfigFile()
 	if err != nil {
@@ -156,7 +156,7 @@ func ociImage(layer v1.Layer, configure func(*v1.ConfigFile)) (v1.Image, error) 
 	if base, err = mutate.ConfigFile(base, cfg); err != nil {
 		return nil, err
 	}
-	return mutate.AppendLayers(base, layer)
+	return mutate.AppendLayers(base, layers...)
 }
 
 // CheckpointAnnotations are the manifest annotations of a checkpoint image.

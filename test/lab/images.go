@@ -14,8 +14,6 @@ import (
 	"slices"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
@@ -118,19 +116,11 @@ func (d dirs) pythonImage(script string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), base, app)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", runtime.GOARCH
-	cfg.Config.Entrypoint = []string{"/usr/bin/python3", "-u", "/" + target}
-	cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
-	return mutate.ConfigFile(img, cfg)
+	return image.OCIImage(func(cfg *v1.ConfigFile) {
+		cfg.OS, cfg.Architecture = "linux", runtime.GOARCH
+		cfg.Config.Entrypoint = []string{"/usr/bin/python3", "-u", "/" + target}
+		cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	}, base, app)
 }
 
 // evictImages removes the lab's images (but the pause image, which every
