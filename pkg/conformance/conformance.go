@@ -33,6 +33,14 @@ type Env struct {
 	// does (e.g. a proxy between it and the broker); the clauses that need
 	// it are skipped without.
 	Cut func()
+	// Body is what every message the check publishes carries (default
+	// {"value":1}): one the application applies; ContentType goes with it.
+	Body        []byte
+	ContentType string
+	// Migrate, if set, migrates the instance by checkpoint and restore while
+	// the check publishes, and returns the restored instance; the last
+	// clause is skipped without.
+	Migrate func(ctx context.Context) (App, error)
 	// Timeout bounds each wait (default 20s).
 	Timeout time.Duration
 }
@@ -63,6 +71,7 @@ var clauses = []clause{
 	{"replays up to a bound, then switches", "START_REPLAY consumes the named queue; END_REPLAY switches to the primary queue once the bound is applied; what was replayed is skipped there", false, (*run).replays},
 	{"reconnects at once", "after its connection dies the application redials at once and keeps its state", true, (*run).reconnects},
 	{"holds after a restore while a migration runs, resumes after", "a copy that reconnects while marked by PREPARE holds while <queue>.ms2m-migration exists, and resumes on its own once it is gone", true, (*run).holdsWhileMigrating},
+	{"migrates live by checkpoint and restore", "restored on another node while messages flow, the same process goes on: nothing lost, nothing applied twice", false, (*run).migrates},
 }
 
 // Run checks every clause in order, telling each result to report as it
@@ -71,6 +80,9 @@ var clauses = []clause{
 func Run(ctx context.Context, env Env, report func(Result)) []Result {
 	if env.Timeout == 0 {
 		env.Timeout = 20 * time.Second
+	}
+	if env.Body == nil {
+		env.Body, env.ContentType = []byte(`{"value":1}`), "application/json"
 	}
 	r := &run{env: env, pub: ms2m.NewPublisher(ms2m.PublisherConfig{URL: env.URL, Exchange: env.Exchange, Queue: env.Queue})}
 	defer r.pub.Close()
@@ -83,7 +95,9 @@ func Run(ctx context.Context, env Env, report func(Result)) []Result {
 		case broken != "":
 			res.Skip = "not checked after " + broken + " failed"
 		case c.needsCut && env.Cut == nil:
-			res.Skip = "needs a way to cut the application's broker connection"
+			res.Skip = "needs a way to cut the application's broker connection (a migration below cuts it for real)"
+		case c.name == "migrates live by checkpoint and restore" && env.Migrate == nil:
+			res.Skip = "needs two nodes to migrate between (--from and --to)"
 		default:
 			res.Err = c.check(r, ctx)
 			if res.Err != nil {
@@ -117,7 +131,7 @@ type run struct {
 
 func (r *run) publish(ctx context.Context, n int) error {
 	for range n {
-		at, err := r.pub.Publish(ctx, amqp.Publishing{ContentType: "application/json", Body: []byte(`{"value":1}`)})
+		at, err := r.pub.Publish(ctx, amqp.Publishing{ContentType: r.env.ContentType, Body: r.env.Body})
 		if err != nil {
 			return err
 		}
@@ -209,7 +223,7 @@ func (r *run) skipsDuplicate(ctx context.Context) error {
 	again := ms2m.Position{Producer: r.last.Producer, Seq: r.last.Seq - 3}
 	if err := r.onChannel(func(ch *amqp.Channel) error {
 		return ch.PublishWithContext(ctx, r.env.Exchange, "", false, false, amqp.Publishing{
-			Headers: ms2m.Stamp(nil, again, time.Now()), ContentType: "application/json", Body: []byte(`{"value":1}`)})
+			Headers: ms2m.Stamp(nil, again, time.Now()), ContentType: r.env.ContentType, Body: r.env.Body})
 	}); err != nil {
 		return err
 	}
@@ -400,6 +414,50 @@ func (r *run) holdsWhileMigrating(ctx context.Context) error {
 	}
 	_, err = r.caughtUp(ctx)
 	return err
+}
+
+// migrates publishes at 20 messages a second while env.Migrate moves the
+// instance, then checks the restored one: the same process, every message.
+func (r *run) migrates(ctx context.Context) error {
+	before, err := r.env.App.State(ctx)
+	if err != nil {
+		return err
+	}
+	flowing, stop := context.WithCancel(ctx)
+	published := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-flowing.Done():
+				published <- nil
+				return
+			case <-tick.C:
+			}
+			if err := r.publish(ctx, 1); err != nil {
+				published <- err
+				return
+			}
+		}
+	}()
+	target, err := r.env.Migrate(ctx)
+	stop()
+	if perr := <-published; err == nil {
+		err = perr
+	}
+	if err != nil {
+		return err
+	}
+	r.env.App = target
+	after, err := r.caughtUp(ctx)
+	if err != nil {
+		return err
+	}
+	if after.Process != before.Process || after.Reconnects <= before.Reconnects {
+		return fmt.Errorf("the target is process %s (reconnects %d), not the restored %s (reconnects %d)", after.Process, after.Reconnects, before.Process, before.Reconnects)
+	}
+	return nil
 }
 
 // cleanup removes the scratch queues the check made.
