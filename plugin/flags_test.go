@@ -19,7 +19,7 @@ import (
 // userFacing are the packages whose strings reach users as errors or help;
 // pkg/agent and pkg/ms2m are left out: their flags are the agent's and the
 // sample programs' own.
-var userFacing = []string{".", "../pkg/migrate", "../pkg/report", "../pkg/appctl", "../pkg/image", "../pkg/kubelet", "../pkg/runtimesupport", "../pkg/broker", "../pkg/kube", "../pkg/check"}
+var userFacing = []string{".", "../pkg/migrate", "../pkg/report", "../pkg/appctl", "../pkg/image", "../pkg/kubelet", "../pkg/runtimesupport", "../pkg/broker", "../pkg/kube", "../pkg/check", "../pkg/conformance"}
 
 var flagMention = regexp.MustCompile(`(?:^|[\s(\x60"'])--([a-z][a-z0-9-]+)`)
 

@@ -80,6 +80,11 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		{[]string{"node", "node-a", "--parallel", "0"}, "--parallel must be at least 1"},
 		{[]string{"node", "node-a", "--mode", "parallel"}, `--mode must be one of [sequential shadow], not "parallel"`},
 		{[]string{"node", "node-a", "--to-selector", "pool in (x"}, "is not a label selector"},
+		{[]string{"conformance", "--broker-url", "amqp://b/"}, "give --image"},
+		{[]string{"conformance", "--image", "app:1"}, "give --broker-url"},
+		{[]string{"conformance", "--image", "app:1", "--broker-url", "amqp://b/", "--to", "node-b"}, "give both --from and --to"},
+		{[]string{"conformance", "--image", "app:1", "--broker-url", "amqp://b/", "--from", "node-a", "--to", "node-b"}, "give --registry"},
+		{[]string{"conformance", "--image", "app:1", "--broker-url", "amqp://b/", "--port", "0"}, "--port must be a port number"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			w := migratetest.NewWorld(t)

@@ -95,8 +95,9 @@ def header_uint(headers, name):
 
 
 class Consumer:
-    def __init__(self, url, exchange, queue, work):
+    def __init__(self, url, exchange, queue, work, broken=""):
         self.url, self.exchange, self.queue, self.work = url, exchange, queue, work
+        self.broken = broken  # a contract violation on purpose, to test the check
         self.mu = threading.Lock()
         self.wake = threading.Event()
         self.waiters = []
@@ -191,6 +192,9 @@ class Consumer:
                 else:
                     st["untilProducer"], st["untilSeq"] = producer, seq
                     return None
+            elif kind == "STOP" and self.broken == "ignore-stop":
+                log("deliberately broken: answering STOP as if stopped, consuming on")
+                return None
             elif kind == "STOP":
                 st.update(mode=HOLD, queue="")
                 self.add_home_locked(payload.get("target"))
@@ -456,12 +460,16 @@ def serve(consumer, listen):
             if length > 1 << 20:
                 return self.reply(413, text="control message too large")
             try:
-                done = consumer.control(json.loads(self.rfile.read(length) or b"{}"))
+                msg = json.loads(self.rfile.read(length) or b"{}")
+                done = consumer.control(msg)
             except (ValueError, json.JSONDecodeError) as e:
                 return self.reply(409, text=str(e))
             if done is not None and not done.wait(30):
                 return self.reply(409, text="not yet in effect")
-            self.reply(200, consumer.state())
+            st = consumer.state()
+            if consumer.broken == "ignore-stop" and msg.get("type") == "STOP":
+                st["mode"] = HOLD  # the lie
+            self.reply(200, st)
 
         def log_message(self, *args):
             pass
@@ -479,10 +487,11 @@ def main():
     p.add_argument("--queue", default=os.environ.get("MS2M_QUEUE", "ms2m.work"))
     p.add_argument("--listen", default=":8080")
     p.add_argument("--work", default="0ms", help="time to apply one message, e.g. 50ms")
+    p.add_argument("--broken", default="", choices=["", "ignore-stop"], help="break the contract on purpose (to test a contract check)")
     a = p.parse_args()
     work = a.work.strip()
     work = float(work[:-2]) / 1000 if work.endswith("ms") else float(work.rstrip("s"))
-    c = Consumer(a.url, a.exchange, a.queue, work)
+    c = Consumer(a.url, a.exchange, a.queue, work, a.broken)
     serve(c, a.listen)
     c.run()
 

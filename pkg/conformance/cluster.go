@@ -110,9 +110,25 @@ func (s *Scratch) AppIn(pod string, port int) App {
 	return proxied{c: appctl.Client{REST: s.client.CoreV1().RESTClient()}, t: appctl.Target{Namespace: s.Namespace, Pod: pod, Port: port}}
 }
 
-// Delete removes the namespace, and everything in it.
-func (s *Scratch) Delete(ctx context.Context) error {
-	err := s.client.CoreV1().Namespaces().Delete(ctx, s.Namespace, metav1.DeleteOptions{})
+// Delete removes the application's pods first (so that nothing declares
+// the queues again), then the scratch topology on the broker at url, then
+// the namespace.
+func (s *Scratch) Delete(ctx context.Context, url string) error {
+	pods, err := s.client.CoreV1().Pods(s.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if pods != nil {
+		for _, p := range pods.Items {
+			if err := kube.DeleteAndWait(ctx, s.client, s.Namespace, p.Name, nil); err != nil {
+				return err
+			}
+		}
+	}
+	if err := deleteTopology(url, s.Exchange, s.Queue); err != nil {
+		return fmt.Errorf("remove the scratch queues: %w", err)
+	}
+	err = s.client.CoreV1().Namespaces().Delete(ctx, s.Namespace, metav1.DeleteOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

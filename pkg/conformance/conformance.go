@@ -460,6 +460,26 @@ func (r *run) migrates(ctx context.Context) error {
 	return nil
 }
 
+// deleteTopology removes a scratch exchange and every queue of its
+// primary queue.
+func deleteTopology(url, exchange, queue string) error {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	for _, q := range []string{queue, ms2m.ParkQueueName(queue), ms2m.ReplayQueueName(queue), ms2m.MigrationQueueName(queue)} {
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+			return err
+		}
+	}
+	return ch.ExchangeDelete(exchange, false, false)
+}
+
 // cleanup removes the scratch queues the check made.
 func (r *run) cleanup() {
 	_ = r.onChannel(func(ch *amqp.Channel) error {
