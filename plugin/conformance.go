@@ -148,7 +148,7 @@ func (o *ConformanceOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start %s: %w", o.Image, err)
 	}
-	fmt.Fprintln(o.ErrOut, render.Dim.Render(fmt.Sprintf("started %s in namespace %s", o.Image, scratch.Namespace)))
+	fmt.Fprintln(o.colourWriter(o.ErrOut), render.Dim.Render(fmt.Sprintf("started %s in namespace %s", o.Image, scratch.Namespace)))
 	env := conformance.Env{
 		App: scratch.App(o.Port), URL: o.BrokerURL, Exchange: scratch.Exchange, Queue: scratch.Queue,
 		Body: []byte(o.Message), ContentType: o.ContentType,
