@@ -68,6 +68,7 @@ func TestSoak(t *testing.T) {
 
 	otherNode := map[string]string{"node-a": "node-b", "node-b": "node-a"}
 	var images []string
+	var holding []int64 // per pod run: what the restored process needed to reconnect and hold
 	run := 0
 	migrate := func(w *workload.Workload, kind, pod, node string, variant ...string) report.Record {
 		t.Helper()
@@ -89,6 +90,9 @@ func TestSoak(t *testing.T) {
 		out.Flush()
 		t.Logf("run %d %s %v %s → %s: total %d ms, downtime %d ms, %d applied exactly once; %s", run, pod, variant, node, to, rec.TotalMillis, downtime, st.Totals.Count, stepSummary(rec))
 		images = append(images, rec.Images...)
+		if kind == "pod" {
+			holding = append(holding, holdingMillis(rec))
+		}
 		run++
 		return rec
 	}
@@ -103,6 +107,19 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	t.Logf("soak figures in %s", path)
+	// A restored process carries its past (backoffs, timers): the last runs
+	// may not need longer to reconnect than the first ones.
+	ms := func(v []int64) float64 {
+		f := make([]float64, len(v))
+		for i, x := range v {
+			f[i] = float64(x)
+		}
+		return median(f)
+	}
+	first, last := ms(holding[:5]), ms(holding[len(holding)-5:])
+	if last > 1.2*first+200 {
+		t.Errorf("the restored application needed %.0f ms to reconnect and hold in the last five runs (median), %.0f ms in the first five: it slows down run after run (%v)", last, first, holding)
+	}
 
 	checkConservation(t, w, pod)
 	checkOrdinalsConserve(t, set.w)
