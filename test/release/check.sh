@@ -48,9 +48,9 @@ commit=$(git rev-parse --short HEAD)
 
 "$tools/goreleaser" check
 
-# Point the agent image at the loopback registry and disable the GitHub release.
+# Point the images at the loopback registry and disable the GitHub release.
 sed -i -e "s|^\(    base_image:\).*|\1 $registry/release-check/base:latest|" \
-       -e "s|^\(    repositories:\).*|\1 [$registry/release-check/kubectl-migrate-agent]|" \
+       -e "/^    repositories:/s|ghcr.io/kubectl-migrate/|$registry/release-check/|" \
        -e 's|^release:$|release:\n  disable: true|' .goreleaser.yaml
 go run ./test/release base "$registry/release-check/base:latest"
 GITHUB_TOKEN=offline-release-check "$tools/goreleaser" release --clean --skip=validate,announce --parallelism 2
@@ -64,7 +64,9 @@ for os in linux darwin windows; do
   done
 done
 echo "release-check: six archives with LICENSE, README and completion script; checksums listed"
-go run ./test/release agent "$registry/release-check/kubectl-migrate-agent:$version"
+for image in kubectl-migrate-agent ms2m-consumer ms2m-producer inventory; do
+  go run ./test/release image "$registry/release-check/$image:$version" "$image"
+done
 
 manifest=dist/krew/migrate.yaml
 "$tools/validate-krew-manifest" -manifest "$manifest" -skip-install

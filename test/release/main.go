@@ -1,7 +1,8 @@
 // Command release supports test/release/check.sh, which checks the release
 // offline: "base REF" pushes an empty multi-arch base image for ko to build
-// the agent image on (the real release uses a public static base the check
-// cannot reach), and "agent REF" checks the agent image the release pushed.
+// the images on (the real release uses a public static base the check
+// cannot reach), and "image REF BINARY" checks an image the release pushed
+// (the agent's, the sample applications').
 package main
 
 import (
@@ -18,22 +19,19 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// platforms are the agent image's.
+// platforms are the release images'.
 var platforms = []string{"linux/amd64", "linux/arm64"}
 
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: release base|agent IMAGE-REF")
-		os.Exit(2)
-	}
 	var err error
-	switch os.Args[1] {
-	case "base":
+	switch {
+	case len(os.Args) == 3 && os.Args[1] == "base":
 		err = pushBase(os.Args[2])
-	case "agent":
-		err = checkAgent(os.Args[2])
+	case len(os.Args) == 4 && os.Args[1] == "image":
+		err = checkImage(os.Args[2], os.Args[3])
 	default:
-		err = fmt.Errorf("unknown command %q; use base or agent", os.Args[1])
+		fmt.Fprintln(os.Stderr, "usage: release base IMAGE-REF | release image IMAGE-REF BINARY")
+		os.Exit(2)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)
@@ -58,9 +56,9 @@ func pushBase(ref string) error {
 	return remote.WriteIndex(tag, index)
 }
 
-// checkAgent checks that ref is an index of the agent for every platform,
-// each running the agent binary.
-func checkAgent(ref string) error {
+// checkImage checks that ref is an index for every platform, each running
+// binary.
+func checkImage(ref, binary string) error {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return err
@@ -87,8 +85,8 @@ func checkAgent(ref string) error {
 			return err
 		}
 		p := m.Platform.OS + "/" + m.Platform.Architecture
-		if len(cfg.Config.Entrypoint) == 0 || !strings.HasSuffix(cfg.Config.Entrypoint[0], "kubectl-migrate-agent") {
-			return fmt.Errorf("%s image of %s does not run the agent: entrypoint %v", p, ref, cfg.Config.Entrypoint)
+		if len(cfg.Config.Entrypoint) == 0 || !strings.HasSuffix(cfg.Config.Entrypoint[0], "/"+binary) {
+			return fmt.Errorf("%s image of %s does not run %s: entrypoint %v", p, ref, binary, cfg.Config.Entrypoint)
 		}
 		found = append(found, p)
 	}
@@ -96,6 +94,6 @@ func checkAgent(ref string) error {
 	if !slices.Equal(found, platforms) {
 		return fmt.Errorf("%s has platforms %v, want %v", ref, found, platforms)
 	}
-	fmt.Printf("agent image %s: %s\n", ref, strings.Join(found, ", "))
+	fmt.Printf("image %s runs %s: %s\n", ref, binary, strings.Join(found, ", "))
 	return nil
 }
