@@ -95,7 +95,7 @@ func run(ctx context.Context, args []string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return "served", agent.Serve(ctx, ln, *idle, d)
+		return "served", agent.Serve(ctx, ln, *idle, d, os.Getenv(agent.ControlTokenEnv))
 	case "noop":
 		return "ok", nil
 	case "remove":

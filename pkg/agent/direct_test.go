@@ -81,7 +81,7 @@ func TestDirectTransfer(t *testing.T) {
 	if _, err := (image.Registry{Insecure: true}).Push(ctx, direct.local("ns/evil:x"), img); err == nil {
 		t.Fatal("a push without the token was accepted")
 	}
-	h, err := Handler(nil, func() {}, direct, nil)
+	h, err := Handler(nil, func() {}, direct, nil, "control")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func startDirect(ctx context.Context, tb testing.TB) (*Direct, string) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		_ = Serve(ctx, ln, time.Hour, direct)
+		_ = Serve(ctx, ln, time.Hour, direct, "control")
 	}()
 	tb.Cleanup(func() { <-served }) // the caller's cancel comes first
 	reader := image.Registry{Insecure: true}

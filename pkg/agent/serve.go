@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +28,16 @@ const (
 	runtimePath = "/runtime"
 )
 
+// ControlTokenEnv carries a serving agent's control token: every call but
+// the health check must present it (ControlTokenHeader), so that no pod that
+// reaches the agent's port — any pod of the cluster network — can drive it.
+const ControlTokenEnv = "KUBECTL_MIGRATE_CONTROL_TOKEN"
+
+// ControlTokenHeader carries the control token in a call. Not
+// Authorization: the API server's pod proxy is not meant to pass
+// credentials to pods.
+const ControlTokenHeader = "X-Kubectl-Migrate-Token"
+
 // removeRequest names the archives (or archive patterns) to remove.
 type removeRequest struct {
 	Archives []string `json:"archives"`
@@ -39,9 +50,24 @@ type removeRequest struct {
 //
 // With direct, the agent is also a direct transfer's target: it receives
 // checkpoints and serves them to its node's runtime. It is healthy once
-// ready is true.
-func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direct, ready *atomic.Bool) (http.Handler, error) {
+// ready is true. Every call but the health check and the direct transfer's
+// (which has its own push token) must carry token, and one that does not
+// is refused before it counts as activity.
+func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direct, ready *atomic.Bool, token string) (http.Handler, error) {
 	mux := http.NewServeMux()
+	authorized := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if token == "" {
+				http.Error(w, "this agent was started without a control token ($"+ControlTokenEnv+") and takes no calls", http.StatusForbidden)
+				return
+			}
+			if subtle.ConstantTimeCompare([]byte(r.Header.Get(ControlTokenHeader)), []byte(token)) != 1 {
+				http.Error(w, "this agent takes calls only from its migration", http.StatusUnauthorized)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
 	mux.HandleFunc("GET "+healthPath, func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
 			http.Error(w, "starting", http.StatusServiceUnavailable)
@@ -57,22 +83,22 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		mux.Handle("/v2/", h)
 		mux.Handle(receivePath, touched(h, touch))
 	}
-	mux.Handle("POST "+packPath, jsonCall(touch, "pack", func(ctx context.Context, req PackRequest) (PackResult, error) {
+	mux.Handle("POST "+packPath, authorized(jsonCall(touch, "pack", func(ctx context.Context, req PackRequest) (PackResult, error) {
 		return Pack(ctx, req, reg(req.Insecure))
-	}))
-	mux.Handle("POST "+pullPath, jsonCall(touch, "pull", func(ctx context.Context, req pullRequest) (PullResult, error) {
+	})))
+	mux.Handle("POST "+pullPath, authorized(jsonCall(touch, "pull", func(ctx context.Context, req pullRequest) (PullResult, error) {
 		if err := haveRuntimeSocket(); err != nil {
 			return PullResult{}, err
 		}
 		return pullImages(ctx, runtimeSocketPath, req.Images)
-	}))
-	mux.Handle("POST "+runtimePath, jsonCall(touch, "runtime", func(ctx context.Context, _ struct{}) (RuntimeInfo, error) {
+	})))
+	mux.Handle("POST "+runtimePath, authorized(jsonCall(touch, "runtime", func(ctx context.Context, _ struct{}) (RuntimeInfo, error) {
 		if err := haveRuntimeSocket(); err != nil {
 			return RuntimeInfo{}, err
 		}
 		return runtimeInfo(ctx, runtimeSocketPath)
-	}))
-	mux.Handle("POST "+stopPodPath, jsonCall(touch, "stop pod", func(ctx context.Context, req stopPodRequest) (StopPodResult, error) {
+	})))
+	mux.Handle("POST "+stopPodPath, authorized(jsonCall(touch, "stop pod", func(ctx context.Context, req stopPodRequest) (StopPodResult, error) {
 		if err := haveRuntimeSocket(); err != nil {
 			return StopPodResult{}, err
 		}
@@ -80,14 +106,14 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 			return StopPodResult{}, statusError{http.StatusBadRequest, "stop pod: no pod UID given"}
 		}
 		return stopPod(ctx, runtimeSocketPath, req.UID)
-	}))
-	mux.Handle("POST "+removePath, jsonCall(touch, "remove", func(_ context.Context, req removeRequest) (struct{}, error) {
+	})))
+	mux.Handle("POST "+removePath, authorized(jsonCall(touch, "remove", func(_ context.Context, req removeRequest) (struct{}, error) {
 		var errs []error
 		for _, a := range req.Archives {
 			errs = append(errs, Remove(a))
 		}
 		return struct{}{}, errors.Join(errs...)
-	}))
+	})))
 	return mux, nil
 }
 
@@ -148,8 +174,8 @@ func touched(h http.Handler, touch func()) http.Handler {
 // Serve runs the agent's HTTP server on ln until ctx ends or no request
 // came for idle: a warm agent whose migration died ends on its own. With
 // direct it also serves checkpoints to its node (ln must then be on the
-// node's network, port DirectPort).
-func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Direct) error {
+// node's network, port DirectPort). Calls must carry token.
+func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Direct, token string) error {
 	activity := make(chan struct{}, 1)
 	touch := func() {
 		select {
@@ -158,7 +184,7 @@ func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Dir
 		}
 	}
 	var ready atomic.Bool
-	h, err := Handler(func(insecure bool) image.Registry { return image.Registry{Insecure: insecure} }, touch, direct, &ready)
+	h, err := Handler(func(insecure bool) image.Registry { return image.Registry{Insecure: insecure} }, touch, direct, &ready, token)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,19 @@ import (
 type Serving struct {
 	mu   sync.Mutex
 	pods map[string]served // by node
+	// token is the agents' control token, one per migration, chosen at the
+	// first Warm and kept only in this process's memory.
+	token string
+}
+
+// controlToken returns the migration's control token, choosing it first.
+func (w *Serving) controlToken() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.token == "" {
+		w.token = rand.Text()
+	}
+	return w.token
 }
 
 type served struct {
@@ -68,6 +82,7 @@ func (l Launcher) Warm(ctx context.Context, podName, node string, opts WarmOptio
 		return errors.New("this launcher keeps no warm agents")
 	}
 	pod := l.PodSpec(podName, node, []string{"serve"})
+	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: ControlTokenEnv, Value: l.Serving.controlToken()})
 	port := ServePort
 	if opts.DirectToken != "" {
 		port = DirectPort
@@ -140,6 +155,9 @@ func (l Launcher) call(ctx context.Context, agent served, verb, path string, bod
 	podName := agent.pod
 	req := l.Client.CoreV1().RESTClient().Verb(verb).Namespace(l.Namespace).Resource("pods").
 		Name(podName + ":" + strconv.Itoa(agent.port)).SubResource("proxy").Suffix(strings.TrimPrefix(path, "/"))
+	if l.Serving != nil {
+		req = req.SetHeader(ControlTokenHeader, l.Serving.controlToken())
+	}
 	if body != nil {
 		payload, err := json.Marshal(body)
 		if err != nil {
