@@ -2,7 +2,6 @@ package ms2m
 
 import (
 	"context"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -18,16 +17,10 @@ import (
 // backoff of its past into its next migration's critical path).
 func TestReconnectsAtOnceEveryTime(t *testing.T) {
 	f := newFixture(t)
-	broker, err := url.Parse(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewCutProxy(t, broker.Host)
-	through := *broker
-	through.Host = proxy.Addr()
+	proxy, through := testenv.CutProxyFor(t, f.url)
 	var mu sync.Mutex
 	var ends []string
-	c := NewConsumer(ConsumerConfig{URL: through.String(), Exchange: f.exchange, Queue: f.queue, Handle: sleep(0), Logf: func(format string, args ...any) {
+	c := NewConsumer(ConsumerConfig{URL: through, Exchange: f.exchange, Queue: f.queue, Handle: sleep(0), Logf: func(format string, args ...any) {
 		f.t.Logf(format, args...)
 		if strings.HasPrefix(format, "broker session ended") {
 			mu.Lock()
@@ -63,16 +56,10 @@ func TestReconnectsAtOnceEveryTime(t *testing.T) {
 // copy that had arrived.
 func TestPublisherRetriesWithTheSameIdentity(t *testing.T) {
 	f := newFixture(t)
-	broker, err := url.Parse(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewCutProxy(t, broker.Host)
-	through := *broker
-	through.Host = proxy.Addr()
+	proxy, through := testenv.CutProxyFor(t, f.url)
 	c := f.consumer(0)
 	start(t, c.Run)
-	pub := NewPublisher(PublisherConfig{URL: through.String(), Exchange: f.exchange, Queue: f.queue, Logf: t.Logf})
+	pub := NewPublisher(PublisherConfig{URL: through, Exchange: f.exchange, Queue: f.queue, Logf: t.Logf})
 	defer pub.Close()
 	var sent Totals
 	var last Position

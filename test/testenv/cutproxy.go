@@ -3,6 +3,7 @@ package testenv
 import (
 	"io"
 	"net"
+	"net/url"
 	"sync"
 	"testing"
 )
@@ -57,4 +58,17 @@ func (p *CutProxy) Cut() {
 		_ = c.Close()
 	}
 	p.conns = nil
+}
+
+// CutProxyFor returns a CutProxy to the host of rawURL and rawURL with the
+// proxy's address in its place.
+func CutProxyFor(t testing.TB, rawURL string) (*CutProxy, string) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewCutProxy(t, u.Host)
+	through := *u
+	through.Host = p.Addr()
+	return p, through.String()
 }
