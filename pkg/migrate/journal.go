@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
@@ -35,7 +37,7 @@ type journal struct {
 var saveBackoff = wait.Backoff{Steps: 6, Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1}
 
 func (j *journal) save(ctx context.Context) error {
-	data, err := json.Marshal(Journal{Config: redactConfig(j.config), State: j.state})
+	data, err := json.Marshal(Journal{Config: redactConfig(j.config), State: j.state.forJournal()})
 	if err != nil {
 		return err
 	}
@@ -51,6 +53,42 @@ func (j *journal) save(ctx context.Context) error {
 		return fmt.Errorf("write the migration's journal: %w", err)
 	}
 	return nil
+}
+
+// lastApplied is the annotation kubectl apply keeps a copy of the object in.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// forJournal is s with its saved objects stripped of what recovery never
+// needs and a journal reader should not see: managed fields and kubectl's
+// last-applied copy (which may carry what the live object no longer does).
+func (s *State) forJournal() *State {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	strip := func(o metav1.Object) {
+		o.SetManagedFields(nil)
+		if a := o.GetAnnotations(); a[lastApplied] != "" {
+			a = maps.Clone(a)
+			delete(a, lastApplied)
+			o.SetAnnotations(a)
+		}
+	}
+	if c.Source != nil {
+		c.Source = c.Source.DeepCopy()
+		strip(c.Source)
+	}
+	if c.Target != nil {
+		c.Target = c.Target.DeepCopy()
+		strip(c.Target)
+	}
+	if c.SavedSTS != nil {
+		c.SavedSTS = c.SavedSTS.DeepCopy()
+		strip(c.SavedSTS)
+		strip(&c.SavedSTS.Spec.Template)
+	}
+	c.Final = s.Final.forJournal()
+	return &c
 }
 
 // redactConfig keeps the broker's password out of the journal; recovery

@@ -27,9 +27,11 @@ type State struct {
 	Migrated    []string    `json:"migrated,omitempty"` // the containers migrated
 	SourceState ms2m.State  `json:"sourceState"`
 	// DirectTo is the target node's agent (host:port) and DirectToken its
-	// push credential, in a transfer without a registry.
+	// push credential, in a transfer without a registry. The token stays in
+	// this process's memory: pushes precede the commit point, and a
+	// recovered migration that had not committed rolls back.
 	DirectTo    string `json:"directTo,omitempty"`
-	DirectToken string `json:"directToken,omitempty"`
+	DirectToken string `json:"-"`
 
 	// MigrationQueue exists while the migration runs (ms2m.MigrationQueueName):
 	// a copy restored from a checkpoint holds only as long as it does.

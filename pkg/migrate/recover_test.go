@@ -277,3 +277,40 @@ func TestRecoveryMovesBackACopyThatConsumed(t *testing.T) {
 	}
 	checkStatefulSet(t, w, "node-a", other) // conservation included
 }
+
+// TestJournalKeepsNoSecrets: a journal (readable by whoever reads ConfigMaps
+// in the namespace) holds neither the direct transfer's push token nor the
+// broker's password, nor the saved pod's managed fields and kubectl's
+// last-applied copy — and recovery from it still ends the migration.
+func TestJournalKeepsNoSecrets(t *testing.T) {
+	source := migratetest.SourcePod()
+	source.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
+	if source.Annotations == nil {
+		source.Annotations = map[string]string{}
+	}
+	source.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = `{"kind":"Pod","env":"SECRET=hunter2"}`
+	world := func(t *testing.T) *migratetest.World {
+		return migratetest.NewWorld(t, migratetest.Node("node-a", "cri-o://1.34.0"), migratetest.Node("node-b", "cri-o://1.34.0"), source.DeepCopy())
+	}
+	cfg := testConfig(migrate.MS2M)
+	cfg.Transfer, cfg.ImageRepository = migrate.Direct, ""
+	cfg.Broker.URL = "amqp://app:s3cret-pass@broker:5672/"
+	steps := crashSteps(t, world, cfg)
+	for n := 1; n < steps; n++ {
+		w := world(t)
+		rec := crashAt(t, w, cfg, n)
+		journal := string(rec.Journal)
+		for _, secret := range []string{"s3cret-pass", "directToken", "managedFields", "last-applied-configuration", "hunter2"} {
+			if strings.Contains(journal, secret) {
+				t.Fatalf("crashed at step %d: the journal holds %q", n, secret)
+			}
+		}
+		got := recoverTwice(t, w, rec)
+		if !got.Outcome.Final() {
+			t.Fatalf("crashed at step %d: recovered to %s", n, got.Outcome)
+		}
+		if err := w.Conservation(); err != nil {
+			t.Fatalf("crashed at step %d: %v", n, err)
+		}
+	}
+}
