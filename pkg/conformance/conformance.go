@@ -69,6 +69,7 @@ var clauses = []clause{
 	{"STOP leaves nothing consumed", "after STOP's reply nothing is consumed and nothing is held unacknowledged", false, (*run).stopHolds},
 	{"RESUME continues where it stopped", "RESUME consumes the primary queue again, from the first message not applied", false, (*run).resumes},
 	{"replays up to a bound, then switches", "START_REPLAY consumes the named queue; END_REPLAY switches to the primary queue once the bound is applied; what was replayed is skipped there", false, (*run).replays},
+	{"takes a restarted producer's messages", "a producer run it has not seen (ms2m-producer) starts at ms2m-seq 1 again and is applied, not skipped as already applied", false, (*run).producerRestarts},
 	{"reconnects at once", "after its connection dies the application redials at once and keeps its state", true, (*run).reconnects},
 	{"holds after a restore while a migration runs, resumes after", "a copy that reconnects while marked by PREPARE holds while <queue>.ms2m-migration exists, and resumes on its own once it is gone", true, (*run).holdsWhileMigrating},
 	{"migrates live by checkpoint and restore", "restored on another node while messages flow, the same process goes on: nothing lost, nothing applied twice", false, (*run).migrates},
@@ -85,7 +86,7 @@ func Run(ctx context.Context, env Env, report func(Result)) []Result {
 		env.Body, env.ContentType = []byte(`{"value":1}`), "application/json"
 	}
 	r := &run{env: env, pub: ms2m.NewPublisher(ms2m.PublisherConfig{URL: env.URL, Exchange: env.Exchange, Queue: env.Queue})}
-	defer r.pub.Close()
+	defer func() { _ = r.pub.Close() }() // the publisher of the last producer run
 	defer r.cleanup()
 	var results []Result
 	broken := ""
@@ -351,6 +352,16 @@ func (r *run) replays(ctx context.Context) error {
 		return err
 	}
 	return r.onChannel(func(ch *amqp.Channel) error { _, err := ch.QueueDelete(replay, false, false, false); return err })
+}
+
+func (r *run) producerRestarts(ctx context.Context) error {
+	_ = r.pub.Close()
+	r.pub = ms2m.NewPublisher(ms2m.PublisherConfig{URL: r.env.URL, Exchange: r.env.Exchange, Queue: r.env.Queue})
+	if err := r.publish(ctx, 5); err != nil {
+		return err
+	}
+	_, err := r.caughtUp(ctx)
+	return err
 }
 
 func (r *run) reconnects(ctx context.Context) error {
