@@ -4,7 +4,7 @@
 LAB_CACHE ?= /var/cache/kubectl-migrate-lab
 KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
-.PHONY: help build lint unit integration e2e e2e-containerd eval-quick bench eval slow-faults soak crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest
+.PHONY: help build lint unit integration e2e e2e-containerd eval-quick bench eval slow-faults soak crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest python-image
 
 # The linter, pinned, installed into the checkout's bin/ from the module proxy.
 STATICCHECK_VERSION := v0.8.2
@@ -123,6 +123,12 @@ krew-manifest: $(KUBECTL)
 
 # Everything; needs root (the lab). Stop the lab afterwards with make lab-down.
 test: integration release-check e2e eval-quick e2e-containerd ## everything .ci/run runs (root)
+
+# The Python consumer's image is Debian's python3 and pika, not a Go binary:
+# ko cannot build it, so a release pushes it with this (root, debootstrap).
+python-image: ## build examples/python's image as the lab runs it and push it to IMAGE=ref
+	@test -n "$(IMAGE)" || { echo "give IMAGE=registry/repository:tag" >&2; exit 2; }
+	go run ./test/lab python-image $(IMAGE)
 
 demo: ## bring the lab up and migrate the sample workload
 	go run ./test/lab demo

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -81,6 +82,27 @@ func (d dirs) pushImages(ctx context.Context, repo string) error {
 		}
 	}
 	return nil
+}
+
+// publishPython builds the Python consumer's image as the lab runs it
+// (building the base layer if the cache has none) and pushes it to ref with
+// the keychain of docker's config: how a release publishes it.
+func (d dirs) publishPython(ctx context.Context, ref string) error {
+	if _, err := os.Stat(d.pythonBase()); err != nil {
+		logf("building the Python base layer (Debian's python3 and pika)")
+		if err := script(".", "python-rootfs.sh", d.pythonBase()); err != nil {
+			return err
+		}
+	}
+	img, err := d.pythonImage(pythonImages["python-consumer"])
+	if err != nil {
+		return err
+	}
+	digest, err := image.Registry{Keychain: authn.DefaultKeychain}.Push(ctx, ref, img)
+	if err == nil {
+		logf("pushed %s", digest)
+	}
+	return err
 }
 
 // pythonImage is the Python base layer with script as /app/<name>, its

@@ -28,8 +28,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 2 || len(os.Args) > 4 || (len(os.Args) > 2) != (os.Args[1] == "stop" || os.Args[1] == "start" || os.Args[1] == "restore") {
-		fmt.Fprintln(os.Stderr, "usage: go run ./test/lab up|down|status|env|images|demo|build, stop|start DAEMON ("+strings.Join(restartable, ", ")+"), or restore NODE on|off")
+	if len(os.Args) < 2 || len(os.Args) > 4 || (len(os.Args) > 2) != (os.Args[1] == "stop" || os.Args[1] == "start" || os.Args[1] == "restore" || os.Args[1] == "python-image") {
+		fmt.Fprintln(os.Stderr, "usage: go run ./test/lab up|down|status|env|images|demo|build, stop|start DAEMON ("+strings.Join(restartable, ", ")+"), restore NODE on|off, or python-image IMAGE-REF")
 		os.Exit(2)
 	}
 	d := labDirs()
@@ -68,8 +68,14 @@ func main() {
 		if err = d.pushImages(context.Background(), "."); err == nil {
 			err = d.evictImages(context.Background())
 		}
+	case "python-image":
+		if len(os.Args) != 3 {
+			err = errors.New("usage: go run ./test/lab python-image IMAGE-REF (pushed with your docker credentials)")
+		} else {
+			err = d.publishPython(context.Background(), os.Args[2])
+		}
 	default:
-		err = fmt.Errorf("unknown command %q; use up, down, status, env, images, demo or build", os.Args[1])
+		err = fmt.Errorf("unknown command %q; use up, down, status, env, images, python-image, demo or build", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lab:", err)
