@@ -208,13 +208,16 @@ func (r *run) version(ctx context.Context) error {
 	return nil
 }
 
-func (r *run) appliesOnce(ctx context.Context) error {
-	if err := r.publish(ctx, 20); err != nil {
+// sendAndCatchUp publishes n messages and waits until all are applied.
+func (r *run) sendAndCatchUp(ctx context.Context, n int) error {
+	if err := r.publish(ctx, n); err != nil {
 		return err
 	}
 	_, err := r.caughtUp(ctx)
 	return err
 }
+
+func (r *run) appliesOnce(ctx context.Context) error { return r.sendAndCatchUp(ctx, 20) }
 
 func (r *run) skipsDuplicate(ctx context.Context) error {
 	before, err := r.env.App.State(ctx)
@@ -357,11 +360,7 @@ func (r *run) replays(ctx context.Context) error {
 func (r *run) producerRestarts(ctx context.Context) error {
 	_ = r.pub.Close()
 	r.pub = ms2m.NewPublisher(ms2m.PublisherConfig{URL: r.env.URL, Exchange: r.env.Exchange, Queue: r.env.Queue})
-	if err := r.publish(ctx, 5); err != nil {
-		return err
-	}
-	_, err := r.caughtUp(ctx)
-	return err
+	return r.sendAndCatchUp(ctx, 5)
 }
 
 func (r *run) reconnects(ctx context.Context) error {
