@@ -136,14 +136,21 @@ func (c *Consumer) State() State {
 	c.mu.Lock()
 	st := c.st
 	c.mu.Unlock()
-	if c.cfg.AppState != nil {
-		b, err := json.Marshal(c.cfg.AppState())
-		if err != nil {
-			b, _ = json.Marshal(map[string]string{"error": err.Error()})
-		}
-		st.App = b
-	}
+	st.App = appJSON(c.cfg.AppState)
 	return st
+}
+
+// appJSON is an application's own account of its state as JSON (nil
+// without one); an account that cannot be encoded says why.
+func appJSON(state func() any) json.RawMessage {
+	if state == nil {
+		return nil
+	}
+	b, err := json.Marshal(state())
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"error": err.Error()})
+	}
+	return b
 }
 
 // AppliedAfter returns the first remembered message applied after the one

@@ -81,10 +81,16 @@ func (p *Producer) State() ProducerState {
 	p.mu.Lock()
 	st := p.st
 	p.mu.Unlock()
-	if p.cfg.AppState != nil {
-		st.App, _ = json.Marshal(p.cfg.AppState())
-	}
+	st.App = appJSON(p.cfg.AppState)
 	return st
+}
+
+// lastSeq is the last sequence confirmed, without State's encoding of the
+// application's account: the publish loop asks for it per message.
+func (p *Producer) lastSeq() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.st.LastSeq
 }
 
 // Stop ends publishing; Run returns after the message in flight is confirmed.
@@ -102,7 +108,7 @@ func (p *Producer) Run(ctx context.Context) error {
 	tick := time.NewTicker(time.Duration(float64(time.Second) / p.cfg.Rate))
 	defer tick.Stop()
 	for {
-		if p.cfg.Count > 0 && p.State().LastSeq >= p.cfg.Count {
+		if p.cfg.Count > 0 && p.lastSeq() >= p.cfg.Count {
 			return nil
 		}
 		select {
@@ -113,7 +119,7 @@ func (p *Producer) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 		// Stop waits for the message in flight: Publish runs to its confirm.
-		seq := p.State().LastSeq + 1
+		seq := p.lastSeq() + 1
 		body := p.cfg.Body(seq)
 		at, err := p.pub.Publish(ctx, amqp.Publishing{ContentType: p.cfg.ContentType, MessageId: fmt.Sprint(seq), Timestamp: time.Now(), Body: body})
 		if err != nil {
