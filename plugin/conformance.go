@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/conformance"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
@@ -154,7 +154,7 @@ func (o *ConformanceOptions) Run(ctx context.Context) error {
 		Body: []byte(o.Message), ContentType: o.ContentType,
 	}
 	if o.To != "" {
-		env.Migrate = func(ctx context.Context) (conformance.App, error) { return o.migrate(ctx, scratch) }
+		env.Migrate = func(ctx context.Context) (conformance.App, error) { return o.migrate(ctx, client, scratch) }
 	}
 	results := conformance.Run(runCtx, env, func(r conformance.Result) { fmt.Fprintln(w, render.ConformanceClause(r)) })
 	fmt.Fprintln(w, render.ConformanceVerdict(o.Image, results))
@@ -164,13 +164,9 @@ func (o *ConformanceOptions) Run(ctx context.Context) error {
 	return nil
 }
 
-// migrate moves the scratch instance to --to with the engine, as kubectl
-// migrate pod does, and returns the restored instance.
-func (o *ConformanceOptions) migrate(ctx context.Context, s *conformance.Scratch) (conformance.App, error) {
-	client, err := o.NewClient()
-	if err != nil {
-		return nil, err
-	}
+// migrate moves the scratch instance to --to as kubectl migrate pod does,
+// and returns the restored instance.
+func (o *ConformanceOptions) migrate(ctx context.Context, client kubernetes.Interface, s *conformance.Scratch) (conformance.App, error) {
 	pod := &PodOptions{migrationFlags: migrationFlags{
 		RootOptions: o.RootOptions, To: o.To, Strategy: string(migrate.MS2M),
 		InsecureRegistry: o.InsecureRegistry, AgentImage: o.AgentImage, BrokerURL: o.BrokerURL,
@@ -178,19 +174,7 @@ func (o *ConformanceOptions) migrate(ctx context.Context, s *conformance.Scratch
 		CheckpointTimeout: time.Minute, Timeout: o.Timeout, DeleteImage: true,
 		namespace: s.Namespace, pod: s.Pod,
 	}, Transfer: string(migrate.ViaRegistry)}
-	source, err := migrate.GetSourcePod(ctx, client, s.Namespace, s.Pod, "")
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := pod.toConfig(source, rand.String(5))
-	if err != nil {
-		return nil, err
-	}
-	deps, err := o.NewDeps(ctx, client, cfg, nil)
-	if err != nil {
-		return nil, err
-	}
-	record, err := migrate.Run(ctx, cfg, deps, newStatus(o.RootOptions).hooks(""))
+	_, _, record, err := pod.migrate(ctx, client, pod)
 	if err != nil {
 		outcome := "failed"
 		if record != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -188,22 +189,7 @@ func (f *migrationFlags) run(ctx context.Context, mc migrationCommand) error {
 	if err != nil {
 		return err
 	}
-	source, err := migrate.GetSourcePod(ctx, client, f.namespace, f.pod, "")
-	if err != nil {
-		return err
-	}
-	cfg, err := mc.toConfig(source, rand.String(5))
-	if err != nil {
-		return err
-	}
-	deps, err := f.NewDeps(ctx, client, cfg, source.Spec.ImagePullSecrets)
-	if err != nil {
-		return err
-	}
-	st := newStatus(f.RootOptions)
-	hint := "the journal is kept; finish or undo the migration with " + migrate.RecoverCommand(cfg.Namespace, cfg.ID)
-	f.recoverHint.Store(&hint)
-	record, err := migrate.Run(ctx, cfg, deps, st.hooks(f.InjectCrash)) // validates cfg
+	cfg, source, record, err := f.migrate(ctx, client, mc)
 	if err != nil {
 		err = withCode(outcomeCode(record), err)
 	}
@@ -217,6 +203,27 @@ func (f *migrationFlags) run(ctx context.Context, mc migrationCommand) error {
 		err = printErr
 	}
 	return err
+}
+
+// migrate reads the pod, makes the config and runs the migration with the
+// live status; record is nil when the migration never started.
+func (f *migrationFlags) migrate(ctx context.Context, client kubernetes.Interface, mc migrationCommand) (migrate.Config, *corev1.Pod, *report.Record, error) {
+	source, err := migrate.GetSourcePod(ctx, client, f.namespace, f.pod, "")
+	if err != nil {
+		return migrate.Config{}, nil, nil, err
+	}
+	cfg, err := mc.toConfig(source, rand.String(5))
+	if err != nil {
+		return cfg, source, nil, err
+	}
+	deps, err := f.NewDeps(ctx, client, cfg, source.Spec.ImagePullSecrets)
+	if err != nil {
+		return cfg, source, nil, err
+	}
+	hint := "the journal is kept; finish or undo the migration with " + migrate.RecoverCommand(cfg.Namespace, cfg.ID)
+	f.recoverHint.Store(&hint)
+	record, err := migrate.Run(ctx, cfg, deps, newStatus(f.RootOptions).hooks(f.InjectCrash)) // validates cfg
+	return cfg, source, record, err
 }
 
 func (f *migrationFlags) printRecord(r *report.Record) error {
