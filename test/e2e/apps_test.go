@@ -27,14 +27,7 @@ import (
 // ledger on the target after replay is exactly the one the producer booked
 // over the orders the broker confirmed — not only the same message totals.
 func TestInventoryExampleMigratesWithItsState(t *testing.T) {
-	l := setup(t)
-	w := l.deployWith(t, workload.Options{App: "inventory", Rate: "20"})
-	before := waitApplied(t, w, "consumer", 40)
-	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
-	if err != nil {
-		t.Fatalf("migration failed: %v\n%s", err, stderr)
-	}
-	after := l.checkMigrated(t, w, rec, before)
+	_, w, rec, before, after := migrateLiveApp(t, workload.Options{App: "inventory", Rate: "20"}, 40)
 	var was, is struct {
 		SKUs   int    `json:"skus"`
 		Digest string `json:"digest"`
@@ -52,14 +45,7 @@ func TestInventoryExampleMigratesWithItsState(t *testing.T) {
 // shares no code with the Go SDK, live with MS2M: restored (same process),
 // nothing lost or applied twice, and its sum equal to the producer's.
 func TestPythonConsumerMigratesLive(t *testing.T) {
-	l := setup(t)
-	w := l.deployWith(t, workload.Options{App: "python", Rate: "10"})
-	before := waitApplied(t, w, "consumer", 30)
-	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
-	if err != nil {
-		t.Fatalf("migration failed: %v\n%s", err, stderr)
-	}
-	l.checkMigrated(t, w, rec, before)
+	_, w, rec, _, _ := migrateLiveApp(t, workload.Options{App: "python", Rate: "10"}, 30)
 	checkConservation(t, w, rec.TargetPod)
 }
 

@@ -94,16 +94,24 @@ func migrateLivePod(t testing.TB, flags ...string) (*lab, *workload.Workload, re
 
 // migrateLivePodAt is migrateLivePod at another message rate.
 func migrateLivePodAt(t testing.TB, rate string, flags ...string) (*lab, *workload.Workload, report.Record) {
-	l := setup(t)
-	w := l.deploy(t, rate)
-	before := waitApplied(t, w, "consumer", 30)
+	l, w, rec, _, _ := migrateLiveApp(t, workload.Options{Rate: rate}, 30, flags...)
+	checkTimings(t, rec)
+	return l, w, rec
+}
+
+// migrateLiveApp deploys o's workload, waits until the consumer applied
+// message applied, migrates it to node-b with extra flags and checks it was
+// restored there; it returns the consumer's state before and after.
+func migrateLiveApp(t testing.TB, o workload.Options, applied uint64, flags ...string) (l *lab, w *workload.Workload, rec report.Record, before, after ms2m.State) {
+	l = setup(t)
+	w = l.deployWith(t, o)
+	before = waitApplied(t, w, "consumer", applied)
 	rec, stderr, err := l.migrate(t, w, append([]string{"pod", "consumer", "--to", "node-b"}, flags...)...)
 	if err != nil {
 		t.Fatalf("migration failed: %v\n%s", err, stderr)
 	}
-	l.checkMigrated(t, w, rec, before)
-	checkTimings(t, rec)
-	return l, w, rec
+	after = l.checkMigrated(t, w, rec, before)
+	return l, w, rec, before, after
 }
 
 func TestMS2MMigratesALivePod(t *testing.T) {
