@@ -49,9 +49,11 @@ change to the cluster until it ends. kubectl migrate report lists a migration
 that did not end, with the command that recovers it; so does a second
 interrupt, and a migration whose rollback could not finish. Recovery can
 itself be interrupted and run again, from any machine with access to the
-cluster and the broker. It waits for nobody: it refuses while the process
-running the migration still renews its lease (at most 20 seconds after that
-process died, or at once on the machine it ran on).`,
+cluster and the broker. It first makes sure the process running the
+migration has stopped: it takes over at once a lease that process gave up or
+whose process is gone from this machine, and otherwise watches the lease for
+its duration (20 seconds), refusing if it is renewed meanwhile. A process
+that cannot renew its lease in time stops changing the cluster on its own.`,
 		Example: recoverExample,
 		Args:    exactlyOne("the migration's ID: kubectl migrate recover ID (see kubectl migrate report)"),
 		RunE:    runE(o),
@@ -151,8 +153,8 @@ func (o *RecoverOptions) recoverOne(ctx context.Context, client kubernetes.Inter
 // ends the drain's record; pods it had not started stay on the node, which
 // stays cordoned (run the drain again for them).
 func (o *RecoverOptions) recoverDrain(ctx context.Context, client kubernetes.Interface, drain *report.Record) error {
-	if migrate.DrainStillRunning(ctx, client, drain.Namespace, drain.Pod, drain.ID) {
-		return fmt.Errorf("drain %s of %s is still running; recover it only once that process has ended", drain.ID, drain.Pod)
+	if err := migrate.DrainEnded(ctx, client, drain.Namespace, drain.Pod, drain.ID); err != nil {
+		return err
 	}
 	store := report.Store{Client: client}
 	var errs []error

@@ -77,6 +77,9 @@ func (s *status) hooks(crashAt string) migrate.Hooks {
 		RollbackStarted: func(cause error) {
 			s.printLine(undoMark + " rolling back: the source keeps serving")
 		},
+		LockLost: func(err error) {
+			s.printLine(failMark + " " + err.Error() + ": stopping without touching the cluster again")
+		},
 	}
 }
 

@@ -80,7 +80,10 @@ func Run(ctx context.Context, cfg Config, deps Deps, plan Plan, hooks Hooks) (*r
 	if cfg.Parallel < 1 {
 		cfg.Parallel = 1
 	}
-	release, err := migrate.Lock(ctx, deps.Client, cfg.Namespace, cfg.ID, migrate.LeaseName("node", plan.Node), "node "+plan.Node)
+	// A drain that loses its node's lock starts no more moves.
+	ctx, lockLost := context.WithCancelCause(ctx)
+	defer lockLost(nil)
+	release, err := migrate.Lock(ctx, deps.Client, cfg.Namespace, cfg.ID, migrate.LeaseName("node", plan.Node), "node "+plan.Node, lockLost)
 	if err != nil {
 		return nil, err
 	}

@@ -95,4 +95,8 @@ type Hooks struct {
 	Progress func(name report.PhaseName, message string)
 	// RollbackStarted is called once before the rollbacks run.
 	RollbackStarted func(cause error)
+	// LockLost is called, from another goroutine, when the migration can
+	// no longer be sure it holds its lock: it has stopped changing the
+	// cluster and leaves its journal to recovery (err wraps ErrLockLost).
+	LockLost func(err error)
 }

@@ -1,6 +1,9 @@
-//go:build !unix
+//go:build !linux
 
 package migrate
+
+// thisProcess cannot identify a process across machines here.
+func thisProcess() string { return "" }
 
 // holderGone cannot tell here whether a process exists: the lease is waited
 // out.

@@ -3,6 +3,7 @@ package migrate
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -44,7 +45,8 @@ func (j *journal) save(ctx context.Context) error {
 	j.record.Journal = data
 	// A refusal (RBAC, admission) will not pass on a retry; an outage may.
 	refused := func(err error) bool {
-		return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+		return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
+			errors.Is(err, report.ErrChanged)
 	}
 	err = retry.OnError(saveBackoff, func(err error) bool { return ctx.Err() == nil && !refused(err) }, func() error {
 		return j.store.Save(ctx, j.record)

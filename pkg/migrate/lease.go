@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
 // One migration at a time: a migration holds a coordination.k8s.io Lease on
@@ -22,12 +24,31 @@ import (
 // them while it runs. A migration that did not end for good (its process
 // died, or its rollback stopped) leaves them un-renewed: they are never
 // taken over by another migration, only by the recovery of the same one.
+//
+// The lock is fenced: a holder that cannot renew its leases in time, or
+// finds them changed by someone else, stops changing the cluster (see
+// ErrLockLost), and a taker judges expiry by watching RenewTime stand still
+// for a lease duration on its own clock, never by comparing its clock with
+// the holder's.
 const (
 	leaseDuration = 20 * time.Second
 	leaseRenew    = 5 * time.Second
-	// HostAnnotation names the machine and process holding a lease.
+	// HostAnnotation names the machine and process holding a lease, for
+	// people.
 	HostAnnotation = "migrate.ms2m.io/host"
+	// ProcessAnnotation identifies the holding process exactly (kernel
+	// boot, PID namespace, PID, start time), so that a taker on the same
+	// machine can tell at once that it is gone.
+	ProcessAnnotation = "migrate.ms2m.io/process"
+	// abandonedSeconds is the duration abandon leaves on a lease: its holder
+	// stopped renewing it for good.
+	abandonedSeconds = 1
 )
+
+// ErrLockLost ends a migration that can no longer be sure it holds its
+// lock: it stops changing the cluster, keeping its journal, so that only one
+// process (its recovery) goes on with it.
+var ErrLockLost = errors.New("this migration lost its lock")
 
 // LeaseName is the lease of a pod ("pod") or a StatefulSet ("sts").
 func LeaseName(kind, name string) string { return "kubectl-migrate-" + kind + "-" + name }
@@ -37,11 +58,17 @@ type leases struct {
 	client    kubernetes.Interface
 	namespace string
 	id        string
+	// duration and renewEvery default to leaseDuration and leaseRenew.
+	duration, renewEvery time.Duration
+	// lost is told, once, why the leases can no longer be vouched for.
+	lost func(error)
 
-	mu   sync.Mutex
-	held []*coordinationv1.Lease
-	stop context.CancelFunc
-	done sync.WaitGroup
+	mu      sync.Mutex
+	held    []*coordinationv1.Lease
+	renewed time.Time // when the last renewal of all of them was sent
+	lostErr error
+	stop    context.CancelFunc
+	done    sync.WaitGroup
 }
 
 // errLeaseHeld is returned when another migration holds a lease.
@@ -57,7 +84,10 @@ func (m *Migration) acquireLeases(ctx context.Context, recovering bool) error {
 		names = append(names, LeaseName("sts", m.StatefulSet))
 		what = append(what, "StatefulSet "+m.StatefulSet)
 	}
-	l := &leases{client: m.Client, namespace: m.Namespace, id: m.ID}
+	l := &leases{client: m.Client, namespace: m.Namespace, id: m.ID, lost: m.loseLock}
+	if recovering {
+		m.progress(report.Preflight, "taking over the migration's lock")
+	}
 	for i, name := range names {
 		if err := l.acquire(ctx, name, what[i], m.DryRun, recovering); err != nil {
 			l.release(context.WithoutCancel(ctx))
@@ -69,16 +99,34 @@ func (m *Migration) acquireLeases(ctx context.Context, recovering bool) error {
 	return nil
 }
 
+// loseLock breaks the migration's fence and says so at once.
+func (m *Migration) loseLock(err error) {
+	m.fence.lose(err)
+	if m.Hooks.LockLost != nil {
+		m.Hooks.LockLost(err)
+	}
+}
+
+func (l *leases) defaults() {
+	if l.duration == 0 {
+		l.duration, l.renewEvery = leaseDuration, leaseRenew
+	}
+}
+
 func (l *leases) acquire(ctx context.Context, name, what string, checkOnly, recovering bool) error {
+	l.defaults()
 	leasesAPI := l.client.CoordinationV1().Leases(l.namespace)
 	now := metav1.NewMicroTime(time.Now())
 	host, _ := os.Hostname()
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.namespace,
-			Labels:      map[string]string{"app.kubernetes.io/managed-by": "kubectl-migrate", MigrationLabel: l.id},
-			Annotations: map[string]string{HostAnnotation: fmt.Sprintf("%s pid %d", host, os.Getpid())}},
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "kubectl-migrate", MigrationLabel: l.id},
+			Annotations: map[string]string{
+				HostAnnotation:    fmt.Sprintf("%s pid %d", host, os.Getpid()),
+				ProcessAnnotation: thisProcess(),
+			}},
 		Spec: coordinationv1.LeaseSpec{
-			HolderIdentity: ptr.To(l.id), LeaseDurationSeconds: ptr.To(int32(leaseDuration.Seconds())),
+			HolderIdentity: ptr.To(l.id), LeaseDurationSeconds: ptr.To(int32(l.duration.Seconds())),
 			AcquireTime: &now, RenewTime: &now,
 		},
 	}
@@ -88,6 +136,7 @@ func (l *leases) acquire(ctx context.Context, name, what string, checkOnly, reco
 		if checkOnly {
 			return nil
 		}
+		sent := time.Now()
 		created, err := leasesAPI.Create(ctx, lease, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("%s: another migration took it a moment ago; see kubectl migrate report", what)
@@ -95,54 +144,88 @@ func (l *leases) acquire(ctx context.Context, name, what string, checkOnly, reco
 		if err != nil {
 			return fmt.Errorf("take lease %s on %s (needs create on leases.coordination.k8s.io): %w", name, what, err)
 		}
-		l.held = append(l.held, created)
+		l.hold(created, sent)
 		return nil
 	case err != nil:
 		return fmt.Errorf("read lease %s on %s: %w", name, what, err)
 	}
 	holder := ptr.Deref(existing.Spec.HolderIdentity, "")
-	fresh := leaseFresh(existing, time.Now()) && !holderGone(existing.Annotations[HostAnnotation])
+	ended := holderEnded(existing)
 	switch {
-	case holder != l.id && fresh:
-		return fmt.Errorf("%s is being migrated by migration %s (%s, renewed %s ago): %w; wait for it to end, or follow it with kubectl migrate report %s",
-			what, holder, existing.Annotations[HostAnnotation], renewedAgo(existing), errLeaseHeld, holder)
+	case holder != l.id && ended:
+		return fmt.Errorf("%s is held by migration %s, which did not end (run by %s): %w; finish or undo it first: %s",
+			what, holder, existing.Annotations[HostAnnotation], errLeaseHeld, RecoverCommand(l.namespace, holder))
 	case holder != l.id:
-		return fmt.Errorf("%s is held by migration %s, which did not end (last renewed %s ago by %s): %w; finish or undo it first: %s",
-			what, holder, renewedAgo(existing), existing.Annotations[HostAnnotation], errLeaseHeld, RecoverCommand(l.namespace, holder))
-	case fresh:
-		return fmt.Errorf("migration %s is still running on %s (renewed %s ago); recover it only once that process has ended", l.id, existing.Annotations[HostAnnotation], renewedAgo(existing))
+		return fmt.Errorf("%s is being migrated by migration %s (run by %s): %w; wait for it to end, or follow it with kubectl migrate report %s; if its process died, finish or undo it: %s",
+			what, holder, existing.Annotations[HostAnnotation], errLeaseHeld, holder, RecoverCommand(l.namespace, holder))
 	case !recovering || checkOnly:
 		return fmt.Errorf("%s: lease %s names this migration already: %w", what, name, errLeaseHeld)
+	case !ended:
+		if existing, err = awaitExpiry(ctx, l.client, existing); err != nil {
+			return fmt.Errorf("migration %s is still running on %s: %w; recover it only once that process has ended", l.id, existing.Annotations[HostAnnotation], err)
+		}
 	}
 	lease.ResourceVersion = existing.ResourceVersion
+	sent := time.Now()
 	updated, err := leasesAPI.Update(ctx, lease, metav1.UpdateOptions{})
 	if err != nil {
 		return fmt.Errorf("take over lease %s on %s: %w", name, what, err)
 	}
-	l.held = append(l.held, updated)
+	l.hold(updated, sent)
 	return nil
 }
 
-func leaseFresh(l *coordinationv1.Lease, now time.Time) bool {
-	if l.Spec.RenewTime == nil {
-		return false
+// hold adds a lease taken with a request sent at sent.
+func (l *leases) hold(lease *coordinationv1.Lease, sent time.Time) {
+	if len(l.held) == 0 || sent.Before(l.renewed) {
+		l.renewed = sent
 	}
-	d := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second
-	return now.Before(l.Spec.RenewTime.Add(d))
+	l.held = append(l.held, lease)
 }
 
-func renewedAgo(l *coordinationv1.Lease) time.Duration {
+// holderEnded reports whether a lease's holder is known to have stopped:
+// it abandoned the lease, or its process is gone from this machine.
+func holderEnded(l *coordinationv1.Lease) bool {
+	return ptr.Deref(l.Spec.LeaseDurationSeconds, 0) <= abandonedSeconds || holderGone(l.Annotations[ProcessAnnotation])
+}
+
+// errStillRenewed is awaitExpiry's answer for a lease whose holder renewed
+// it while it watched.
+var errStillRenewed = errors.New("it renewed its lease a moment ago")
+
+// awaitExpiry watches lease until its holder has left it un-renewed for a
+// whole lease duration by this machine's clock (or is seen to have ended),
+// and returns it as last seen; it fails as soon as the holder renews it.
+func awaitExpiry(ctx context.Context, client kubernetes.Interface, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	d := time.Duration(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)) * time.Second
+	start, last := time.Now(), lease
+	err := wait.PollUntilContextTimeout(ctx, min(time.Second, d/4+time.Millisecond), d+time.Minute, false, func(ctx context.Context) (bool, error) {
+		cur, err := client.CoordinationV1().Leases(lease.Namespace).Get(ctx, lease.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if ptr.Deref(cur.Spec.HolderIdentity, "") != ptr.Deref(lease.Spec.HolderIdentity, "") || !renewTime(cur).Equal(renewTime(lease)) {
+			return false, errStillRenewed
+		}
+		last = cur
+		return holderEnded(cur) || time.Since(start) >= d, nil
+	})
+	return last, err
+}
+
+func renewTime(l *coordinationv1.Lease) time.Time {
 	if l.Spec.RenewTime == nil {
-		return 0
+		return time.Time{}
 	}
-	return time.Since(l.Spec.RenewTime.Time).Round(time.Second)
+	return l.Spec.RenewTime.Time
 }
 
 // Lock takes the lease name (see LeaseName) in namespace for id, naming what
 // it guards in refusals, and renews it until release is called; a drain
 // holds its node's this way while its migrations take their pods' leases.
-func Lock(ctx context.Context, client kubernetes.Interface, namespace, id, name, what string) (release func(context.Context), err error) {
-	l := &leases{client: client, namespace: namespace, id: id}
+// lost is told if the lease can no longer be vouched for.
+func Lock(ctx context.Context, client kubernetes.Interface, namespace, id, name, what string, lost func(error)) (release func(context.Context), err error) {
+	l := &leases{client: client, namespace: namespace, id: id, lost: lost}
 	if err := l.acquire(ctx, name, what, false, false); err != nil {
 		return nil, err
 	}
@@ -150,7 +233,8 @@ func Lock(ctx context.Context, client kubernetes.Interface, namespace, id, name,
 	return l.release, nil
 }
 
-// startRenewing renews the held leases until release or abandon.
+// startRenewing renews the held leases until release, abandon or their
+// loss.
 func (l *leases) startRenewing() {
 	if len(l.held) == 0 {
 		return
@@ -160,21 +244,50 @@ func (l *leases) startRenewing() {
 	l.done.Add(1)
 	go func() {
 		defer l.done.Done()
-		wait.UntilWithContext(ctx, func(ctx context.Context) { l.update(ctx, leaseDuration) }, leaseRenew)
+		wait.UntilWithContext(ctx, l.renew, l.renewEvery)
 	}()
 }
 
-// update renews every held lease for d.
-func (l *leases) update(ctx context.Context, d time.Duration) {
+// renew renews every held lease. A lease changed by someone else is lost at
+// once; one that cannot be renewed is lost before a taker watching it could
+// see it expire (a lease duration after the last renewal that reached it).
+func (l *leases) renew(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.lostErr != nil || ctx.Err() != nil {
+		return
+	}
+	sent := time.Now()
 	for i, lease := range l.held {
 		next := lease.DeepCopy()
 		next.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
-		next.Spec.LeaseDurationSeconds = ptr.To(int32(d.Seconds()))
-		if updated, err := l.client.CoordinationV1().Leases(l.namespace).Update(ctx, next, metav1.UpdateOptions{}); err == nil {
+		next.Spec.LeaseDurationSeconds = ptr.To(int32(l.duration.Seconds()))
+		callCtx, cancel := context.WithTimeout(ctx, l.renewEvery/2)
+		updated, err := l.client.CoordinationV1().Leases(l.namespace).Update(callCtx, next, metav1.UpdateOptions{})
+		cancel()
+		switch {
+		case err == nil:
 			l.held[i] = updated
+			continue
+		case ctx.Err() != nil: // released meanwhile
+			return
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			l.lose(fmt.Errorf("%w: lease %s was changed by another process (%v)", ErrLockLost, lease.Name, err))
+		case time.Since(l.renewed) >= l.duration-l.renewEvery:
+			l.lose(fmt.Errorf("%w: lease %s could not be renewed for %s (%v)", ErrLockLost, lease.Name, time.Since(l.renewed).Round(time.Second), err))
 		}
+		return // tried again at the next tick
+	}
+	l.renewed = sent
+}
+
+// lose gives the leases up for lost: they are no longer renewed nor
+// touched, and the holder is told why.
+func (l *leases) lose(err error) {
+	l.lostErr = err
+	l.stop()
+	if l.lost != nil {
+		l.lost(err)
 	}
 }
 
@@ -191,26 +304,36 @@ func (l *leases) release(ctx context.Context) {
 		return
 	}
 	l.stopRenewing()
-	for _, lease := range l.held {
-		_ = l.client.CoordinationV1().Leases(l.namespace).Delete(ctx, lease.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &lease.UID}})
+	if l.lostErr == nil {
+		for _, lease := range l.held {
+			_ = l.client.CoordinationV1().Leases(l.namespace).Delete(ctx, lease.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion}})
+		}
 	}
 	l.held = nil
 }
 
-// abandon stops renewing and marks the leases expired at once, so the next
-// migration of the pod is told at once to recover this one.
+// abandon stops renewing and marks the leases as given up, so the next
+// migration of the pod is told at once to recover this one, and its
+// recovery need not wait them out.
 func (l *leases) abandon(ctx context.Context) {
 	if l == nil {
 		return
 	}
 	l.stopRenewing()
-	l.update(ctx, time.Second)
+	if l.lostErr == nil {
+		for _, lease := range l.held {
+			next := lease.DeepCopy()
+			next.Spec.LeaseDurationSeconds = ptr.To(int32(abandonedSeconds))
+			_, _ = l.client.CoordinationV1().Leases(l.namespace).Update(ctx, next, metav1.UpdateOptions{})
+		}
+	}
 	l.held = nil
 }
 
-// ReleaseStaleLeases deletes the leases of migration id that nobody renews
-// any more, for a migration that stopped before it changed anything (and so
-// left no journal). It returns how many it deleted.
+// ReleaseStaleLeases deletes the leases of migration id once nobody renews
+// them any more (waiting a lease duration to see that, unless their holder
+// is known to have ended), for a migration that stopped before it changed
+// anything (and so left no journal). It returns how many it deleted.
 func ReleaseStaleLeases(ctx context.Context, client kubernetes.Interface, namespace, id string) (int, error) {
 	list, err := client.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: MigrationLabel + "=" + id})
 	if err != nil {
@@ -218,10 +341,13 @@ func ReleaseStaleLeases(ctx context.Context, client kubernetes.Interface, namesp
 	}
 	n := 0
 	for _, l := range list.Items {
-		if leaseFresh(&l, time.Now()) && !holderGone(l.Annotations[HostAnnotation]) {
-			return n, fmt.Errorf("migration %s is still running on %s (renewed %s ago); recover it only once that process has ended", id, l.Annotations[HostAnnotation], renewedAgo(&l))
+		last := &l
+		if !holderEnded(last) {
+			if last, err = awaitExpiry(ctx, client, last); err != nil {
+				return n, fmt.Errorf("migration %s is still running on %s: %w; recover it only once that process has ended", id, l.Annotations[HostAnnotation], err)
+			}
 		}
-		if err := client.CoordinationV1().Leases(namespace).Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &l.UID}}); err != nil && !apierrors.IsNotFound(err) {
+		if err := client.CoordinationV1().Leases(namespace).Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &last.ResourceVersion}}); err != nil && !apierrors.IsNotFound(err) {
 			return n, err
 		}
 		n++
@@ -230,20 +356,40 @@ func ReleaseStaleLeases(ctx context.Context, client kubernetes.Interface, namesp
 }
 
 // StillRunning reports whether the process running migration id on pod
-// still renews its lease.
+// seems to renew its lease still, for display: it compares clocks, which a
+// decision must not (see DrainEnded).
 func StillRunning(ctx context.Context, client kubernetes.Interface, namespace, pod, id string) bool {
-	return leaseHeldBy(ctx, client, namespace, LeaseName("pod", pod), id)
+	return leaseSeemsHeld(ctx, client, namespace, LeaseName("pod", pod), id)
 }
 
-// DrainStillRunning reports whether drain id of node still runs (its
-// process renews the node's lease).
+// DrainStillRunning is StillRunning for drain id of node.
 func DrainStillRunning(ctx context.Context, client kubernetes.Interface, namespace, node, id string) bool {
-	return leaseHeldBy(ctx, client, namespace, LeaseName("node", node), id)
+	return leaseSeemsHeld(ctx, client, namespace, LeaseName("node", node), id)
 }
 
-func leaseHeldBy(ctx context.Context, client kubernetes.Interface, namespace, name, id string) bool {
+// DrainEnded returns nil once the process running drain id of node no
+// longer renews the node's lease (it may wait a lease duration to see that).
+func DrainEnded(ctx context.Context, client kubernetes.Interface, namespace, node, id string) error {
+	l, err := client.CoordinationV1().Leases(namespace).Get(ctx, LeaseName("node", node), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || err == nil && (ptr.Deref(l.Spec.HolderIdentity, "") != id || holderEnded(l)) {
+		return nil
+	}
+	if err == nil {
+		_, err = awaitExpiry(ctx, client, l)
+	}
+	if err != nil {
+		return fmt.Errorf("drain %s of %s is still running: %w; recover it only once that process has ended", id, node, err)
+	}
+	return nil
+}
+
+func leaseSeemsHeld(ctx context.Context, client kubernetes.Interface, namespace, name, id string) bool {
 	l, err := client.CoordinationV1().Leases(namespace).Get(ctx, name, metav1.GetOptions{})
-	return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == id && leaseFresh(l, time.Now()) && !holderGone(l.Annotations[HostAnnotation])
+	if err != nil || ptr.Deref(l.Spec.HolderIdentity, "") != id || holderEnded(l) {
+		return false
+	}
+	d := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second
+	return time.Now().Before(renewTime(l).Add(d))
 }
 
 // Holder returns the migration that holds the lease on pod, if any.

@@ -88,8 +88,11 @@ type Migration struct {
 	broker  Broker
 	// probe counts arrivals during preflight, for the prediction.
 	probe *lambdaProbe
-	// leases are the migration's locks on its pod and StatefulSet.
+	// leases are the migration's locks on its pod and StatefulSet, and
+	// fence ends its work on the cluster if it loses them; all stages share
+	// the fence.
 	leases *leases
+	fence  *fence
 	// targetNode is the target's Node as preflight read it.
 	targetNode *corev1.Node
 	// final is the stage whose State is State.Final.
@@ -172,7 +175,7 @@ func (m *Migration) nextStage(stage string, from *corev1.Pod, name, node string,
 	}
 	return &Migration{
 		Config: cfg, Deps: m.Deps, Hooks: m.Hooks, Record: m.Record, State: state,
-		journal: m.journal, broker: m.broker,
+		journal: m.journal, broker: m.broker, fence: m.fence,
 	}
 }
 
@@ -181,6 +184,9 @@ func (m *Migration) nextStage(stage string, from *corev1.Pod, name, node string,
 func (m *Migration) save(ctx context.Context) error {
 	if m.journal == nil {
 		return nil
+	}
+	if err := m.fence.broken(); err != nil {
+		return err // the journal is its recovery's now
 	}
 	return m.journal.save(ctx)
 }
@@ -193,4 +199,43 @@ func (m *Migration) markRunning(ctx context.Context) error {
 		return err
 	}
 	return m.broker.DeclareQueue(ctx, m.MigrationQueue)
+}
+
+// fence ends a migration's work on the cluster once it can no longer be
+// sure it holds its lock: every context the migration changes the cluster
+// with, its rollback's too, ends with ErrLockLost, and its journal is no
+// longer written.
+type fence struct {
+	ctx context.Context
+	cut context.CancelCauseFunc
+}
+
+func newFence() *fence {
+	ctx, cut := context.WithCancelCause(context.Background())
+	return &fence{ctx: ctx, cut: cut}
+}
+
+// lose breaks the fence with err.
+func (f *fence) lose(err error) {
+	if f != nil {
+		f.cut(err)
+	}
+}
+
+// broken returns why the fence broke, or nil.
+func (f *fence) broken() error {
+	if f == nil || f.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(f.ctx)
+}
+
+// bind returns ctx, also ended when the fence breaks.
+func (f *fence) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	if f == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(f.ctx, func() { cancel(context.Cause(f.ctx)) })
+	return ctx, func() { stop(); cancel(nil) }
 }

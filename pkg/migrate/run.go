@@ -32,7 +32,7 @@ func Phases(s Strategy, statefulSet bool, mode StatefulSetMode) []Phase {
 // newMigration builds the top-level migration of cfg around state and
 // record, with the journal that saves them.
 func newMigration(cfg Config, deps Deps, hooks Hooks, state *State, record *report.Record) *Migration {
-	m := &Migration{Config: cfg, Deps: deps, Hooks: hooks, State: state, Record: record}
+	m := &Migration{Config: cfg, Deps: deps, Hooks: hooks, State: state, Record: record, fence: newFence()}
 	if !cfg.DryRun {
 		m.journal = &journal{config: cfg, state: state, record: record, store: deps.Records}
 	}
@@ -78,6 +78,12 @@ func (m *Migration) finish(ctx context.Context) error {
 	defer cancel()
 	if m.committed() && m.Record.Downtime == nil {
 		m.Record.Downtime, m.Record.Shadow = m.measureGaps(ctx)
+	}
+	if lost := m.fence.broken(); lost != nil {
+		// Another process may be recovering it: touch nothing, its agents
+		// included (they idle out).
+		m.leases.abandon(ctx)
+		return fmt.Errorf("%w; the journal is left to %s", lost, RecoverCommand(m.Namespace, m.ID))
 	}
 	m.releaseAgents(ctx)
 	if !m.Record.Outcome.Final() {

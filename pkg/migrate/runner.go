@@ -45,10 +45,16 @@ func (m *Migration) run(ctx context.Context, phases []Phase, from int) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.Timeout)
 	defer cancel()
+	ctx, unbind := m.fence.bind(ctx)
+	defer unbind()
 
 	for i := from; i < len(phases); i++ {
 		p := phases[i]
 		if err := m.runPhase(ctx, i, p); err != nil {
+			if lost := m.fence.broken(); lost != nil {
+				m.Record.Error = err.Error()
+				return err // no rollback: that is for whoever holds the lock now
+			}
 			if m.committed() {
 				m.Record.Outcome = report.Committed
 				return fmt.Errorf("%w: %v", ErrCommitted, err)
@@ -163,11 +169,16 @@ func (m *Migration) rollback(ctx context.Context, done []Phase, cause error) err
 	}
 	rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
+	rbCtx, unbind := m.fence.bind(rbCtx)
+	defer unbind()
 	for i := len(done) - 1; i >= 0; i-- {
 		if i < len(m.Record.Phases) && m.Record.Phases[i].RolledBack {
 			continue // undone before the process that ran it died
 		}
-		err := done[i].Rollback(rbCtx, m)
+		err := m.fence.broken()
+		if err == nil {
+			err = done[i].Rollback(rbCtx, m)
+		}
 		var left leftoverError
 		if errors.As(err, &left) {
 			// Nothing depends on it any more: note it and go on undoing.

@@ -241,6 +241,9 @@ type Record struct {
 	// Journal is the engine's state, kept while the migration may need
 	// finishing or undoing (pkg/migrate reads and writes it).
 	Journal json.RawMessage `json:"-"`
+	// ResourceVersion is the stored record's version as last read or
+	// written: a save over a record someone else changed since fails.
+	ResourceVersion string `json:"-"`
 }
 
 // Downtime is the span in which no instance applied messages although one

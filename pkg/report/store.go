@@ -33,7 +33,14 @@ type Store struct {
 	Client kubernetes.Interface
 }
 
-// Save creates or replaces the record's ConfigMap in its namespace.
+// ErrChanged is returned by Save when the stored record changed since it
+// was read or written through r: another process (say, the migration's
+// recovery) works on it now.
+var ErrChanged = errors.New("the migration's record was changed by another process")
+
+// Save creates the record's ConfigMap in its namespace or, for a record read
+// or written before, replaces it if it has not changed since (optimistic
+// concurrency: two processes never overwrite each other's journal).
 func (s Store) Save(ctx context.Context, r *Record) error {
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
@@ -49,6 +56,7 @@ func (s Store) Save(ctx context.Context, r *Record) error {
 				StrategyLabel:  r.Strategy,
 				PodLabel:       truncateLabel(r.Pod),
 			},
+			ResourceVersion: r.ResourceVersion,
 		},
 		Data: map[string]string{recordKey: string(data)},
 	}
@@ -56,14 +64,39 @@ func (s Store) Save(ctx context.Context, r *Record) error {
 		cm.Data[journalKey] = string(r.Journal)
 	}
 	cms := s.Client.CoreV1().ConfigMaps(r.Namespace)
-	_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+	var saved *corev1.ConfigMap
+	if r.ResourceVersion == "" {
+		saved, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			saved, err = s.replaceOwnCreate(ctx, cm, r)
+		}
+	} else {
+		saved, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+	}
+	if apierrors.IsConflict(err) {
+		err = fmt.Errorf("%w (%v)", ErrChanged, err)
 	}
 	if err != nil {
 		return fmt.Errorf("save migration record %s: %w", r.ID, err)
 	}
+	r.ResourceVersion = saved.ResourceVersion
 	return nil
+}
+
+// replaceOwnCreate handles a create that reached the API server although
+// its answer did not reach us (a retry then finds the record there): the
+// stored record is ours if it started when ours did.
+func (s Store) replaceOwnCreate(ctx context.Context, cm *corev1.ConfigMap, r *Record) (*corev1.ConfigMap, error) {
+	cms := s.Client.CoreV1().ConfigMaps(r.Namespace)
+	stored, err := cms.Get(ctx, cm.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if old, err := decode(stored); err != nil || !old.StartedAt.Equal(r.StartedAt) || old.Pod != r.Pod {
+		return nil, fmt.Errorf("%w: %s exists and is not this migration's", ErrChanged, cm.Name)
+	}
+	cm.ResourceVersion = stored.ResourceVersion
+	return cms.Update(ctx, cm, metav1.UpdateOptions{})
 }
 
 // List returns the records in namespace ("" for all namespaces), newest first.
@@ -116,6 +149,7 @@ func decode(cm *corev1.ConfigMap) (*Record, error) {
 	if j := cm.Data[journalKey]; j != "" {
 		r.Journal = json.RawMessage(j)
 	}
+	r.ResourceVersion = cm.ResourceVersion
 	return &r, nil
 }
 

@@ -18,7 +18,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	authzv1 "k8s.io/api/authorization/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
@@ -146,7 +146,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 	for _, st := range w.Apps {
 		w.acked[st.Process] = st.LastSeq
 	}
-	w.versionLeases()
+	w.versionObjects()
 	w.podsOnDeadKubelets()
 	w.startKubelet()
 	return w
@@ -640,28 +640,31 @@ func (w *World) Leases() []string {
 	return names
 }
 
-// versionLeases gives leases the API server's optimistic concurrency, which
-// the fake tracker lacks: an update must carry the resourceVersion it read.
-// A crashed migration's renewer (a goroutine that outlives the simulated
+// versionObjects gives leases and ConfigMaps (records) the API server's
+// optimistic concurrency, which the fake tracker lacks: an update naming a
+// resourceVersion must name the stored one. A crashed migration's renewer (a goroutine that outlives the simulated
 // crash, as a killed process's would not) then cannot renew a lease that
 // changed since, just as on a real cluster.
-func (w *World) versionLeases() {
+func (w *World) versionObjects() {
 	version := 0
-	w.Client.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.GetVerb() != "create" && a.GetVerb() != "update" {
-			return false, nil, nil
-		}
-		lease := a.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease)
-		if a.GetVerb() == "update" {
-			stored, err := w.Client.Tracker().Get(a.GetResource(), a.GetNamespace(), lease.Name)
-			if err == nil && stored.(*coordinationv1.Lease).ResourceVersion != lease.ResourceVersion {
-				return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), lease.Name, errors.New("the object has been modified"))
+	for _, resource := range []string{"leases", "configmaps"} {
+		w.Client.PrependReactor("*", resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetVerb() != "create" && a.GetVerb() != "update" {
+				return false, nil, nil
 			}
-		}
-		version++ // the fake serialises every action, so no lock is needed
-		lease.ResourceVersion = strconv.Itoa(version)
-		return false, nil, nil
-	})
+			obj := a.(k8stesting.CreateAction).GetObject().(metav1.Object)
+			// As the API server: an update naming no version is unconditional.
+			if a.GetVerb() == "update" && obj.GetResourceVersion() != "" {
+				stored, err := w.Client.Tracker().Get(a.GetResource(), a.GetNamespace(), obj.GetName())
+				if err == nil && stored.(metav1.Object).GetResourceVersion() != obj.GetResourceVersion() {
+					return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), obj.GetName(), errors.New("the object has been modified"))
+				}
+			}
+			version++ // the fake serialises every action, so no lock is needed
+			obj.SetResourceVersion(strconv.Itoa(version))
+			return false, nil, nil
+		})
+	}
 }
 
 // podsOnDeadKubelets gives pods UIDs (as the API server does) and keeps a
@@ -700,8 +703,9 @@ func (w *World) podsOnDeadKubelets() {
 	})
 }
 
-// ExpireLeases makes every lease look long un-renewed, as the leases of a
-// process that died a while ago.
+// ExpireLeases makes every lease look given up, as the leases of a process
+// that died; a renewer still running loses them (its next renewal
+// conflicts).
 func (w *World) ExpireLeases() {
 	w.T.Helper()
 	ctx := context.Background()
@@ -716,7 +720,10 @@ func (w *World) ExpireLeases() {
 			if err != nil {
 				return err
 			}
+			// As abandoned: recovery takes it at once (its holder's process
+			// here is this test's, which lives on).
 			current.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-time.Hour)}
+			current.Spec.LeaseDurationSeconds = ptr.To(int32(1))
 			_, err = w.Client.CoordinationV1().Leases("default").Update(ctx, current, metav1.UpdateOptions{})
 			return err
 		})
