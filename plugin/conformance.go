@@ -171,7 +171,7 @@ func (o *ConformanceOptions) migrate(ctx context.Context, client kubernetes.Inte
 		RootOptions: o.RootOptions, To: o.To, Strategy: string(migrate.MS2M),
 		InsecureRegistry: o.InsecureRegistry, AgentImage: o.AgentImage, BrokerURL: o.BrokerURL,
 		ReplayTimeout: 2 * time.Minute, PhaseTimeout: 3 * time.Minute, KubeletTimeout: 15 * time.Second,
-		CheckpointTimeout: time.Minute, Timeout: o.Timeout, DeleteImage: true,
+		CheckpointTimeout: time.Minute, Timeout: o.Timeout,
 		namespace: s.Namespace, pod: s.Pod,
 	}, Transfer: string(migrate.ViaRegistry)}
 	_, _, record, err := pod.migrate(ctx, client, pod)

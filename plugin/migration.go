@@ -42,7 +42,8 @@ type migrationFlags struct {
 	DryRun            bool
 	dryRunMode        string
 	KeepOnFailure     bool
-	DeleteImage       bool
+	KeepImage         bool
+	DeleteImage       bool // before images were deleted by default
 	Labels            []string
 	Output            string
 	InjectFailure     string
@@ -80,7 +81,9 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs.StringVar(&f.dryRunMode, "dry-run", "none", "none migrates; client or server (a bare --dry-run is client) runs the preflight checks against the cluster and prints the plan, changing nothing that stays")
 	fs.Lookup("dry-run").NoOptDefVal = "client"
 	fs.BoolVar(&f.KeepOnFailure, "keep-on-failure", false, "leave everything as it is when the migration fails, for debugging")
-	fs.BoolVar(&f.DeleteImage, "delete-image", false, "delete the checkpoint images from the registry after success")
+	fs.BoolVar(&f.KeepImage, "keep-image", false, "keep the checkpoint images in the registry after success (they hold the process's memory, and are deleted by default)")
+	fs.BoolVar(&f.DeleteImage, "delete-image", true, "")
+	_ = fs.MarkDeprecated("delete-image", "checkpoint images are deleted by default now; --keep-image keeps them")
 	fs.StringSliceVar(&f.Labels, "label", nil, "key=value labels stored with the record, to compare runs (e.g. rate=10)")
 	fs.StringVarP(&f.Output, "output", "o", "", "output format of the result: json or yaml (default: the report)")
 	fs.StringVar(&f.InjectFailure, "inject-failure", "", "fail this phase (e.g. replay, or replay/final) after it ran, to test rollback")
@@ -158,7 +161,7 @@ func (f *migrationFlags) toConfig(pod *corev1.Pod, id string) (migrate.Config, e
 		ControlPort:       f.ControlPort,
 		CheckpointTimeout: f.CheckpointTimeout, PhaseTimeout: f.PhaseTimeout, ReplayTimeout: f.ReplayTimeout, Timeout: f.Timeout,
 		KubeletTimeout: f.KubeletTimeout,
-		KeepOnFailure:  f.KeepOnFailure, DryRun: f.DryRun, DeleteImages: f.DeleteImage,
+		KeepOnFailure:  f.KeepOnFailure, DryRun: f.DryRun, KeepImages: f.KeepImage,
 		Labels: f.labels, InjectFailure: f.InjectFailure,
 	}
 	if c.ControlPort == 0 {

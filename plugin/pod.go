@@ -79,10 +79,12 @@ HTTP (CRI-O: insecure_registries in [crio.image]).
 
 A checkpoint image holds the process's memory, secrets included: it is
 pushed only to --registry (or, with --transfer direct, to the target node),
-its archive is deleted from the node once packed, and --delete-image removes
-it after success. A restored container that
-restarts later is restored again from that image (while the node still has
-it): its memory goes back to the checkpoint and, by the contract, it holds
+its archive is deleted from the node once packed, and the image (manifest
+and blobs) is deleted from the registry after success unless --keep-image.
+Images are pushed to REGISTRY/NAMESPACE/POD, so per-path registry rules can
+keep each namespace's checkpoints to its own. A restored container that
+restarts later is restored again from that image in the node's image store:
+its memory goes back to the checkpoint and, by the contract, it holds
 without consuming until told what to do.
 
 Needs: the kubelet's ContainerCheckpoint feature gate (on by default since

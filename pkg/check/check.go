@@ -335,7 +335,7 @@ func checkpointRemedy(err error) string {
 }
 
 func (c *checker) push(ctx context.Context) (string, error) {
-	ref := migrate.CheckpointImage(c.cfg.ImageRepository, c.canary.Name, "canary", c.cfg.ID)
+	ref := migrate.CheckpointImage(c.cfg.ImageRepository, c.canary.Namespace, c.canary.Name, "canary", c.cfg.ID)
 	res, err := c.deps.Packer.Pack(ctx, c.nextPod(), c.cfg.From, agent.PackRequest{Archive: c.archive, Container: "canary", Image: ref, Insecure: c.cfg.InsecureRegistry})
 	if err != nil {
 		remedy := "pass --registry with a repository the agent can push to, --registry-secret with a dockerconfigjson secret it may use, or --insecure-registry for plain HTTP"

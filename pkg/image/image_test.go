@@ -15,8 +15,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/kubectl-migrate/kubectl-migrate/test/testenv"
@@ -159,11 +161,30 @@ func roundTrip(t *testing.T, host string) {
 		t.Fatal(err)
 	}
 	checkCheckpointImage(t, pulled, files)
+	layers, err := pulled.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive, err := layers[0].Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := reg.Delete(ctx, ref); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := reg.Pull(ctx, ref); err == nil {
 		t.Fatal("image still there after Delete")
+	}
+	// The archive is the process's memory: its blob goes too.
+	blob, err := name.NewDigest(repo+"@"+archive.String(), name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := remote.Layer(blob, remote.WithContext(ctx)); err == nil {
+		if rc, err := l.Compressed(); err == nil {
+			_ = rc.Close()
+			t.Fatal("the archive's blob is still in the registry after Delete")
+		}
 	}
 }
 

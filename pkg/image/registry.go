@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
 
 // Registry pushes, checks and deletes images with one keychain.
@@ -87,14 +89,70 @@ func (r Registry) CheckPush(ctx context.Context, repo string) error {
 	return nil
 }
 
-// Delete removes the manifest at ref (a digest reference).
+// Delete removes the image at ref (a digest reference): its manifest, then
+// its config and layer blobs, which in a checkpoint image are the process's
+// memory and nothing else's. A registry that refuses blob deletes (most do
+// unless configured to) keeps them, unreachable by any tag, until its
+// garbage collection; that is not an error.
 func (r Registry) Delete(ctx context.Context, ref string) error {
 	parsed, err := r.ParseReference(ref)
 	if err != nil {
 		return err
 	}
+	var blobs []v1.Hash
+	if img, err := remote.Image(parsed, r.options(ctx)...); err == nil {
+		if m, err := img.Manifest(); err == nil {
+			blobs = append(blobs, m.Config.Digest)
+			for _, l := range m.Layers {
+				blobs = append(blobs, l.Digest)
+			}
+		}
+	}
 	if err := remote.Delete(parsed, r.options(ctx)...); err != nil {
 		return fmt.Errorf("delete %s: %w", ref, err)
 	}
+	for _, h := range blobs {
+		if err := r.deleteBlob(ctx, parsed.Context(), h); err != nil {
+			return fmt.Errorf("delete %s: %w", ref, err)
+		}
+	}
 	return nil
+}
+
+// deleteBlob deletes blob h from repo (go-containerregistry has manifest
+// deletes only; its transport does the registry's authentication).
+func (r Registry) deleteBlob(ctx context.Context, repo name.Repository, h v1.Hash) error {
+	kc := r.Keychain
+	if kc == nil {
+		kc = authn.DefaultKeychain
+	}
+	auth, err := authn.Resolve(ctx, kc, repo)
+	if err != nil {
+		return err
+	}
+	base := r.Transport
+	if base == nil {
+		base = remote.DefaultTransport
+	}
+	t, err := transport.NewWithContext(ctx, repo.Registry, auth, base, []string{repo.Scope(transport.DeleteScope)})
+	if err != nil {
+		return err
+	}
+	u := url.URL{Scheme: repo.Scheme(), Host: repo.RegistryStr(), Path: fmt.Sprintf("/v2/%s/blobs/%s", repo.RepositoryStr(), h)}
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Transport: t}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	switch resp.StatusCode {
+	case http.StatusAccepted, http.StatusOK, http.StatusNoContent, http.StatusNotFound:
+		return nil // gone, or was already
+	case http.StatusMethodNotAllowed, http.StatusUnsupportedMediaType:
+		return nil // the registry keeps blobs until its garbage collection
+	}
+	return transport.CheckError(resp, http.StatusAccepted)
 }

@@ -98,7 +98,10 @@ type Config struct {
 	RegistrySecret   string // dockerconfigjson secret for push and pull
 	InsecureRegistry bool
 	AgentImage       string
-	DeleteImages     bool // delete checkpoint images after success
+	// KeepImages keeps the checkpoint images in the registry after success;
+	// they are deleted (manifest and blobs) by default: they hold the
+	// process's memory.
+	KeepImages bool
 
 	Broker      BrokerConfig
 	ControlPort int

@@ -60,7 +60,7 @@ func TestMS2MSucceeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if target.Spec.NodeName != "node-b" || target.Spec.Containers[0].Image != "registry:5000/ckpt/consumer:app-abcde@sha256:abc" {
+	if target.Spec.NodeName != "node-b" || target.Spec.Containers[0].Image != "registry:5000/ckpt/default/consumer:app-abcde@sha256:abc" {
 		t.Fatalf("target pod %s on %s with %s", target.Name, target.Spec.NodeName, target.Spec.Containers[0].Image)
 	}
 	if w.Queues["work.ms2m-replay"] {
@@ -94,15 +94,23 @@ func TestMS2MSucceeds(t *testing.T) {
 	}
 }
 
-func TestDeleteImagesAfterSuccess(t *testing.T) {
-	w := migratetest.NewWorld(t)
-	cfg := testConfig(migrate.MS2M)
-	cfg.DeleteImages = true
-	if _, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{}); err != nil {
-		t.Fatal(err)
-	}
-	if len(w.Images) != 0 {
-		t.Fatalf("checkpoint images left: %v", w.Images)
+// Checkpoint images hold the process's memory: they are deleted after
+// success unless asked for, and live under the pod's namespace.
+func TestImagesDeletedAfterSuccessUnlessKept(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		w := migratetest.NewWorld(t)
+		cfg := testConfig(migrate.MS2M)
+		cfg.KeepImages = keep
+		rec, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keep != (len(w.Images) == 1) {
+			t.Fatalf("keep %v: checkpoint images left: %v", keep, w.Images)
+		}
+		if len(rec.Images) != 1 || !strings.HasPrefix(rec.Images[0], "registry:5000/ckpt/default/consumer:") {
+			t.Fatalf("images %v, want them under the namespace", rec.Images)
+		}
 	}
 }
 
@@ -348,7 +356,7 @@ func TestRecordTimesTheCriticalPath(t *testing.T) {
 func TestDirectTransferNeedsNoRegistry(t *testing.T) {
 	w := migratetest.NewWorld(t)
 	cfg := testConfig(migrate.MS2M)
-	cfg.Transfer, cfg.ImageRepository, cfg.DeleteImages = migrate.Direct, "", true
+	cfg.Transfer, cfg.ImageRepository = migrate.Direct, ""
 	rec, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{})
 	if err != nil {
 		t.Fatal(err)
@@ -383,7 +391,7 @@ func TestRollbackWithTheRegistryGone(t *testing.T) {
 	if err == nil {
 		t.Fatal("the migration succeeded")
 	}
-	if rec.Outcome != report.RolledBack || len(rec.Leftovers) != 1 || !strings.Contains(rec.Leftovers[0], "registry:5000/ckpt/consumer:app-abcde@sha256:abc") {
+	if rec.Outcome != report.RolledBack || len(rec.Leftovers) != 1 || !strings.Contains(rec.Leftovers[0], "registry:5000/ckpt/default/consumer:app-abcde@sha256:abc") {
 		t.Fatalf("outcome %s, leftovers %v", rec.Outcome, rec.Leftovers)
 	}
 	if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {

@@ -120,7 +120,7 @@ func (cleanup) Describe(s PlanStep) string {
 	if s.Strategy == MS2M {
 		gone = append(gone, "the replay queue")
 	}
-	if s.DeleteImages && s.Transfer != Direct {
+	if !s.KeepImages && s.Transfer != Direct {
 		gone = append(gone, "the checkpoint images")
 	}
 	return "delete " + strings.Join(gone, " and ")

@@ -91,8 +91,8 @@ func (cleanup) Run(ctx context.Context, m *Migration) error {
 	return errors.Join(append(errs, m.removeReplayQueueAndImages(ctx))...)
 }
 
-// removeReplayQueueAndImages deletes the replay queue and, if asked, the
-// checkpoint images, once the target no longer needs them.
+// removeReplayQueueAndImages deletes the replay queue and (unless asked to
+// keep them) the checkpoint images, once the target no longer needs them.
 func (m *Migration) removeReplayQueueAndImages(ctx context.Context) error {
 	var errs []error
 	if m.ReplayQueue != "" {
@@ -101,7 +101,7 @@ func (m *Migration) removeReplayQueueAndImages(ctx context.Context) error {
 		}
 		m.ReplayQueue = ""
 	}
-	if m.DeleteImages && m.Transfer != Direct {
+	if !m.KeepImages && m.Transfer != Direct {
 		for _, ref := range m.Images {
 			if err := m.Registry.Delete(ctx, ref); err != nil {
 				errs = append(errs, err)

@@ -72,10 +72,12 @@ func pinnedImage(image, imageID string) string {
 	return repo + "@sha256:" + digest
 }
 
-// CheckpointImage is where container of pod is pushed, in repository, for
-// the migration (stage) tag.
-func CheckpointImage(repository, pod, container, tag string) string {
-	return repository + "/" + pod + ":" + container + "-" + tag
+// CheckpointImage is where container of pod in namespace is pushed, in
+// repository, for the migration (stage) tag: one repository per namespace
+// and pod, so that a registry's per-path access rules can keep each
+// namespace's checkpoints to its own.
+func CheckpointImage(repository, namespace, pod, container, tag string) string {
+	return repository + "/" + namespace + "/" + pod + ":" + container + "-" + tag
 }
 
 // CheckpointImageOf is where container of pod goes for the migration
@@ -83,9 +85,9 @@ func CheckpointImage(repository, pod, container, tag string) string {
 // target node's agent, as that node pulls it.
 func (c Config) CheckpointImageOf(pod, container, tag string) string {
 	if c.Transfer == Direct {
-		return CheckpointImage(fmt.Sprintf("localhost:%d/%s", agent.DirectPort, c.Namespace), pod, container, tag)
+		return CheckpointImage(fmt.Sprintf("localhost:%d", agent.DirectPort), c.Namespace, pod, container, tag)
 	}
-	return CheckpointImage(c.ImageRepository, pod, container, tag)
+	return CheckpointImage(c.ImageRepository, c.Namespace, pod, container, tag)
 }
 
 func (m *Migration) packRequest(container string) agent.PackRequest {

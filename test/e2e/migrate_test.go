@@ -47,13 +47,20 @@ func (l *lab) checkMigrated(t testing.TB, w *workload.Workload, rec report.Recor
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantImage := l.registry + "/checkpoints/consumer@sha256:"
-	if len(rec.Images) > 0 && strings.HasPrefix(rec.Images[0], "localhost:") { // --transfer direct
+	wantImage := l.registry + "/checkpoints/" + w.Namespace + "/consumer@sha256:"
+	direct := len(rec.Images) > 0 && strings.HasPrefix(rec.Images[0], "localhost:")
+	if direct {
 		// By tag: the pull of it waits for the agent to publish it.
 		wantImage = fmt.Sprintf("localhost:%d/%s/consumer:consumer-%s", agent.DirectPort, w.Namespace, rec.ID)
 	}
 	if pod.Spec.NodeName != "node-b" || !strings.HasPrefix(pod.Spec.Containers[0].Image, wantImage) {
 		t.Fatalf("target %s on %s from %s", pod.Name, pod.Spec.NodeName, pod.Spec.Containers[0].Image)
+	}
+	if !direct {
+		// The process's memory leaves the registry once the target runs.
+		if _, err := (image.Registry{Insecure: true}).Pull(ctx, rec.Images[0]); err == nil {
+			t.Fatalf("checkpoint image %s is still in the registry", rec.Images[0])
+		}
 	}
 	after := state(t, w, rec.TargetPod)
 	// Restored, not restarted: the process identity and start time chosen at
@@ -140,7 +147,7 @@ func TestDirectTransferMigratesALivePod(t *testing.T) {
 		t.Fatalf("images %v: not served by the target node's agent", rec.Images)
 	}
 	reg := image.Registry{Insecure: true}
-	if _, err := reg.Pull(context.Background(), l.registry+"/checkpoints/consumer:app-"+rec.ID); err == nil {
+	if _, err := reg.Pull(context.Background(), l.registry+"/checkpoints/"+w.Namespace+"/consumer:consumer-"+rec.ID); err == nil {
 		t.Fatal("the checkpoint went to the registry")
 	}
 	if path, overhead := rec.CriticalPathMillis(), rec.OverheadMillis(); path <= 0 || overhead > path {

@@ -26,7 +26,7 @@ import (
 // once (the sequence is contiguous from 1: count and digest of 1..N), and at
 // the end full conservation against each producer and that every count is
 // back at its baseline: pods, replay and migration queues, leases, archives
-// on the nodes, checkpoint images in the registry (--delete-image), one
+// on the nodes, checkpoint images in the registry (deleted by default), one
 // record per run. Each run's figures go to a CSV (E2E_SOAK_CSV, default in
 // the test's temporary directory, named in the log). make soak runs it.
 func TestSoak(t *testing.T) {
@@ -73,7 +73,7 @@ func TestSoak(t *testing.T) {
 	migrate := func(w *workload.Workload, kind, pod, node string, variant ...string) report.Record {
 		t.Helper()
 		to := otherNode[node]
-		args := append([]string{kind, pod, "--to", to, "--delete-image", "--label", "soak=" + strconv.Itoa(run)}, variant...)
+		args := append([]string{kind, pod, "--to", to, "--label", "soak=" + strconv.Itoa(run)}, variant...)
 		rec, stderr, err := l.migrate(t, w, args...)
 		if err != nil || rec.Outcome != report.Succeeded {
 			t.Fatalf("run %d (%v): %v %s\n%s", run, args, err, rec.Outcome, stderr)
