@@ -11,6 +11,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
 const recoverExample = `  # Finish or undo migration x7k2p, whose kubectl migrate process died
@@ -26,8 +27,9 @@ const recoverExample = `  # Finish or undo migration x7k2p, whose kubectl migrat
 // RecoverOptions are the options of kubectl migrate recover.
 type RecoverOptions struct {
 	*RootOptions
-	BrokerURL string
-	Output    string
+	BrokerURL  string
+	AgentImage string
+	Output     string
 
 	namespace string
 	id        string
@@ -59,6 +61,7 @@ that cannot renew its lease in time stops changing the cluster on its own.`,
 		RunE:    runE(o),
 	}
 	cmd.Flags().StringVar(&o.BrokerURL, "broker-url", "", "AMQP URL this machine reaches the broker at (default: the migrated pod's ms2m.io/broker-url annotation)")
+	cmd.Flags().StringVar(&o.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent recovery runs (never the one a journal names: anyone who may edit the namespace's ConfigMaps could write it)")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format of the result: json or yaml (default: the report)")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
@@ -139,7 +142,9 @@ func (o *RecoverOptions) recoverOne(ctx context.Context, client kubernetes.Inter
 	if j.State.Source != nil {
 		pullSecrets = j.State.Source.Spec.ImagePullSecrets
 	}
-	deps, err := o.NewDeps(ctx, client, j.Config, pullSecrets)
+	cfg := j.Config
+	cfg.AgentImage = o.AgentImage
+	deps, err := o.NewDeps(ctx, client, cfg, pullSecrets)
 	if err != nil {
 		return nil, err
 	}

@@ -7,13 +7,20 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -119,5 +126,65 @@ func ReadJournal(r *report.Record) (j Journal, ok bool, err error) {
 	if j.State == nil {
 		return Journal{}, false, fmt.Errorf("migration %s: the journal holds no state", r.ID)
 	}
+	if err := j.verify(r); err != nil {
+		return Journal{}, false, fmt.Errorf("migration %s: refusing its journal, which names %w; it was not written by kubectl migrate (anyone who may edit ConfigMaps in namespace %s can write one): remove what the migration left by hand", r.ID, err, r.Namespace)
+	}
 	return j, true, nil
+}
+
+// isImageOf reports whether ref is tagged image (repo:tag) itself, or a
+// digest of it or of its repository.
+func isImageOf(ref, tagged string) bool {
+	repo := tagged[:strings.LastIndex(tagged, ":")]
+	name, digest, ok := strings.Cut(ref, "@sha256:")
+	if !ok {
+		return ref == tagged
+	}
+	return (name == tagged || name == repo) && digest != "" && strings.Trim(digest, "0123456789abcdef") == ""
+}
+
+// verify refuses a journal that names anything its migration would never
+// touch. Anyone who may edit ConfigMaps in the namespace can write one,
+// while recovery acts with its operator's rights: it must not be steered at
+// another namespace's objects, another workload's queues, other images or
+// files. (Recovery runs its own agent image, whatever the journal says.)
+func (j Journal) verify(r *report.Record) error {
+	c := j.Config
+	if c.ID != r.ID || c.Namespace != r.Namespace || c.Pod != r.Pod {
+		return fmt.Errorf("another migration (%s of %s/%s)", c.ID, c.Namespace, c.Pod)
+	}
+	pods := []string{c.Pod, c.TargetName, ShadowName(c.Pod)}
+	for s := j.State; s != nil; s = s.Final {
+		pod, tag := c.Pod, c.ID
+		if s.Stage != "" {
+			tag += "-" + s.Stage
+		}
+		for _, o := range []*corev1.Pod{s.Source, s.Target} {
+			if o != nil && (o.Namespace != c.Namespace || !slices.Contains(pods, o.Name)) {
+				return fmt.Errorf("pod %s/%s", o.Namespace, o.Name)
+			}
+		}
+		if s.Source != nil {
+			pod = s.Source.Name
+		}
+		if sts := s.SavedSTS; sts != nil && (sts.Namespace != c.Namespace || sts.Name != c.StatefulSet) {
+			return fmt.Errorf("StatefulSet %s/%s", sts.Namespace, sts.Name)
+		}
+		for q, want := range map[string]string{s.MigrationQueue: ms2m.MigrationQueueName(c.Broker.Queue), s.ReplayQueue: ms2m.ReplayQueueName(c.Broker.Queue)} {
+			if q != "" && q != want {
+				return fmt.Errorf("queue %s", q)
+			}
+		}
+		for ctr, path := range s.Archives {
+			if ok, _ := filepath.Match(agent.ArchivePattern(c.Namespace, pod, ctr), path); !ok {
+				return fmt.Errorf("archive %s", path)
+			}
+		}
+		for ctr, ref := range s.Images {
+			if !isImageOf(ref, c.CheckpointImageOf(pod, ctr, tag)) {
+				return fmt.Errorf("image %s", ref)
+			}
+		}
+	}
+	return nil
 }

@@ -2,12 +2,14 @@ package migrate_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -312,5 +314,67 @@ func TestJournalKeepsNoSecrets(t *testing.T) {
 		if err := w.Conservation(); err != nil {
 			t.Fatalf("crashed at step %d: %v", n, err)
 		}
+	}
+}
+
+// TestRecoverRefusesAForgedJournal: a journal is a ConfigMap anyone who may
+// edit the namespace can rewrite, while recovery runs with its operator's
+// rights. A journal naming what the migration never touches (another
+// namespace's pod, another workload's queue, another image, another pod's
+// archives, another migration) is refused before anything changes; the
+// genuine one then recovers with every message conserved.
+func TestRecoverRefusesAForgedJournal(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = migrate.Run(context.Background(), testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{PhaseStarted: func(p report.PhaseTiming) {
+			if p.Name == report.Restore {
+				runtime.Goexit() // the process dies with images pushed and the replay queue bound
+			}
+		}})
+	}()
+	<-done
+	w.ExpireLeases()
+	genuine := w.Records()[0]
+	for _, tc := range []struct {
+		name  string
+		forge func(*migrate.Journal)
+	}{
+		{"another namespace's pod", func(j *migrate.Journal) {
+			j.State.Target = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "consumer-abcde"}}
+		}},
+		{"another workload's queue", func(j *migrate.Journal) { j.State.ReplayQueue = "orders" }},
+		{"another image", func(j *migrate.Journal) {
+			j.State.Images = map[string]string{"app": "registry:5000/ckpt/prod/db@sha256:abc"}
+		}},
+		{"another pod's archives", func(j *migrate.Journal) {
+			j.State.Archives = map[string]string{"app": "/var/lib/kubelet/checkpoints/checkpoint-db_prod-app-*.tar"}
+		}},
+		{"another migration", func(j *migrate.Journal) { j.Config.Namespace = "prod" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var j migrate.Journal
+			if err := json.Unmarshal(genuine.Journal, &j); err != nil {
+				t.Fatal(err)
+			}
+			tc.forge(&j)
+			forged := *genuine
+			forged.Journal, _ = json.Marshal(j)
+			before := len(w.Changes())
+			_, err := migrate.Recover(context.Background(), &forged, "amqp://x", w.Deps(), migrate.Hooks{})
+			if err == nil || !strings.Contains(err.Error(), "refusing its journal") {
+				t.Fatalf("recovered from a forged journal: %v", err)
+			}
+			if after := w.Changes(); len(after) != before {
+				t.Fatalf("the refused recovery did %v", after[before:])
+			}
+		})
+	}
+	if rec := recoverTwice(t, w, genuine); rec.Outcome != report.RolledBack {
+		t.Fatalf("recovered to %s", rec.Outcome)
+	}
+	if err := w.Conservation(); err != nil {
+		t.Fatal(err)
 	}
 }

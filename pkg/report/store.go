@@ -149,6 +149,10 @@ func decode(cm *corev1.ConfigMap) (*Record, error) {
 	if j := cm.Data[journalKey]; j != "" {
 		r.Journal = json.RawMessage(j)
 	}
+	if r.Namespace != cm.Namespace {
+		// Written by hand to steer whoever reads it at another namespace.
+		return nil, fmt.Errorf("record %s in namespace %s names namespace %s", cm.Name, cm.Namespace, r.Namespace)
+	}
 	r.ResourceVersion = cm.ResourceVersion
 	return &r, nil
 }

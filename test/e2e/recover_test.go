@@ -81,7 +81,7 @@ func (l *lab) onlyRecord(t *testing.T, w *workload.Workload) *report.Record {
 // recover runs kubectl migrate recover and returns its record.
 func (l *lab) recover(t *testing.T, w *workload.Workload, id string) report.Record {
 	t.Helper()
-	out := l.kubectlMigrate(t, "recover", id, "-n", w.Namespace, "-o", "json")
+	out := l.kubectlMigrate(t, "recover", id, "-n", w.Namespace, "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab", "-o", "json")
 	var rec report.Record
 	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &rec); err != nil {
 		t.Fatalf("recover printed no record: %v\n%s", err, out)
@@ -263,7 +263,7 @@ func (l *lab) crashAndRecover(t *testing.T, w *workload.Workload, tc crashCase, 
 	if got.Outcome != tc.want {
 		t.Fatalf("recovered to %s, want %s: %s", got.Outcome, tc.want, got.Error)
 	}
-	if again := l.kubectlMigrate(t, "recover", rec.ID, "-n", w.Namespace); !strings.Contains(again, "nothing to recover") {
+	if again := l.kubectlMigrate(t, "recover", rec.ID, "-n", w.Namespace, "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab"); !strings.Contains(again, "nothing to recover") {
 		t.Fatalf("a second recovery: %s", again)
 	}
 	return got
