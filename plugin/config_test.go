@@ -25,6 +25,10 @@ func TestToConfig(t *testing.T) {
 	templated.Name, templated.Annotations[migrate.QueueAnnotation] = "consumer-1", "work-$(POD_NAME)"
 	badPort := annotated.DeepCopy()
 	badPort.Annotations[migrate.ControlPortAnnotation] = "http"
+	// Anyone who may edit the pod can point the operator's client at its
+	// own TLS files for a broker of their choosing.
+	fileURL := annotated.DeepCopy()
+	fileURL.Annotations[migrate.BrokerURLAnnotation] = "amqps://b/?certfile=/home/op/.ssh/client.pem&keyfile=/home/op/.ssh/client.key"
 	shared := func(mod func(*migrationFlags)) migrationFlags {
 		f := migrationFlags{To: "node-b", Strategy: "ms2m", ReplayTimeout: time.Minute, PhaseTimeout: time.Minute, Timeout: time.Hour, namespace: "ns", pod: "consumer"}
 		if mod != nil {
@@ -62,6 +66,10 @@ func TestToConfig(t *testing.T) {
 			return c.ControlPort == 8080 && c.Broker == migrate.BrokerConfig{} && c.TargetName == ""
 		}, ""},
 		{"a port annotation that is no port", &PodOptions{migrationFlags: shared(nil)}, badPort, nil, "annotation ms2m.io/control-port=\"http\" is not a port"},
+		{"an annotated broker URL naming local files", &PodOptions{migrationFlags: shared(nil)}, fileURL, nil, "names files on this machine (certfile, keyfile); pass --broker-url"},
+		{"the operator's own URL may name them", &PodOptions{migrationFlags: shared(func(f *migrationFlags) { f.BrokerURL = "amqps://b/?cacertfile=/etc/ca.pem" })}, fileURL, func(c migrate.Config) bool {
+			return c.Broker.URL == "amqps://b/?cacertfile=/etc/ca.pem"
+		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := tc.cmd.toConfig(tc.pod, "x1y2z")

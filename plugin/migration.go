@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
@@ -163,6 +164,11 @@ func (f *migrationFlags) toConfig(pod *corev1.Pod, id string) (migrate.Config, e
 		KubeletTimeout: f.KubeletTimeout,
 		KeepOnFailure:  f.KeepOnFailure, DryRun: f.DryRun, KeepImages: f.KeepImage,
 		Labels: f.labels, InjectFailure: f.InjectFailure,
+	}
+	if f.BrokerURL == "" {
+		if err := broker.CheckAnnotatedURL(c.Broker.URL); err != nil {
+			return c, fmt.Errorf("the pod's %s annotation %w; pass --broker-url to use them", migrate.BrokerURLAnnotation, err)
+		}
 	}
 	if c.ControlPort == 0 {
 		c.ControlPort = 8080

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
@@ -134,6 +135,9 @@ func (o *RecoverOptions) recoverOne(ctx context.Context, client kubernetes.Inter
 	url := o.BrokerURL
 	if url == "" && j.State.Source != nil {
 		url = j.State.Source.Annotations[migrate.BrokerURLAnnotation]
+		if err := broker.CheckAnnotatedURL(url); err != nil {
+			return nil, fmt.Errorf("the journal's copy of pod %s's %s annotation %w; pass --broker-url to use them", rec.Pod, migrate.BrokerURLAnnotation, err)
+		}
 	}
 	if url == "" {
 		return nil, fmt.Errorf("the journal keeps no broker password and pod %s has no %s annotation; pass --broker-url", rec.Pod, migrate.BrokerURLAnnotation)

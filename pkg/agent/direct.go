@@ -157,6 +157,10 @@ func (d Direct) receive(w http.ResponseWriter, r *http.Request, blobs string, pu
 		http.Error(w, "receive needs the archive's length", http.StatusLengthRequired)
 		return
 	}
+	if ok, free := spaceFor(blobs, r.ContentLength); !ok {
+		http.Error(w, fmt.Sprintf("an archive of %d bytes does not fit on this node, which has %d bytes free and keeps a reserve", r.ContentLength, free), http.StatusInsufficientStorage)
+		return
+	}
 	conn, buffered, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		http.Error(w, "receive: "+err.Error(), http.StatusInternalServerError)

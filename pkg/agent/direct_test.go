@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -299,4 +300,35 @@ func (r *repeatedChunk) Read(p []byte) (int, error) {
 	n := copy(p, r.chunk[r.off:])
 	r.off = (r.off + n) % len(r.chunk)
 	return n, nil
+}
+
+// TestReceiveRefusesWhatWouldFillTheNode: a sender (even one with the
+// token) declaring an archive larger than the node's free space, less a
+// reserve, is refused before a byte is written.
+func TestReceiveRefusesWhatWouldFillTheNode(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	direct, addr := startDirect(ctx, t)
+	if ok, free := spaceFor(direct.Dir, 1); !ok || free < 0 {
+		t.Skipf("the test's filesystem has no room or no statfs (free %d)", free)
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "PUT %s?repository=ns/p&tag=app-1&container=app HTTP/1.1\r\nHost: x\r\nAuthorization: Basic %s\r\nContent-Length: %d\r\n\r\n",
+		receivePath, base64.StdEncoding.EncodeToString([]byte(pushUser+":s3cret")), int64(1)<<60) // an exbibyte
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusInsufficientStorage || !strings.Contains(string(body), "does not fit on this node") {
+		t.Fatalf("%s: %s", resp.Status, body)
+	}
+	if files, _ := filepath.Glob(filepath.Join(direct.Dir, "blobs", "receive-*")); len(files) != 0 {
+		t.Fatalf("wrote %v", files)
+	}
 }

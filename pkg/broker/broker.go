@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +30,31 @@ type Client struct {
 
 	mu   sync.Mutex
 	conn *amqp.Connection
+}
+
+// localFileParams are the AMQP URI parameters that make the client read
+// files of its own machine (amqp091-go loads them as TLS material).
+var localFileParams = []string{"certfile", "keyfile", "cacertfile"}
+
+// CheckAnnotatedURL refuses a broker URL taken from an annotation (which
+// anyone who may edit the pod wrote) that names files on this machine: the
+// client would load the operator's TLS key and certificates for a broker of
+// that writer's choosing.
+func CheckAnnotatedURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil // the dial says what is wrong with it
+	}
+	var named []string
+	for _, p := range localFileParams {
+		if u.Query().Has(p) {
+			named = append(named, p)
+		}
+	}
+	if len(named) > 0 {
+		return fmt.Errorf("names files on this machine (%s)", strings.Join(named, ", "))
+	}
+	return nil
 }
 
 // Dial connects to the broker at url.
