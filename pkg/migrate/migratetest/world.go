@@ -44,6 +44,10 @@ var ErrInjected = errors.New("injected failure")
 type World struct {
 	T      *testing.T
 	Client *fake.Clientset
+	// engine is the client the engine gets (Deps): the same cluster, with
+	// every call it makes recorded in apiCalls.
+	engine   *fake.Clientset
+	apiCalls []APICall
 	// FailAt makes the fake that phase uses fail: every time, or only the
 	// FailNth time (from 1) when set, for phases that run more than once.
 	FailAt  report.PhaseName
@@ -147,6 +151,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 		w.acked[st.Process] = st.LastSeq
 	}
 	w.versionObjects()
+	w.recordEngineCalls()
 	w.podsOnDeadKubelets()
 	w.startKubelet()
 	return w
@@ -233,10 +238,45 @@ func (w *World) startKubelet() {
 // Deps returns the engine dependencies backed by w.
 func (w *World) Deps() migrate.Deps {
 	return migrate.Deps{
-		Client: w.Client, Kubelet: (*fakeKubelet)(w), Packer: (*fakePacker)(w),
+		Client: w.engine, Kubelet: (*fakeKubelet)(w), Packer: (*fakePacker)(w),
 		DialBroker: func(context.Context, string) (migrate.Broker, error) { return (*fakeBroker)(w), nil },
-		App:        (*fakeApp)(w), Registry: (*fakeRegistry)(w), Records: report.Store{Client: w.Client},
+		App:        (*fakeApp)(w), Registry: (*fakeRegistry)(w), Records: report.Store{Client: w.engine},
 	}
+}
+
+// APICall is one request the engine made of the API server.
+type APICall struct {
+	Group, Verb, Resource, Subresource string
+}
+
+// recordEngineCalls makes the engine's client: a clientset that hands
+// every request to the world's and records it (the world's own kubelets
+// and controllers use the world's client, unrecorded).
+func (w *World) recordEngineCalls() {
+	w.engine = &fake.Clientset{}
+	record := func(a k8stesting.Action) {
+		w.Mu.Lock()
+		defer w.Mu.Unlock()
+		r := a.GetResource()
+		w.apiCalls = append(w.apiCalls, APICall{Group: r.Group, Verb: a.GetVerb(), Resource: r.Resource, Subresource: a.GetSubresource()})
+	}
+	w.engine.AddReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		record(a)
+		obj, err := w.Client.Invokes(a, nil)
+		return true, obj, err
+	})
+	w.engine.AddWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		record(a)
+		watcher, err := w.Client.InvokesWatch(a)
+		return true, watcher, err
+	})
+}
+
+// APICalls returns the requests the engine made so far.
+func (w *World) APICalls() []APICall {
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	return slices.Clone(w.apiCalls)
 }
 
 type fakeKubelet World
