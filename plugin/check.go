@@ -72,10 +72,10 @@ It exits non-zero if any link fails.`,
 	fs.BoolVar(&o.InsecureRegistry, "insecure-registry", false, "allow a plain-HTTP or self-signed registry")
 	fs.StringVar(&o.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent (also the canary)")
 	fs.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "time limit of the check (cleanup gets its own)")
-	fs.StringVarP(&o.Output, "output", "o", "", "output format: json (default: one line per link)")
+	fs.StringVarP(&o.Output, "output", "o", "", "output format of the result: json or yaml (default: one line per link)")
 	_ = cmd.RegisterFlagCompletionFunc("from", completeNodes(root))
 	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(root))
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -97,8 +97,8 @@ func (o *CheckOptions) Validate() error {
 		return errors.New("give --registry, the repository migrations push checkpoint images to (e.g. registry.example:5000/checkpoints)")
 	case o.Timeout <= 0:
 		return fmt.Errorf("--timeout must be positive, not %s", o.Timeout)
-	case o.Output != "" && o.Output != "json":
-		return fmt.Errorf("--output must be json, not %q", o.Output)
+	case validateOutput(o.Output) != nil:
+		return validateOutput(o.Output)
 	}
 	return nil
 }
@@ -129,12 +129,12 @@ func (o *CheckOptions) Run(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	// Links are printed as they end: the human form on stdout, or, with
-	// -o json, as progress on stderr.
+	// -o, as progress on stderr.
 	w := o.colourWriter(o.Out)
-	if o.Output == "json" {
+	if o.Output != "" {
 		w = o.colourWriter(o.ErrOut)
 	}
-	quiet := o.Output == "json" && o.Quiet
+	quiet := o.Output != "" && o.Quiet
 	if !quiet {
 		fmt.Fprintln(w, render.CheckHeader(o.From, o.To))
 	}
@@ -143,8 +143,8 @@ func (o *CheckOptions) Run(ctx context.Context) error {
 			fmt.Fprintln(w, render.CheckLink(l))
 		}
 	})
-	if o.Output == "json" {
-		err = printData(o.Out, "json", result)
+	if o.Output != "" {
+		err = printData(o.Out, o.Output, result)
 	} else {
 		fmt.Fprintln(w, render.CheckVerdict(result))
 	}

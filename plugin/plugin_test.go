@@ -70,7 +70,7 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		{[]string{"check", "--to", "node-b"}, "give both nodes: kubectl migrate check --from NODE --to NODE"},
 		{[]string{"check", "--from", "node-a", "--to", "node-a", "--registry", "r/c"}, "--from and --to are both node-a"},
 		{[]string{"check", "--from", "node-a", "--to", "node-b"}, "give --registry"},
-		{[]string{"check", "--from", "node-a", "--to", "node-b", "--registry", "r/c", "-o", "yaml"}, "--output must be json"},
+		{[]string{"check", "--from", "node-a", "--to", "node-b", "--registry", "r/c", "-o", "csv"}, "--output must be json or yaml"},
 		{[]string{"check", "node-a", "node-b"}, "takes no arguments"},
 		{[]string{"pod", "consumer", "--to", "node-b", "--dry-run=maybe"}, `--dry-run must be none, client or server, not "maybe"`},
 		{[]string{"pod", "consumer", "--to", "node-b", "--no-such-flag"}, "unknown flag: --no-such-flag (see 'kubectl migrate pod --help')"},
@@ -273,6 +273,18 @@ func TestHelpReadsLikeKubectl(t *testing.T) {
 	r = execute(t, migratetest.NewWorld(t), "node", "--help")
 	if r.err != nil || strings.Contains(r.out.String(), "--queue") || strings.Contains(r.out.String(), "--container") {
 		t.Fatalf("node --help offers flags it refuses: %v\n%s", r.err, r.out)
+	}
+	// The two dozen global flags are behind kubectl migrate options, as
+	// kubectl's are behind kubectl options.
+	for _, args := range [][]string{{"--help"}, {"pod", "--help"}, {"report", "--help"}} {
+		r = execute(t, migratetest.NewWorld(t), args...)
+		if help := r.out.String(); r.err != nil || strings.Contains(help, "--kubeconfig string") || !strings.Contains(help, `Use "kubectl migrate options"`) {
+			t.Fatalf("%v lists the global flags: %v\n%s", args, r.err, help)
+		}
+	}
+	r = execute(t, migratetest.NewWorld(t), "options")
+	if r.err != nil || !strings.Contains(r.out.String(), "--kubeconfig string") || !strings.Contains(r.out.String(), "-q, --quiet") {
+		t.Fatalf("options: %v\n%s", r.err, r.out)
 	}
 }
 
