@@ -188,12 +188,24 @@ func (o *NodeOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	id := rand.String(5)
+	dcfg := drain.Config{
+		ID: id, Namespace: o.namespace, Parallel: o.Parallel, FailFast: o.FailFast,
+		KeepCordoned: o.KeepCordoned, EvictRest: o.EvictRest, Targets: firstOf(o.To, o.ToSelector),
+	}
+	// Every access, the migrations' included, before the node is cordoned.
+	missing, err := drain.MissingPermissions(ctx, client, dcfg, plan)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return withCode(ExitRefused, fmt.Errorf("missing permissions, grant them with RBAC (docs/rbac.yaml has them all): %s", strings.Join(missing, "; ")))
+	}
 	if o.DryRun || o.Output == "" {
 		if err := o.printDrainPlan(plan); err != nil || o.DryRun {
 			return err
 		}
 	}
-	id := rand.String(5)
 	hint := fmt.Sprintf("the drain's record is %s; kubectl migrate report lists any pod migration to recover", id)
 	o.recoverHint.Store(&hint)
 	st := newDrainStatus(o.RootOptions, plan)
@@ -217,12 +229,8 @@ func (o *NodeOptions) Run(ctx context.Context) error {
 			return migrate.Run(ctx, cfg, mdeps, st.migrationHooks(mv))
 		},
 	}
-	targets := firstOf(o.To, o.ToSelector)
 	st.start()
-	rec, err := drain.Run(ctx, drain.Config{
-		ID: id, Namespace: o.namespace, Parallel: o.Parallel, FailFast: o.FailFast,
-		KeepCordoned: o.KeepCordoned, EvictRest: o.EvictRest, Targets: targets,
-	}, deps, plan, drain.Hooks{Started: st.started, Finished: st.finished})
+	rec, err := drain.Run(ctx, dcfg, deps, plan, drain.Hooks{Started: st.started, Finished: st.finished})
 	st.stop()
 	if rec == nil {
 		return err

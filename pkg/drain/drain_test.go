@@ -1,9 +1,12 @@
 package drain
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,14 +15,18 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -293,6 +300,97 @@ func TestRunBudgetAllowingNothing(t *testing.T) {
 		isDB := strings.HasPrefix(m.Pod, "db-")
 		if isDB && (m.Outcome != report.Failed || !strings.Contains(m.Error, "apps/strict allows no disruption")) || !isDB && m.Outcome != report.Succeeded {
 			t.Fatalf("move %+v", m)
+		}
+	}
+}
+
+// TestDrainChecksEveryCallItMakes records every request a drain makes of
+// the API server (plan, cordon, budgets, record, lock, evictions) and fails
+// on one its permission check does not cover in that namespace: a caller
+// short of an access must hear it before the node is cordoned.
+func TestDrainChecksEveryCallItMakes(t *testing.T) {
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: "apps"},
+		Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "bare"}}},
+		Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 5}}
+	web := pod("web-1", "100m", ownedBy("ReplicaSet", "web"), func(p *corev1.Pod) { p.Namespace = "frontend" })
+	cluster := drainWorld(pdb, web)
+	cluster.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		// The API server deletes an evicted pod.
+		ev := a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+		return true, nil, cluster.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), ev.Namespace, ev.Name)
+	})
+	client, calls := migratetest.Recording(cluster)
+	cfg := Config{ID: "d1", Namespace: "ops", Parallel: 2, EvictRest: true}
+	plan, err := MakePlan(context.Background(), client, "node-a", PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(plan.Skipped, func(s Skip) bool { return s.Evictable }) {
+		t.Fatalf("nothing to evict in %+v", plan.Skipped)
+	}
+	if _, err := Run(context.Background(), cfg, newFake().deps(client), plan, Hooks{}); err != nil {
+		t.Fatal(err)
+	}
+	needed := NeededPermissions(cfg, plan)
+	covers := func(ns string, c migratetest.APICall) bool {
+		return slices.ContainsFunc(needed[ns], func(p migrate.Permission) bool {
+			return p.Group == c.Group && p.Verb == c.Verb && p.Resource == c.Resource && p.Subresource == c.Subresource
+		})
+	}
+	recorded := calls()
+	if len(recorded) < 10 {
+		t.Fatalf("recorded only %d calls", len(recorded))
+	}
+	for _, c := range recorded {
+		if !covers(c.Namespace, c) && !covers("", c) { // "" holds the cluster-wide ones
+			t.Errorf("the drain calls %s %s/%s (group %q) in namespace %q, which its check does not cover", c.Verb, c.Resource, c.Subresource, c.Group, c.Namespace)
+		}
+	}
+}
+
+// TestDocumentedRBACGrantsWhatADrainChecks: docs/rbac.yaml grants every
+// access a drain checks for: its own in the drain role (bound cluster-wide)
+// or, for its record and lock, the namespaced role; its migrations' as
+// migrate's test proves.
+func TestDocumentedRBACGrantsWhatADrainChecks(t *testing.T) {
+	data, err := os.ReadFile("../../docs/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]rbacv1.ClusterRole{}
+	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+		var role rbacv1.ClusterRole
+		if err := yaml.UnmarshalStrict(doc, &role); err != nil {
+			t.Fatal(err)
+		}
+		roles[role.Name] = role
+	}
+	grants := func(role string, p migrate.Permission) bool {
+		resource := p.Resource
+		if p.Subresource != "" {
+			resource += "/" + p.Subresource
+		}
+		return slices.ContainsFunc(roles[role].Rules, func(r rbacv1.PolicyRule) bool {
+			return slices.Contains(r.APIGroups, p.Group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, p.Verb)
+		})
+	}
+	web := pod("web-1", "100m", ownedBy("ReplicaSet", "web"))
+	plan, err := MakePlan(context.Background(), drainWorld(web), "node-a", PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	migrations := migrate.NeededPermissions(true)
+	for ns, perms := range NeededPermissions(Config{Namespace: "ops", EvictRest: true}, plan) {
+		for _, p := range perms {
+			switch {
+			case slices.Contains(migrations, p):
+			case ns == "ops" && grants("kubectl-migrate", p):
+			case !grants("kubectl-migrate-drain", p):
+				t.Errorf("docs/rbac.yaml's kubectl-migrate-drain does not grant %s %s (needed in %q)", p.Verb, p.QualifiedResource(), ns)
+			}
 		}
 	}
 }

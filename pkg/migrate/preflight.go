@@ -332,19 +332,21 @@ func checkPermissions(ctx context.Context, m *Migration) error {
 
 // MissingPermissions lists, each with why, the accesses a migration in
 // namespace (of a StatefulSet pod, with statefulSet) needs and the caller
-// lacks, as the API server's SelfSubjectAccessReviews answer (asked all at
-// once).
+// lacks.
 func MissingPermissions(ctx context.Context, client kubernetes.Interface, namespace string, statefulSet bool) ([]string, error) {
-	needed := permissions
-	if statefulSet {
-		needed = append(slices.Clone(permissions), statefulSetPermissions...)
-	}
+	return Missing(ctx, client, namespace, NeededPermissions(statefulSet))
+}
+
+// Missing lists, each with why, the accesses of needed the caller lacks,
+// namespaced ones in namespace ("" for all namespaces), as the API
+// server's SelfSubjectAccessReviews answer (asked all at once).
+func Missing(ctx context.Context, client kubernetes.Interface, namespace string, needed []Permission) ([]string, error) {
 	missing := make([]string, len(needed))
 	g, ctx := errgroup.WithContext(ctx)
 	for i, p := range needed {
 		g.Go(func() error {
-			attrs := &authzv1.ResourceAttributes{Group: p.group, Verb: p.verb, Resource: p.resource, Subresource: p.subresource}
-			if p.namespaced {
+			attrs := &authzv1.ResourceAttributes{Group: p.Group, Verb: p.Verb, Resource: p.Resource, Subresource: p.Subresource}
+			if p.Namespaced {
 				attrs.Namespace = namespace
 			}
 			review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
@@ -354,7 +356,7 @@ func MissingPermissions(ctx context.Context, client kubernetes.Interface, namesp
 				return fmt.Errorf("check permissions: %w", err)
 			}
 			if !review.Status.Allowed {
-				missing[i] = fmt.Sprintf("%s %s (%s)", p.verb, p.qualifiedResource(), p.why)
+				missing[i] = fmt.Sprintf("%s %s (%s)", p.Verb, p.QualifiedResource(), p.Why)
 			}
 			return nil
 		})
@@ -365,23 +367,24 @@ func MissingPermissions(ctx context.Context, client kubernetes.Interface, namesp
 	return slices.DeleteFunc(missing, func(s string) bool { return s == "" }), nil
 }
 
-// qualifiedResource is the resource as RBAC and kubectl name it:
+// QualifiedResource is the resource as RBAC and kubectl name it:
 // resource[/subresource][.group].
-func (p permission) qualifiedResource() string {
-	res := p.resource
-	if p.subresource != "" {
-		res += "/" + p.subresource
+func (p Permission) QualifiedResource() string {
+	res := p.Resource
+	if p.Subresource != "" {
+		res += "/" + p.Subresource
 	}
-	if p.group != "" {
-		res += "." + p.group
+	if p.Group != "" {
+		res += "." + p.Group
 	}
 	return res
 }
 
-// Permission is one access a migration needs, for the docs' RBAC test.
+// Permission is one access a command needs, with why.
 type Permission struct {
 	Group, Verb, Resource, Subresource string
 	Namespaced                         bool
+	Why                                string
 }
 
 // NeededPermissions lists every access a migration (of a StatefulSet pod,
@@ -393,7 +396,7 @@ func NeededPermissions(statefulSet bool) []Permission {
 	}
 	out := make([]Permission, len(needed))
 	for i, p := range needed {
-		out[i] = Permission{Group: p.group, Verb: p.verb, Resource: p.resource, Subresource: p.subresource, Namespaced: p.namespaced}
+		out[i] = Permission{Group: p.group, Verb: p.verb, Resource: p.resource, Subresource: p.subresource, Namespaced: p.namespaced, Why: p.why}
 	}
 	return out
 }

@@ -82,7 +82,9 @@ func TestPreflightChecksEveryCallTheEngineMakes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			w := tc.world(t)
+			w.Mu.Lock() // the world's controllers read it
 			w.FailAt = tc.fail
+			w.Mu.Unlock()
 			if tc.crash > 0 {
 				recoverTwice(t, w, crashAt(t, w, tc.cfg, tc.crash))
 			} else {

@@ -46,8 +46,8 @@ type World struct {
 	Client *fake.Clientset
 	// engine is the client the engine gets (Deps): the same cluster, with
 	// every call it makes recorded in apiCalls.
-	engine   *fake.Clientset
-	apiCalls []APICall
+	engine      *fake.Clientset
+	engineCalls func() []APICall
 	// FailAt makes the fake that phase uses fail: every time, or only the
 	// FailNth time (from 1) when set, for phases that run more than once.
 	FailAt  report.PhaseName
@@ -244,40 +244,49 @@ func (w *World) Deps() migrate.Deps {
 	}
 }
 
-// APICall is one request the engine made of the API server.
+// APICall is one request made of the API server.
 type APICall struct {
-	Group, Verb, Resource, Subresource string
+	Group, Verb, Resource, Subresource, Namespace string
 }
 
-// recordEngineCalls makes the engine's client: a clientset that hands
-// every request to the world's and records it (the world's own kubelets
-// and controllers use the world's client, unrecorded).
-func (w *World) recordEngineCalls() {
-	w.engine = &fake.Clientset{}
+// Recording returns a clientset that hands every request to target and
+// records it, and a function that returns the requests recorded so far.
+func Recording(target *fake.Clientset) (*fake.Clientset, func() []APICall) {
+	var mu sync.Mutex
+	var calls []APICall
+	recording := &fake.Clientset{}
 	record := func(a k8stesting.Action) {
-		w.Mu.Lock()
-		defer w.Mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
 		r := a.GetResource()
-		w.apiCalls = append(w.apiCalls, APICall{Group: r.Group, Verb: a.GetVerb(), Resource: r.Resource, Subresource: a.GetSubresource()})
+		calls = append(calls, APICall{Group: r.Group, Verb: a.GetVerb(), Resource: r.Resource, Subresource: a.GetSubresource(), Namespace: a.GetNamespace()})
 	}
-	w.engine.AddReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	recording.AddReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		record(a)
-		obj, err := w.Client.Invokes(a, nil)
+		obj, err := target.Invokes(a, nil)
 		return true, obj, err
 	})
-	w.engine.AddWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+	recording.AddWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
 		record(a)
-		watcher, err := w.Client.InvokesWatch(a)
+		watcher, err := target.InvokesWatch(a)
 		return true, watcher, err
 	})
+	return recording, func() []APICall {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(calls)
+	}
+}
+
+// recordEngineCalls makes the engine's client, which records every
+// request (the world's own kubelets and controllers use the world's
+// client, unrecorded).
+func (w *World) recordEngineCalls() {
+	w.engine, w.engineCalls = Recording(w.Client)
 }
 
 // APICalls returns the requests the engine made so far.
-func (w *World) APICalls() []APICall {
-	w.Mu.Lock()
-	defer w.Mu.Unlock()
-	return slices.Clone(w.apiCalls)
-}
+func (w *World) APICalls() []APICall { return w.engineCalls() }
 
 type fakeKubelet World
 
