@@ -58,34 +58,20 @@ func NewCmdNode(root *RootOptions) *cobra.Command {
 		Use:   "node NODE [--to NODE | --to-selector LABELS]",
 		Short: "Drain a node by live-migrating what can move",
 		Long: `Drain a node the way kubectl drain does, but move the stateful consumers
-alive instead of evicting them: the node is cordoned, and every migratable pod
-on it is migrated with its in-memory state, bare pods as kubectl migrate pod
-does and StatefulSet pods as kubectl migrate sts does (--mode), each with its
-own ms2m.io/* annotations.
+alive instead of evicting them: the node is cordoned and every migratable pod
+on it is migrated with its state (bare pods as kubectl migrate pod does,
+StatefulSet pods as kubectl migrate sts does), each with its own ms2m.io/*
+annotations, to the fitting node (of --to or --to-selector) with the most CPU
+left. --parallel moves run at once, never two of one StatefulSet nor more of
+a PodDisruptionBudget than it allows. Pods that cannot move are listed with
+the reason and left (--evict-rest evicts them afterwards). A failed move is
+rolled back and the drain goes on (--fail-fast stops it); a drain that stops
+early uncordons the node unless --keep-cordoned. --dry-run prints the plan.
+Pods of every namespace, or of -n NAMESPACE; the drain's record and lease are
+kept in the current namespace. Every access it needs is checked first.
 
-Each pod goes to a Ready, schedulable node (of --to, or of --to-selector, or
-any other) that matches its node selector and required node affinity,
-tolerates that node's taints and has room for its requests; of those, the one
-with the most CPU left. --parallel migrations run at once, but never two pods
-of one StatefulSet, and never more pods of a PodDisruptionBudget than it
-allows when the drain starts (pods of a budget that allows none are not
-migrated).
+More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs`,
 
-Pods that cannot move are listed up front with the reason, and left: DaemonSet
-and static pods, pods of other controllers, pods without the MS2M contract
-(no ms2m.io/queue annotation), pods with node-local volumes, pods no node fits.
---evict-rest hands them (and pods whose migration failed) to the eviction API
-afterwards. --dry-run prints the whole plan and changes nothing.
-
-A pod whose migration fails is rolled back and the drain goes on with the
-others (--fail-fast stops it). A drain that stops early (--fail-fast, Ctrl-C)
-uncordons the node unless it was cordoned before or --keep-cordoned is given.
-Each pod's migration has its own record and journal (kubectl migrate recover
-finishes or undoes one whose process died); the drain's record lists them
-all, and kubectl migrate report shows it.
-
-Pods of every namespace are drained, or only of -n NAMESPACE when it is given;
-the drain's record and lease are kept in the current namespace.`,
 		Example:           nodeExample,
 		Args:              exactlyOne("the node to drain: kubectl migrate node NODE"),
 		ValidArgsFunction: completeNodes(root),

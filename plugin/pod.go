@@ -38,61 +38,20 @@ const podExample = `  # Move pod consumer to node-b with MS2M; broker and regist
 
 const podLong = `Live-migrate a running pod's containers to another node.
 
-With --strategy ms2m (the default) the source keeps serving throughout: a
-replay queue is bound to the workload's exchange, each container is
-checkpointed through the kubelet (Forensic Container Checkpointing), packed as
-an OCI checkpoint image on the source node and pushed to --registry, restored
-on the target node, and the restored copy replays the buffered messages until
-it has caught up. Then the source stops, the target takes over the primary
-queue, and the source pod, the replay queue and the agent pods are removed.
---strategy stop-and-copy stops the source first and skips replay: the
-baseline, whose downtime is about its migration time.
+With --strategy ms2m (the default) the source keeps serving: a replay queue
+buffers its messages while each container is checkpointed through the kubelet,
+pushed as an OCI checkpoint image (to --registry, or straight to the target
+node with --transfer direct) and restored on the target, which replays them
+and takes over the primary queue. --strategy stop-and-copy is the baseline.
+--replay-max (or --cutoff) stops the source early when messages arrive nearly
+as fast as the target handles them. On failure or Ctrl-C everything is rolled
+back and the source serves; once the target took over, it only completes.
+Flags default to the pod's annotations ms2m.io/broker-url, exchange, queue,
+control-port and registry. Checkpoint images hold the process's memory:
+pushed to REGISTRY/NAMESPACE/POD, deleted after success unless --keep-image.
+Prove two nodes first: kubectl migrate check.
 
-When messages arrive (λ) nearly as fast as the target processes them (μ),
-replay may never catch up. --replay-max turns on the threshold cutoff: λ is
-measured on the replay queue and μ from the target's own replay, both
-re-estimated as replay runs; the source is stopped T_cutoff = replay-max·μ/λ
-after the replay queue was bound (at once if λ ≥ μ), the target replays up to
-the source's last message and takes over, and later messages wait in the
-queue. --cutoff gives a fixed T_cutoff instead.
-
-The workload must follow the MS2M application contract (see the README): an
-HTTP endpoint on --control-port for state and control messages, sequence
-numbers in messages, and reconnecting to the broker after a restore.
-
-Defaults for the broker and registry are read from annotations on the pod:
-  ms2m.io/broker-url    AMQP URL (this machine must reach it; --broker-url overrides)
-  ms2m.io/exchange      fanout exchange the producer publishes to
-  ms2m.io/queue         the pod's primary queue
-  ms2m.io/control-port  port of the MS2M HTTP endpoint (default 8080)
-  ms2m.io/registry      repository for checkpoint images
-
-If anything fails, or on Ctrl-C, every phase is rolled back and the source
-keeps serving, unless --keep-on-failure is given. Once the target has taken
-over the primary queue the migration is committed and only completes.
-
---transfer direct needs no registry: the source node's agent streams each
-checkpoint to the target node's agent (on the node's network, port 8091),
-which serves it to its own node's runtime only; the checkpoint never leaves
-the two nodes. The target's runtime must pull from localhost:8091 over plain
-HTTP (CRI-O: insecure_registries in [crio.image]).
-
-A checkpoint image holds the process's memory, secrets included: it is
-pushed only to --registry (or, with --transfer direct, to the target node),
-its archive is deleted from the node once packed, and the image (manifest
-and blobs) is deleted from the registry after success unless --keep-image.
-Images are pushed to REGISTRY/NAMESPACE/POD, so per-path registry rules can
-keep each namespace's checkpoints to its own. A restored container that
-restarts later is restored again from that image in the node's image store:
-its memory goes back to the checkpoint and, by the contract, it holds
-without consuming until told what to do.
-
-Needs: the kubelet's ContainerCheckpoint feature gate (on by default since
-1.30), CRI-O ≥ 1.25 or containerd 2.1–2.3 with CRIU on both nodes (restore
-opted in where it is opt-in: containerd 2.2.7+/2.3.4+, recent CRI-O patch
-releases), a registry both nodes pull from (or --transfer direct), and RBAC
-create on nodes/proxy, pods, pods/proxy and configmaps. kubectl migrate check
---from NODE --to NODE proves a pair of nodes before the first migration.`
+More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs`
 
 // PodOptions are the options of kubectl migrate pod.
 type PodOptions struct {

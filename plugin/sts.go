@@ -25,46 +25,21 @@ const stsExample = `  # Move ordinal 0 of StatefulSet consumer to node-b, keepin
   kubectl migrate sts consumer-0 --to node-b --strategy stop-and-copy`
 
 const stsLong = `Live-migrate one pod of a StatefulSet to another node, keeping its name,
-ordinal, labels and volume claims.
+ordinal, labels and volume claims. While the name changes hands the
+StatefulSet is deleted with its pods orphaned and created again from its
+saved spec, which adopts the moved pod: its spec ends exactly as before.
 
-A StatefulSet pod's identity cannot exist twice, and deleting the pod would
-make the StatefulSet controller recreate it on the old node at once. So while
-the name changes hands, the StatefulSet is deleted with its pods orphaned and
-then created again from its saved spec: the controller adopts the moved pod
-and the untouched ordinals, and its spec is exactly as before.
+--mode sequential (the default, the paper's) stops the source after its
+checkpoint and restores it under the same name on the target, which replays
+up to the source's last message. --mode shadow (MS2M only) first moves the
+source into NAME-ORDINAL-shadow on the target while it serves, then into the
+StatefulSet's name on the same node: two switchovers of milliseconds each (a
+claim then needs a ReadWriteMany volume). A claim on a node-local volume is
+refused before anything changes. On failure the StatefulSet and its pod come
+back on the source node. What kubectl migrate pod --help says of registries,
+secrets and annotations applies.
 
---mode sequential (the default) is the paper's: the source is checkpointed
-(after the replay queue is bound, with MS2M) and its image pushed; then the
-source stops, its pod is deleted, the checkpoint is restored under the same
-name on the target node and replays up to the source's last message. Downtime
-spans from the source stopping to the copy catching up: detach, restore and
-replay.
-
---mode shadow (MS2M only) avoids that gap: the source moves into a shadow pod
-NAME-ORDINAL-shadow on the target node while it keeps serving (the shadow has
-no member name and no pod-name label, so neither the controller nor per-pod
-Services take it), and the shadow takes over the queue at an MS2M switchover.
-Then the StatefulSet is orphaned, the stopped source deleted, and the shadow
-moves the same way into the StatefulSet's name on the same node. Processing
-pauses only at the two switchovers; the report shows each gap. It needs twice
-the checkpoints and, for a volume claim, a ReadWriteMany volume, as source and
-shadow run at once.
-
-Volumes: a claim bound to a node-local volume (local, hostPath, or node
-affinity that excludes the target) cannot follow and is refused before
-anything changes, as are hostPath and emptyDir volumes of migrated
-containers. A claim on network-attached storage follows: the restored pod
-mounts the same claim.
-
-On failure the StatefulSet and its pod come back on the source node: if the
-source pod was already deleted, its checkpoint (in shadow mode, the shadow's)
-is restored there under the same name and catches up before the StatefulSet
-is created again.
-
-Everything said in "kubectl migrate pod --help" about registries, secrets,
-annotations and requirements applies; RBAC additionally needs get, delete and
-create on statefulsets, and get on persistentvolumeclaims and
-persistentvolumes for pods with claims.`
+More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs`
 
 // StsOptions are the options of kubectl migrate sts.
 type StsOptions struct {
