@@ -55,7 +55,7 @@ itself be interrupted and run again, from any machine with access to the
 cluster and the broker. It first makes sure the process running the
 migration has stopped: it takes over at once a lease that process gave up or
 whose process is gone from this machine, and otherwise watches the lease for
-its duration (20 seconds), refusing if it is renewed meanwhile. A process
+its duration (2 minutes), refusing if it is renewed meanwhile. A process
 that cannot renew its lease in time stops changing the cluster on its own.`,
 		Example: recoverExample,
 		Args:    exactlyOne("the migration's ID: kubectl migrate recover ID (see kubectl migrate report)"),

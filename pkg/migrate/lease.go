@@ -31,7 +31,12 @@ import (
 // for a lease duration on its own clock, never by comparing its clock with
 // the holder's.
 const (
-	leaseDuration = 20 * time.Second
+	// leaseDuration outlasts an API server's restart (its graceful shutdown
+	// alone may take 20 s, and its start as long again on a small control
+	// plane): a migration rides that out rather than stop for want of its
+	// lock. Recovery from another machine waits it out once; on the
+	// machine the process ran on it need not.
+	leaseDuration = 2 * time.Minute
 	leaseRenew    = 5 * time.Second
 	// HostAnnotation names the machine and process holding a lease, for
 	// people.
