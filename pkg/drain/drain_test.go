@@ -1,11 +1,9 @@
 package drain
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -15,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
@@ -356,27 +352,7 @@ func TestDrainChecksEveryCallItMakes(t *testing.T) {
 // or, for its record and lock, the namespaced role; its migrations' as
 // migrate's test proves.
 func TestDocumentedRBACGrantsWhatADrainChecks(t *testing.T) {
-	data, err := os.ReadFile("../../docs/rbac.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	roles := map[string]rbacv1.ClusterRole{}
-	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
-		var role rbacv1.ClusterRole
-		if err := yaml.UnmarshalStrict(doc, &role); err != nil {
-			t.Fatal(err)
-		}
-		roles[role.Name] = role
-	}
-	grants := func(role string, p migrate.Permission) bool {
-		resource := p.Resource
-		if p.Subresource != "" {
-			resource += "/" + p.Subresource
-		}
-		return slices.ContainsFunc(roles[role].Rules, func(r rbacv1.PolicyRule) bool {
-			return slices.Contains(r.APIGroups, p.Group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, p.Verb)
-		})
-	}
+	grants := migratetest.DocumentedRoles(t, "../../docs/rbac.yaml")
 	web := pod("web-1", "100m", ownedBy("ReplicaSet", "web"))
 	plan, err := MakePlan(context.Background(), drainWorld(web), "node-a", PlanOptions{})
 	if err != nil {
