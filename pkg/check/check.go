@@ -331,7 +331,7 @@ func checkpointRemedy(err error) string {
 	case strings.Contains(msg, "nodes/proxy"):
 		return "grant create on nodes/proxy (a ClusterRole)"
 	}
-	return "CRIU's log on the source node (the error names it) has the cause; the usual ones: CRIU missing or older than 4.2, an established TCP connection without tcp-close in /etc/criu/runc.conf, a Multipath TCP socket (Go ≥ 1.24 listens with MPTCP unless told not to)"
+	return "CRIU's log on the source node (the error names it) has the cause; the usual ones: CRIU missing or older than 4.2, an established TCP connection without tcp-close in /etc/criu/runc.conf, a connection arriving mid-dump without skip-in-flight there, a Multipath TCP socket (Go ≥ 1.24 listens with MPTCP unless told not to)"
 }
 
 func (c *checker) push(ctx context.Context) (string, error) {

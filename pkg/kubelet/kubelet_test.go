@@ -10,6 +10,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -21,7 +22,7 @@ func client(t *testing.T, h http.HandlerFunc) Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Client{REST: cs.CoreV1().RESTClient()}
+	return Client{REST: cs.CoreV1().RESTClient(), Retry: wait.Backoff{Steps: 5, Duration: time.Millisecond}}
 }
 
 func TestCheckpointCallsTheNodeProxy(t *testing.T) {
@@ -66,21 +67,41 @@ func TestCheckpointErrorsNameTheFix(t *testing.T) {
 	}
 }
 
-// TestCheckpointTriesAgainAfterARuntimeFailure: a dump that failed once (say
-// on the xtables lock) is asked for once more.
+// TestCheckpointTriesAgainAfterARuntimeFailure: a dump CRIU refused (a
+// probe's connection arrived while the container was frozen) is asked for
+// again, up to five times; after the fifth the error names the usual cause
+// and its cure.
 func TestCheckpointTriesAgainAfterARuntimeFailure(t *testing.T) {
-	calls := 0
-	c := client(t, func(w http.ResponseWriter, r *http.Request) {
-		if calls++; calls == 1 {
-			w.WriteHeader(http.StatusInternalServerError)
-			_, _ = w.Write([]byte("criu failed: type NOTIFY errno 0"))
-			return
+	for _, tc := range []struct {
+		failures, wantCalls int
+		wantErr             string
+	}{
+		{failures: 1, wantCalls: 2},
+		{failures: 4, wantCalls: 5},
+		{failures: 5, wantCalls: 5, wantErr: "CRIU failed 5 times"},
+	} {
+		calls := 0
+		c := client(t, func(w http.ResponseWriter, r *http.Request) {
+			if calls++; calls <= tc.failures {
+				w.WriteHeader(http.StatusInternalServerError)
+				_, _ = w.Write([]byte("criu failed: type NOTIFY errno 0\nlog file: /var/lib/containers/x/userdata/dump.log"))
+				return
+			}
+			_, _ = w.Write([]byte(`{"items":["/var/lib/kubelet/checkpoints/checkpoint-p_ns-app-2026.tar"]}`))
+		})
+		path, err := c.Checkpoint(context.Background(), "node-a", "ns", "p", "app", time.Second)
+		if calls != tc.wantCalls {
+			t.Errorf("%d failures: %d calls, want %d", tc.failures, calls, tc.wantCalls)
 		}
-		_, _ = w.Write([]byte(`{"items":["/var/lib/kubelet/checkpoints/checkpoint-p_ns-app-2026.tar"]}`))
-	})
-	path, err := c.Checkpoint(context.Background(), "node-a", "ns", "p", "app", time.Second)
-	if err != nil || calls != 2 || !strings.HasSuffix(path, "checkpoint-p_ns-app-2026.tar") {
-		t.Fatalf("calls %d, path %q, err %v", calls, path, err)
+		if tc.wantErr == "" {
+			if err != nil || !strings.HasSuffix(path, "checkpoint-p_ns-app-2026.tar") {
+				t.Errorf("%d failures: path %q, err %v", tc.failures, path, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "skip-in-flight in /etc/criu/runc.conf") || !strings.Contains(err.Error(), "dump.log") {
+			t.Errorf("%d failures: %v", tc.failures, err)
+		}
 	}
 }
 

@@ -24,8 +24,10 @@ func nodeFiles(d dirs, n labNode, rt nodeRuntime) (map[string]string, error) {
 `, n.PodCIDR, n.Gateway),
 		// Established TCP connections are closed at dump and restore: the
 		// restored pod has another IP, so its broker connection could not
-		// be restored anyway; the application reconnects.
-		"/etc/criu/runc.conf":                "tcp-close\n",
+		// be restored anyway; the application reconnects. A connection not
+		// yet accepted (a probe that came while the container was frozen)
+		// is left out of the dump instead of failing it.
+		"/etc/criu/runc.conf":                "tcp-close\nskip-in-flight\n",
 		"/etc/kubernetes/pki/ca.crt":         string(ca),
 		"/etc/kubernetes/kubelet.kubeconfig": string(kubeconfig),
 		"/etc/kubernetes/kubelet.yaml": fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
