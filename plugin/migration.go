@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -189,7 +190,10 @@ func podQueue(queue string, pod *corev1.Pod) string {
 	if pod == nil {
 		return queue
 	}
-	return strings.ReplaceAll(queue, "$(POD_NAME)", pod.Name)
+	// A restored copy keeps the queue its process was started with: its
+	// first pod's name.
+	name := cmp.Or(pod.Annotations[migrate.OriginalNameAnnotation], pod.Name)
+	return strings.ReplaceAll(queue, "$(POD_NAME)", name)
 }
 
 // run reads the pod, makes the config, migrates and prints the result.

@@ -10,6 +10,7 @@ import (
 	"github.com/charmbracelet/colorprofile"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
@@ -127,6 +128,9 @@ func (o *migrationFlags) printPlan(c migrate.Config, source *corev1.Pod, predict
 	}
 	for i, step := range migrate.Plan(c, source.Spec.NodeName, containers) {
 		fmt.Fprintf(&b, "  %d. %s\n", i+1, step)
+	}
+	if owner := metav1.GetControllerOf(source); owner != nil && owner.Kind == "ReplicaSet" {
+		fmt.Fprintf(&b, "  The copy goes without the labels ReplicaSet %s selects until it has taken over; then it gets them, the ReplicaSet adopts it and drops %s.\n", owner.Name, source.Name)
 	}
 	writePrediction(&b, prediction)
 	b.WriteString("Nothing was changed.\n")

@@ -64,7 +64,11 @@ func TestPlan(t *testing.T) {
 		node("node-a", "4", nil), node("node-b", "2", map[string]string{"zone": "b"}), node("node-c", "8", map[string]string{"zone": "c"}, gpuTaint),
 		pod("bare", "500m"),
 		pod("db-0", "500m", ownedBy("StatefulSet", "db")),
-		pod("web-1", "100m", ownedBy("ReplicaSet", "web")),
+		pod("web-1", "100m", ownedBy("ReplicaSet", "web"), func(p *corev1.Pod) {
+			p.Spec.NodeSelector = map[string]string{"zone": "c"}
+			p.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}
+		}),
+		pod("batch-1", "100m", ownedBy("Job", "batch")),
 		pod("logs", "100m", ownedBy("DaemonSet", "logs")),
 		pod("plain", "100m", func(p *corev1.Pod) { p.Annotations = nil }),
 		pod("cache", "100m", func(p *corev1.Pod) {
@@ -90,32 +94,33 @@ func TestPlan(t *testing.T) {
 		moves[m.Pod.Name] = m
 	}
 	// node-b has 1 CPU left, node-c (tainted) 8: bare and db-0 fit only on
-	// node-b, 500m each; gpu-ok goes to node-c; huge fits nowhere.
-	for name, want := range map[string]string{"bare": "node-b", "db-0": "node-b", "gpu-ok": "node-c"} {
+	// node-b, 500m each; gpu-ok and a Deployment's web-1 go to node-c; huge
+	// fits nowhere.
+	for name, want := range map[string]string{"bare": "node-b", "db-0": "node-b", "gpu-ok": "node-c", "web-1": "node-c"} {
 		if moves[name].Target != want {
 			t.Errorf("%s → %q, want %s", name, moves[name].Target, want)
 		}
 	}
-	if moves["db-0"].StatefulSet != "db" || len(moves["db-0"].Budgets) != 1 || moves["bare"].StatefulSet != "" {
-		t.Errorf("db-0 %+v, bare %+v", moves["db-0"], moves["bare"])
+	if moves["db-0"].StatefulSet != "db" || len(moves["db-0"].Budgets) != 1 || moves["bare"].StatefulSet != "" || moves["web-1"].StatefulSet != "" {
+		t.Errorf("db-0 %+v, bare %+v, web-1 %+v", moves["db-0"], moves["bare"], moves["web-1"])
 	}
 	skipped := map[string]Skip{}
 	for _, s := range plan.Skipped {
 		skipped[s.Pod] = s
 	}
 	for name, want := range map[string]string{
-		"web-1": "controlled by ReplicaSet web", "logs": "DaemonSet", "plain": "not an MS2M workload",
+		"batch-1": "controlled by Job batch", "logs": "DaemonSet", "plain": "not an MS2M workload",
 		"cache": "emptyDir", "gpu-only": "taint gpu=yes:NoSchedule", "huge": "no node fits",
 	} {
 		if !strings.Contains(skipped[name].Reason, want) {
 			t.Errorf("%s skipped for %q, want %q", name, skipped[name].Reason, want)
 		}
 	}
-	if skipped["logs"].Evictable || !skipped["web-1"].Evictable {
-		t.Errorf("evictable: logs %v, web-1 %v", skipped["logs"].Evictable, skipped["web-1"].Evictable)
+	if skipped["logs"].Evictable || !skipped["batch-1"].Evictable {
+		t.Errorf("evictable: logs %v, batch-1 %v", skipped["logs"].Evictable, skipped["batch-1"].Evictable)
 	}
-	if len(plan.Moves)+len(plan.Skipped) != 9 {
-		t.Errorf("%d moves and %d skipped, want 9 pods in all", len(plan.Moves), len(plan.Skipped))
+	if len(plan.Moves)+len(plan.Skipped) != 10 {
+		t.Errorf("%d moves and %d skipped, want 10 pods in all", len(plan.Moves), len(plan.Skipped))
 	}
 }
 
@@ -308,8 +313,8 @@ func TestDrainChecksEveryCallItMakes(t *testing.T) {
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: "apps"},
 		Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "bare"}}},
 		Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 5}}
-	web := pod("web-1", "100m", ownedBy("ReplicaSet", "web"), func(p *corev1.Pod) { p.Namespace = "frontend" })
-	cluster := drainWorld(pdb, web)
+	batch := pod("batch-1", "100m", ownedBy("Job", "batch"), func(p *corev1.Pod) { p.Namespace = "frontend" })
+	cluster := drainWorld(pdb, batch)
 	cluster.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "eviction" {
 			return false, nil, nil
@@ -353,8 +358,8 @@ func TestDrainChecksEveryCallItMakes(t *testing.T) {
 // migrate's test proves.
 func TestDocumentedRBACGrantsWhatADrainChecks(t *testing.T) {
 	grants := migratetest.DocumentedRoles(t, "../../docs/rbac.yaml")
-	web := pod("web-1", "100m", ownedBy("ReplicaSet", "web"))
-	plan, err := MakePlan(context.Background(), drainWorld(web), "node-a", PlanOptions{})
+	batch := pod("batch-1", "100m", ownedBy("Job", "batch"))
+	plan, err := MakePlan(context.Background(), drainWorld(batch), "node-a", PlanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,8 +143,8 @@ func classify(pod *corev1.Pod) (statefulSet, reason string, evictable bool) {
 	switch {
 	case owner != nil && owner.Kind == "DaemonSet":
 		return "", "a DaemonSet pod; it belongs to its node", false
-	case owner != nil && owner.Kind != "StatefulSet":
-		return "", fmt.Sprintf("controlled by %s %s, which would replace it on the node; only bare pods and StatefulSet pods migrate", owner.Kind, owner.Name), true
+	case owner != nil && owner.Kind != "StatefulSet" && owner.Kind != "ReplicaSet":
+		return "", fmt.Sprintf("controlled by %s %s, which would replace it on the node; only bare pods and StatefulSets', Deployments' and ReplicaSets' pods migrate", owner.Kind, owner.Name), true
 	case pod.Status.Phase != corev1.PodRunning:
 		return "", "not running (" + string(pod.Status.Phase) + "); only running pods can be checkpointed", true
 	case pod.Annotations[migrate.QueueAnnotation] == "":
@@ -158,7 +158,7 @@ func classify(pod *corev1.Pod) (statefulSet, reason string, evictable bool) {
 			return "", "volume " + v.Name + " is an emptyDir, whose data stays on the node", true
 		}
 	}
-	if owner != nil {
+	if owner != nil && owner.Kind == "StatefulSet" {
 		return owner.Name, "", false
 	}
 	return "", "", false

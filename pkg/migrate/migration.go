@@ -62,6 +62,12 @@ type State struct {
 	Committed bool `json:"committed,omitempty"`
 	AgentPods int  `json:"agentPods,omitempty"`
 
+	// ReplicaSet is the source's controller, for a ReplicaSet's (a
+	// Deployment's) pod, and HiddenLabels the labels its copy goes without
+	// until it takes the source's place (see replicaset.go).
+	ReplicaSet   string   `json:"replicaSet,omitempty"`
+	HiddenLabels []string `json:"hiddenLabels,omitempty"`
+
 	// StatefulSet migrations: the spec is saved before the StatefulSet is
 	// deleted.
 	SavedSTS      *appsv1.StatefulSet `json:"savedStatefulSet,omitempty"`

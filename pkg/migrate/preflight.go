@@ -129,10 +129,16 @@ func checkSourcePod(ctx context.Context, m *Migration) error {
 			return fmt.Errorf("pod %s does not belong to StatefulSet %s", m.Pod, m.StatefulSet)
 		}
 	} else if owner != nil {
-		if owner.Kind == "StatefulSet" {
+		switch owner.Kind {
+		case "StatefulSet":
 			return fmt.Errorf("pod %s belongs to StatefulSet %s; use kubectl migrate sts", m.Pod, owner.Name)
+		case "ReplicaSet":
+			if err := checkReplicaSet(ctx, m, pod, owner.Name); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("pod %s is controlled by %s %s, which would replace it on the source node; only bare pods, Deployments' and ReplicaSets' pods migrate with kubectl migrate pod", m.Pod, owner.Kind, owner.Name)
 		}
-		return fmt.Errorf("pod %s is controlled by %s %s, which would replace it on the source node; migrate a bare pod", m.Pod, owner.Kind, owner.Name)
 	}
 	names := make([]string, 0, len(pod.Spec.Containers))
 	for _, c := range pod.Spec.Containers {
@@ -299,6 +305,7 @@ var permissions = []permission{
 	{"", "watch", "pods", "", true, "to wait for the restored pod and the agents"},
 	{"", "create", "pods", "", true, "to create the restored pod and the agent pods"},
 	{"", "delete", "pods", "", true, "to remove the source and the agent pods"},
+	{"", "patch", "pods", "", true, "to hand a Deployment's pod's copy to its ReplicaSet"},
 	{"", "create", "pods", "proxy", true, "to send control messages to the application"},
 	{"", "get", "pods", "proxy", true, "to read the application's state"},
 	{"", "get", "configmaps", "", true, "to read the migration's record"},
@@ -309,6 +316,8 @@ var permissions = []permission{
 	{"coordination.k8s.io", "create", "leases", "", true, "to lock the pod while it moves"},
 	{"coordination.k8s.io", "update", "leases", "", true, "to renew the lock"},
 	{"coordination.k8s.io", "delete", "leases", "", true, "to release the lock"},
+	{"apps", "get", "replicasets", "", true, "to check a Deployment's pod's ReplicaSet"},
+	{"apps", "get", "deployments", "", true, "to check that a Deployment is not rolling out"},
 	{"", "get", "nodes", "", false, "to check the source and target nodes"},
 	{"", "create", "nodes", "proxy", false, "to checkpoint through the kubelet API"},
 }

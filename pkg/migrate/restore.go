@@ -72,6 +72,7 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 			delete(pod.Labels, appsv1.StatefulSetPodNameLabel)
 		}
 	}
+	m.hideFromReplicaSet(pod)
 	if err := m.save(ctx); err != nil {
 		return nil, ms2m.State{}, err
 	}

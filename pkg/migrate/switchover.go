@@ -82,6 +82,13 @@ func (cleanup) Name() report.PhaseName { return report.Cleanup }
 
 func (cleanup) Run(ctx context.Context, m *Migration) error {
 	var errs []error
+	if m.ReplicaSet != "" {
+		if err := m.handToReplicaSet(ctx); err != nil {
+			// The source stays the ReplicaSet's (stopped), rather than
+			// leave it one pod short.
+			return errors.Join(err, m.removeReplayQueueAndImages(ctx))
+		}
+	}
 	if m.Pod != m.TargetName { // a source that held its name is gone already
 		m.progress(report.Cleanup, "deleting source pod "+m.Pod)
 		if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.Pod, nil); err != nil {

@@ -227,6 +227,9 @@ func (w *World) startKubelet() {
 				w.Mu.Unlock()
 			}
 			pod.Status.Phase = corev1.PodRunning
+			if state.Running != nil {
+				pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+			}
 			for _, c := range pod.Spec.Containers {
 				pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, State: state})
 			}
