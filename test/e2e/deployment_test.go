@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -171,9 +172,9 @@ func (dl *deploymentLab) rsPods(t *testing.T) []string {
 }
 
 // checkUnchanged checks that the ReplicaSet never created a pod after the
-// first two, that it owns exactly want, on node, and that neither it nor
+// first two, that it owns exactly the pods of want, each on its node, and that neither it nor
 // the Deployment changed (no rollout, same replicas, same template hash).
-func (dl *deploymentLab) checkUnchanged(t *testing.T, want []string, node string) {
+func (dl *deploymentLab) checkUnchanged(t *testing.T, want map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	dl.mu.Lock()
@@ -189,15 +190,16 @@ func (dl *deploymentLab) checkUnchanged(t *testing.T, want []string, node string
 		t.Fatalf("the Deployment or its ReplicaSet changed: generation %d → %d, replicas %d", dl.d.Generation, d.Generation, *rs.Spec.Replicas)
 	}
 	// The ReplicaSet settles (a source it deleted is gone) within a poll.
+	names := slices.Sorted(maps.Keys(want))
 	var got []string
 	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		got = dl.rsPods(t)
-		return slices.Equal(got, want), nil
+		return slices.Equal(got, names), nil
 	})
-	if !slices.Equal(got, want) {
-		t.Fatalf("ReplicaSet pods %v, want %v", got, want)
+	if !slices.Equal(got, names) {
+		t.Fatalf("ReplicaSet pods %v, want %v", got, names)
 	}
-	for _, name := range want {
+	for name, node := range want {
 		pod, err := dl.client.CoreV1().Pods(dl.ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil || pod.Spec.NodeName != node {
 			t.Fatalf("pod %s: %v; want it on %s", name, err, node)
@@ -221,10 +223,11 @@ func (dl *deploymentLab) conserve(t *testing.T, consumers []string) {
 }
 
 // TestDeploymentPodsMigrate moves both pods of a Deployment to node-b, one
-// with MS2M and one with stop-and-copy, while a watch on the namespace sees
-// every pod created: the ReplicaSet must never start a cold replacement,
-// must end owning the two restored pods, and the Deployment must not roll
-// out; every message is applied once by each consumer.
+// with MS2M and one with stop-and-copy, and the first back again (a
+// restored copy keeps its first pod's queue), while a watch on the
+// namespace sees every pod created: the ReplicaSet must never start a cold
+// replacement, must end owning the restored pods, and the Deployment must
+// not roll out; every message is applied once by each consumer.
 func TestDeploymentPodsMigrate(t *testing.T) {
 	l := setup(t)
 	dl := l.startDeployment(t)
@@ -241,8 +244,13 @@ func TestDeploymentPodsMigrate(t *testing.T) {
 		l.queuesGone(t, ms2m.ReplayQueueName(dl.queueOf(dl.pods[i])))
 		moved = append(moved, rec.TargetPod)
 	}
-	want := slices.Sorted(slices.Values(moved))
-	dl.checkUnchanged(t, want, "node-b")
+	rec, stderr, err := l.migrate(t, dl.w, "pod", moved[0], "--to", "node-a")
+	if err != nil || rec.Outcome != report.Succeeded {
+		t.Fatalf("migration of %s back: %v %s\n%s", moved[0], err, rec.Outcome, stderr)
+	}
+	l.queuesGone(t, ms2m.ReplayQueueName(dl.queueOf(dl.pods[0])))
+	moved[0] = rec.TargetPod
+	dl.checkUnchanged(t, map[string]string{moved[0]: "node-a", moved[1]: "node-b"})
 	dl.conserve(t, moved)
 }
 
@@ -259,6 +267,6 @@ func TestDeploymentPodRollsBack(t *testing.T) {
 	if st := state(t, dl.w, dl.pods[0]); st.Mode != ms2m.ModePrimary {
 		t.Fatalf("%s does not consume its queue after the rollback: %+v", dl.pods[0], st)
 	}
-	dl.checkUnchanged(t, dl.pods, "node-a")
+	dl.checkUnchanged(t, map[string]string{dl.pods[0]: "node-a", dl.pods[1]: "node-a"})
 	dl.conserve(t, dl.pods)
 }
