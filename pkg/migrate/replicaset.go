@@ -84,9 +84,9 @@ func deploymentSettled(d *appsv1.Deployment) error {
 	want := ptr.Deref[int32](d.Spec.Replicas, 1)
 	switch {
 	case d.Spec.Paused:
-		return fmt.Errorf("Deployment %s is paused (a rollout waits): resume it (kubectl rollout resume deployment/%s) and let it finish first", d.Name, d.Name)
+		return fmt.Errorf("the Deployment %s is paused (a rollout waits): resume it (kubectl rollout resume deployment/%s) and let it finish first", d.Name, d.Name)
 	case d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas != want || d.Status.Replicas != want:
-		return fmt.Errorf("Deployment %s is rolling out or scaling (%d of %d pods updated, %d in all); wait for kubectl rollout status deployment/%s", d.Name, d.Status.UpdatedReplicas, want, d.Status.Replicas, d.Name)
+		return fmt.Errorf("the Deployment %s is rolling out or scaling (%d of %d pods updated, %d in all); wait for kubectl rollout status deployment/%s", d.Name, d.Status.UpdatedReplicas, want, d.Status.Replicas, d.Name)
 	}
 	return nil
 }

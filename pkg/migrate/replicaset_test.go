@@ -155,7 +155,7 @@ func TestReplicaSetPreflightRefusals(t *testing.T) {
 		mutate func(*migratetest.World)
 		want   string
 	}{
-		{"paused", deployment(func(d *appsv1.Deployment) { d.Spec.Paused = true }), "Deployment consumer is paused"},
+		{"paused", deployment(func(d *appsv1.Deployment) { d.Spec.Paused = true }), "the Deployment consumer is paused"},
 		{"rolling out", deployment(func(d *appsv1.Deployment) { d.Status.UpdatedReplicas = 1 }), "rolling out or scaling (1 of 2 pods updated"},
 		{"new generation", deployment(func(d *appsv1.Deployment) { d.Generation = 2 }), "wait for kubectl rollout status deployment/consumer"},
 		{"scaling", replicaSet(func(rs *appsv1.ReplicaSet) { rs.Status.Replicas = 3 }), "is scaling (3 pods of 2)"},
