@@ -1,5 +1,5 @@
 // Package drain empties a node by live-migrating what can move: bare MS2M
-// pods with the pod migration, StatefulSet pods with the StatefulSet one,
+// pods and Deployments' with the pod migration, StatefulSet pods with the StatefulSet one,
 // each to a node picked the way the scheduler would (node selector, required
 // affinity, taints, room for its requests), a few at once within the limits
 // of StatefulSets and PodDisruptionBudgets. What cannot move is listed with
