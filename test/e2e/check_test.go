@@ -107,8 +107,8 @@ func TestCheckUnpullableAgentImage(t *testing.T) {
 	l := setup(t)
 	res, _, err := l.runCheck(t, "node-a", "node-b", "--agent-image", l.registry+"/nope/kubectl-migrate-agent:missing")
 	bad := link(res, check.LinkAgents)
-	if err == nil || bad.Status != check.Failed || !strings.Contains(bad.Remedy, "--agent-image") {
-		t.Fatalf("want the agent image link failed naming --agent-image, got %v %+v", err, res.Links)
+	if exitCode(err) != 6 || bad.Status != check.Failed || !strings.Contains(bad.Remedy, "--agent-image") {
+		t.Fatalf("want the agent image link failed naming --agent-image, exit 6; got %v %+v", err, res.Links)
 	}
 	if link(res, check.LinkCheckpoint).Status != check.Skipped || link(res, check.LinkCleanup).Status != check.OK {
 		t.Fatalf("links after the failure: %+v", res.Links)
