@@ -9,12 +9,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -58,18 +58,16 @@ func TestPythonStatefulSetSequential(t *testing.T) {
 	}, "--strategy", "ms2m")
 }
 
-// TestExampleManifestsMigrate applies examples/manifests as a user would
-// (kubectl apply, the EDIT values set: here the lab's images, broker and
-// registry) and migrates the consumer live, with conservation.
-func TestExampleManifestsMigrate(t *testing.T) {
+// TestQuickStartAsPrinted runs the README's quick start on the lab as "your
+// cluster", each command as the README prints it: only what it marks EDIT
+// (broker, registry) and what the lab needs (its agent image, its
+// plain-HTTP registry, node-a for the pods, a namespace of the test's own)
+// differ. The consumer then has every message once.
+func TestQuickStartAsPrinted(t *testing.T) {
 	l := setup(t)
-	ctx := context.Background()
 	id := fmt.Sprintf("%06x", rand.Uint32()>>8)
-	ns := "e2e-manifests-" + id
-	if _, err := l.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	w := workload.Attach(l.client, ns, "ms2m-demo-"+id, "ms2m-demo-"+id+".work")
+	ns := "ms2m-demo-" + id
+	w := workload.Attach(l.client, ns, ns, ns+".work")
 	t.Cleanup(func() {
 		if t.Failed() {
 			l.dumpDiagnostics(t, w)
@@ -80,7 +78,7 @@ func TestExampleManifestsMigrate(t *testing.T) {
 		"ghcr.io/kubectl-migrate/", l.imagePrefix+"/", ":latest", ":lab",
 		"amqp://guest:guest@rabbitmq.example:5672/", l.brokerURL,
 		"registry.example:5000/checkpoints", l.registry+"/checkpoints",
-		"ms2m-demo", "ms2m-demo-"+id,
+		"ms2m-demo", ns,
 		"spec:\n  containers:", "spec:\n  nodeName: node-a\n  containers:",
 	)
 	dir := t.TempDir()
@@ -93,21 +91,69 @@ func TestExampleManifestsMigrate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The namespace's default service account appears asynchronously.
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := l.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	}); err != nil {
+	commands := quickStart(t)
+	if len(commands) < 6 {
+		t.Fatalf("the README's quick start has %d commands: %q", len(commands), commands)
+	}
+	for _, command := range commands {
+		args := strings.Fields(edit.Replace(command))[1:] // after "kubectl"
+		for i, a := range args {
+			args[i] = strings.Replace(a, "examples/manifests/", dir+"/", 1)
+		}
+		if len(args) > 1 && args[0] == "migrate" && (args[1] == "check" || args[1] == "pod") {
+			args = slices.Insert(args, 2, "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab", "--insecure-registry")
+		}
+		out, err := l.kubectlCommand(args...).CombinedOutput()
+		t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
+		if err != nil {
+			t.Fatalf("%s: %v", command, err)
+		}
+		if args[0] == "create" && args[1] == "namespace" {
+			// The namespace's default service account appears a moment
+			// later, before anyone could type the next command.
+			if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				_, err := l.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+				return err == nil, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		switch {
+		case slices.Contains(args, "--dry-run"):
+			if !strings.Contains(string(out), "Preflight passed") {
+				t.Fatalf("the dry run printed no plan")
+			}
+		case len(args) > 1 && args[1] == "report":
+			if !strings.Contains(string(out), "succeeded") {
+				t.Fatalf("report lists no succeeded migration")
+			}
+		}
+	}
+	list, err := l.client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "migrate.ms2m.io/migration"})
+	if err != nil || len(list.Items) != 1 || list.Items[0].Spec.NodeName != "node-b" {
+		t.Fatalf("want one restored pod on node-b: %v %+v", err, list)
+	}
+	checkConservation(t, w, list.Items[0].Name)
+}
+
+// quickStart is the README's quick start: its commands, without comments.
+func quickStart(t *testing.T) []string {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := l.kubectlCommand("apply", "-n", ns, "-f", filepath.Join(dir, "consumer-pod.yaml"), "-f", filepath.Join(dir, "producer.yaml")).CombinedOutput(); err != nil {
-		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	_, section, ok := strings.Cut(string(raw), "### Quick start on your own cluster")
+	_, block, ok2 := strings.Cut(section, "```sh\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("README.md has no quick start block")
 	}
-	before := waitApplied(t, w, "consumer", 20)
-	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
-	if err != nil {
-		t.Fatalf("migration failed: %v\n%s", err, stderr)
+	var commands []string
+	for _, line := range strings.Split(block, "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		if line = strings.TrimSpace(line); line != "" {
+			commands = append(commands, line)
+		}
 	}
-	l.checkMigrated(t, w, rec, before)
-	checkConservation(t, w, rec.TargetPod)
+	return commands
 }
