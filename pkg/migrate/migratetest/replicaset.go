@@ -69,27 +69,8 @@ func NewReplicaSetWorld(t *testing.T) *World {
 	w.Apps["consumer-other"] = &ms2m.State{Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p2", LastAppliedAt: time.Now()}
 	w.acked["p2"] = 100
 	w.Mu.Unlock()
-	w.startReplicaSetController()
+	w.runController(w.reconcileReplicaSet, false)
 	return w
-}
-
-func (w *World) startReplicaSetController() {
-	ctx, cancel := context.WithCancel(context.Background())
-	w.T.Cleanup(cancel)
-	podEvents, err := w.Client.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		w.T.Fatal(err)
-	}
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-podEvents.ResultChan():
-			}
-			w.reconcileReplicaSet(ctx)
-		}
-	}()
 }
 
 func (w *World) reconcileReplicaSet(ctx context.Context) {

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
@@ -86,25 +87,36 @@ func NewStatefulSetWorld(t *testing.T) *World {
 }
 
 func (w *World) startStatefulSetController() {
+	w.runController(w.reconcileStatefulSets, true)
+}
+
+// runController runs reconcile on every pod event (and, with statefulSets,
+// every StatefulSet event) in the default namespace until the test ends, as
+// a controller's informers would.
+func (w *World) runController(reconcile func(context.Context), statefulSets bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w.T.Cleanup(cancel)
-	stsEvents, err := w.Client.AppsV1().StatefulSets("default").Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		w.T.Fatal(err)
-	}
 	podEvents, err := w.Client.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		w.T.Fatal(err)
+	}
+	var stsEvents <-chan watch.Event // nil: never ready
+	if statefulSets {
+		sw, err := w.Client.AppsV1().StatefulSets("default").Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			w.T.Fatal(err)
+		}
+		stsEvents = sw.ResultChan()
 	}
 	go func() {
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-stsEvents.ResultChan():
+			case <-stsEvents:
 			case <-podEvents.ResultChan():
 			}
-			w.reconcileStatefulSets(ctx)
+			reconcile(ctx)
 		}
 	}()
 }
