@@ -41,7 +41,9 @@ type deploymentLab struct {
 	created []*corev1.Pod // every pod created in the namespace since the start
 }
 
-func (l *lab) startDeployment(t *testing.T) *deploymentLab {
+// startDeployment deploys it, changed by changes, and waits until both
+// consumers applied some messages.
+func (l *lab) startDeployment(t testing.TB, changes ...func(*appsv1.Deployment)) *deploymentLab {
 	ctx := context.Background()
 	id := fmt.Sprintf("%06x", rand.Uint32()>>8)
 	dl := &deploymentLab{lab: l, ns: "e2e-deploy-" + id, id: id}
@@ -87,6 +89,9 @@ func (l *lab) startDeployment(t *testing.T) *deploymentLab {
 		},
 	}
 	workload.AddProbes(&d.Spec.Template.Spec.Containers[0])
+	for _, change := range changes {
+		change(d)
+	}
 	if _, err := l.client.AppsV1().Deployments(dl.ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +125,7 @@ func (dl *deploymentLab) queueOf(pod string) string { return "work-" + dl.id + "
 
 // watchCreatedPods records every pod created in the namespace until the
 // test ends.
-func (dl *deploymentLab) watchCreatedPods(t *testing.T) {
+func (dl *deploymentLab) watchCreatedPods(t testing.TB) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := dl.client.CoreV1().Pods(dl.ns).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -140,7 +145,7 @@ func (dl *deploymentLab) watchCreatedPods(t *testing.T) {
 	}()
 }
 
-func (dl *deploymentLab) read(t *testing.T) (*appsv1.Deployment, *appsv1.ReplicaSet) {
+func (dl *deploymentLab) read(t testing.TB) (*appsv1.Deployment, *appsv1.ReplicaSet) {
 	t.Helper()
 	ctx := context.Background()
 	d, err := dl.client.AppsV1().Deployments(dl.ns).Get(ctx, "consumer", metav1.GetOptions{})
@@ -155,7 +160,7 @@ func (dl *deploymentLab) read(t *testing.T) (*appsv1.Deployment, *appsv1.Replica
 }
 
 // rsPods lists the ReplicaSet's pods by name.
-func (dl *deploymentLab) rsPods(t *testing.T) []string {
+func (dl *deploymentLab) rsPods(t testing.TB) []string {
 	t.Helper()
 	list, err := dl.client.CoreV1().Pods(dl.ns).List(context.Background(), metav1.ListOptions{LabelSelector: labels.Set{"app": "consumer"}.String()})
 	if err != nil {
@@ -174,7 +179,7 @@ func (dl *deploymentLab) rsPods(t *testing.T) []string {
 // checkUnchanged checks that the ReplicaSet never created a pod after the
 // first two, that it owns exactly the pods of want, each on its node, and that neither it nor
 // the Deployment changed (no rollout, same replicas, same template hash).
-func (dl *deploymentLab) checkUnchanged(t *testing.T, want map[string]string) {
+func (dl *deploymentLab) checkUnchanged(t testing.TB, want map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	dl.mu.Lock()
@@ -209,7 +214,7 @@ func (dl *deploymentLab) checkUnchanged(t *testing.T, want map[string]string) {
 
 // conserve checks that every consumer, each under the pod it lives in now
 // (consumers[i] carries the queue of dl.pods[i]), applied every message once.
-func (dl *deploymentLab) conserve(t *testing.T, consumers []string) {
+func (dl *deploymentLab) conserve(t testing.TB, consumers []string) {
 	t.Helper()
 	got, sent, err := dl.w.CheckConservation(context.Background(), consumers[0])
 	if err != nil {

@@ -27,18 +27,20 @@ func (l *lab) cordon(t testing.TB, node string, unschedulable bool) {
 	}
 }
 
-// TestNodeDrain: node-a holds two bare consumers and a StatefulSet's two
-// ordinals (each workload with its producer); kubectl migrate node node-a
-// --to node-b --parallel 2 moves the four consumers alive, every message is
-// applied exactly once by each, node-a is cordoned and has none of them,
-// and the producers, which cannot move, are reported and left in place.
+// TestNodeDrain: node-a holds two bare consumers, a StatefulSet's two
+// ordinals and a Deployment's two pods (each workload with its producer);
+// kubectl migrate node node-a --to node-b --parallel 2 moves the six
+// consumers alive, every message is applied exactly once by each, node-a is
+// cordoned and has none of them, the Deployment's ReplicaSet adopted its
+// copies and never made a pod, and the producers, which cannot move, are
+// reported and left in place.
 func TestNodeDrain(t *testing.T) {
 	took, sum := setup(t).drainNodeA(t)
-	t.Logf("drain of 4 consumers took %s; their migrations add up to %s", took, sum)
+	t.Logf("drain of 6 consumers took %s; their migrations add up to %s", took, sum)
 }
 
 // BenchmarkNodeDrain measures the drain of TestNodeDrain against the sum of
-// its four migrations (make bench).
+// its six migrations (make bench).
 func BenchmarkNodeDrain(b *testing.B) {
 	l := setup(b)
 	for range b.N {
@@ -63,8 +65,12 @@ func (l *lab) drainNodeA(t testing.TB) (took, sumOfMigrations time.Duration) {
 		id := strings.TrimPrefix(s.Spec.Template.Annotations[migrate.ExchangeAnnotation], "ms2m-")
 		s.Spec.Template.Annotations[migrate.QueueAnnotation] = "work-" + id + "-$(POD_NAME)"
 	})
+	dep := l.startDeployment(t, func(d *appsv1.Deployment) { d.Spec.Template.Spec.NodeSelector = nil })
 	l.cordon(t, "node-b", false)
 	before := map[string]uint64{}
+	for _, p := range dep.pods {
+		before[dep.ns+"/"+p] = waitApplied(t, dep.w, p, 10).LastSeq
+	}
 	for _, w := range bare {
 		before[w.Namespace+"/consumer"] = waitApplied(t, w, "consumer", 10).LastSeq
 	}
@@ -132,6 +138,13 @@ func (l *lab) drainNodeA(t testing.TB) (took, sumOfMigrations time.Duration) {
 			t.Fatalf("%s is not on node-b: %v", p, err)
 		}
 	}
+	// The Deployment's: its ReplicaSet adopted both copies and made no pod.
+	var copies []string
+	for _, p := range dep.pods {
+		copies = append(copies, p+"-"+moved[dep.ns+"/"+p].Migration)
+	}
+	dep.checkUnchanged(t, map[string]string{copies[0]: "node-b", copies[1]: "node-b"})
+	dep.conserve(t, copies)
 	t.Logf("conservation: every consumer applied all it was sent exactly once (consumer-0's digest %s)", got.Totals.Digest)
 	return took.Round(time.Millisecond), time.Duration(sum) * time.Millisecond
 }
