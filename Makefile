@@ -4,7 +4,7 @@
 LAB_CACHE ?= /var/cache/kubectl-migrate-lab
 KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
-.PHONY: help build lint unit integration e2e e2e-containerd eval-quick bench eval slow-faults soak crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest python-image
+.PHONY: help build lint unit integration e2e e2e-containerd eval-quick bench eval eval-figures slow-faults soak crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest python-image
 
 # The linter, pinned, installed into the checkout's bin/ from the module proxy.
 STATICCHECK_VERSION := v0.8.2
@@ -73,12 +73,18 @@ slow-faults: ## the slow fault cases: RabbitMQ restarted during replay (lab)
 
 # The paper's evaluation: every pod and StatefulSet strategy at 4, 10 and
 # 16 msg/s and MS2M with and without the cutoff at 24 msg/s (above μ), runs
-# interleaved, every run kept in eval/runs.csv, then the figures.
+# interleaved, every run kept in docs/eval/runs.csv, then the figures and
+# the summary there (generated files: never edited by hand).
 EVAL_RUNS ?= 10
-eval: ## the evaluation: EVAL_RUNS (default 10) runs per strategy and rate, eval/runs.csv, figures and summary.md (lab; ~30 s a run)
+EVAL_DIR ?= $(CURDIR)/docs/eval
+eval: ## the evaluation: EVAL_RUNS (default 10) runs per strategy and rate, docs/eval/runs.csv, figures and summary.md (lab; ~30 s a run)
 	go run ./test/lab up
-	eval "$$(go run ./test/lab env)" && E2E_EVAL_RUNS=$(EVAL_RUNS) E2E_EVAL_DIR=$(CURDIR)/eval go test -tags e2e -run '^$$' -bench Strategies -benchtime 1x -timeout 300m -v ./test/e2e
-	go run ./test/eval -in eval/runs.csv -out eval
+	eval "$$(go run ./test/lab env)" && E2E_EVAL_RUNS=$(EVAL_RUNS) E2E_EVAL_DIR=$(EVAL_DIR) go test -tags e2e -run '^$$' -bench Strategies -benchtime 1x -timeout 300m -v ./test/e2e
+	$(MAKE) eval-figures
+
+# The figures and summary again from the runs kept (no lab).
+eval-figures: ## redraw docs/eval's figures and summary.md from its runs.csv
+	go run ./test/eval -in $(EVAL_DIR)/runs.csv -out $(EVAL_DIR)
 
 # The evaluation's quick mode, in .ci/run: one run each of the three pod
 # strategies at 10 msg/s, then the figures; it fails unless the CSV has the

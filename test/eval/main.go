@@ -26,6 +26,9 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 func main() {
@@ -55,11 +58,12 @@ func run(in, out string) error {
 	for _, fig := range []struct {
 		name, title string
 		value       func(migrationRun) (float64, bool)
+		log         bool
 	}{
-		{"downtime", "Downtime per strategy and rate", func(r migrationRun) (float64, bool) { return r.downtime, r.hasDowntime }},
-		{"total", "Total migration time per strategy and rate", func(r migrationRun) (float64, bool) { return r.total, r.total > 0 }},
+		{"downtime", "Downtime", func(r migrationRun) (float64, bool) { return r.downtime, r.hasDowntime }, true},
+		{"total", "Total migration time", func(r migrationRun) (float64, bool) { return r.total, r.total > 0 }, false},
 	} {
-		if err := boxes(cells, fig.title, fig.value, filepath.Join(out, fig.name)); err != nil {
+		if err := boxes(cells, fig.title, fig.value, fig.log, filepath.Join(out, fig.name)); err != nil {
 			return err
 		}
 	}
@@ -123,9 +127,12 @@ func readRuns(r io.Reader) ([]migrationRun, error) {
 		}
 		for _, c := range phaseCols {
 			if v := get(row, c); v != "" {
-				name := strings.TrimSuffix(strings.TrimPrefix(c, "phase_"), "_ms")
-				r.phases[name], _ = strconv.ParseFloat(v, 64)
-				r.phaseOrder = append(r.phaseOrder, name)
+				name := phaseName(strings.TrimSuffix(strings.TrimPrefix(c, "phase_"), "_ms"))
+				ms, _ := strconv.ParseFloat(v, 64)
+				r.phases[name] += ms
+				if !slices.Contains(r.phaseOrder, name) {
+					r.phaseOrder = append(r.phaseOrder, name)
+				}
 			}
 		}
 		runs = append(runs, r)
@@ -188,90 +195,222 @@ func variantColor(cells []cell, variant string) color.Color {
 	return palette[slices.Index(seen, variant)%len(palette)]
 }
 
-// boxes draws one box per cell of value (in seconds), PNG and SVG.
-func boxes(cells []cell, title string, value func(migrationRun) (float64, bool), base string) error {
-	p := plot.New()
-	p.Title.Text = title
-	p.Y.Label.Text = "seconds"
-	var names []string
-	for i, c := range cells {
+// byRate splits cells into one panel's worth per rate, in order.
+func byRate(cells []cell) [][]cell {
+	var panels [][]cell
+	for _, c := range cells {
+		if n := len(panels); n > 0 && panels[n-1][0].rate == c.rate {
+			panels[n-1] = append(panels[n-1], c)
+			continue
+		}
+		panels = append(panels, []cell{c})
+	}
+	return panels
+}
+
+// minSeconds is where a log axis starts: a downtime of 0 is drawn at 1 ms.
+const minSeconds = 0.001
+
+// boxes draws, in one panel per rate, one box per cell of value (in
+// seconds): every run counts, the box spans the quartiles around the
+// median. With log, on a log axis: downtimes of tens of milliseconds and of
+// seconds are both readable.
+func boxes(cells []cell, title string, value func(migrationRun) (float64, bool), log bool, base string) error {
+	values := func(c cell) plotter.Values {
 		var vs plotter.Values
 		for _, r := range c.runs {
 			if v, ok := value(r); ok {
-				vs = append(vs, v/1000)
+				vs = append(vs, max(v/1000, minSeconds))
 			}
 		}
-		names = append(names, c.label())
-		if len(vs) == 0 {
-			continue
-		}
-		b, err := plotter.NewBoxPlot(vg.Points(18), float64(i), vs)
-		if err != nil {
-			return err
-		}
-		b.FillColor = variantColor(cells, c.variant)
-		p.Add(b)
+		return vs
 	}
-	p.NominalX(names...)
-	p.Y.Min = 0
-	return save(p, base, len(cells))
+	top := minSeconds
+	for _, c := range cells {
+		for _, v := range values(c) {
+			top = max(top, v)
+		}
+	}
+	var panels []*plot.Plot
+	for _, group := range byRate(cells) {
+		p := panel(title, group)
+		p.Y.Min, p.Y.Max = 0, top*1.05
+		p.Y.Label.Text = "seconds"
+		if log {
+			p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+			p.Y.Min, p.Y.Max = minSeconds, top*1.5
+			p.Y.Label.Text = "seconds (log)"
+		}
+		for i, c := range group {
+			vs := values(c)
+			if len(vs) == 0 {
+				continue
+			}
+			b, err := plotter.NewBoxPlot(vg.Points(16), float64(i), vs)
+			if err != nil {
+				return err
+			}
+			b.FillColor = variantColor(cells, c.variant)
+			p.Add(b)
+		}
+		panels = append(panels, p)
+	}
+	return saveGrid(panels, base)
 }
 
-// phases draws, per cell, its median phases stacked (seconds).
-func phases(cells []cell, base string) error {
+// panel is one rate's plot of group's cells, named by variant.
+func panel(title string, group []cell) *plot.Plot {
 	p := plot.New()
-	p.Title.Text = "Per-phase breakdown (medians)"
-	p.Y.Label.Text = "seconds"
-	var order []string
+	p.Title.Text = fmt.Sprintf("%s, %s msg/s", title, group[0].rate)
+	p.Title.TextStyle.Font.Size = vg.Points(11)
+	names := make([]string, len(group))
+	for i, c := range group {
+		names[i] = c.variant
+	}
+	p.NominalX(names...)
+	p.X.Tick.Label.Font.Size = vg.Points(8)
+	p.X.Tick.Label.Rotation, p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = 0.4, draw.XRight, draw.YCenter
+	p.X.Min, p.X.Max = -0.6, float64(len(group))-0.4 // every box or bar whole
+	return p
+}
+
+// phaseName folds a shadow migration's stages into the phase they are of,
+// so that the breakdown has one colour per phase.
+func phaseName(column string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(column, "_shadow"), "_final")
+}
+
+// phases draws, in one panel per rate, each cell's median phases stacked
+// (seconds), one colour per phase.
+func phases(cells []cell, base string) error {
+	// Stacked in the order phases run; any other after them.
+	order := []string{"preflight", "prepare", "stop", "checkpoint", "image", "detach", "restore", "adopt", "replay", "switchover", "cleanup"}
+	seen := map[string]bool{}
 	for _, c := range cells {
 		for _, r := range c.runs {
 			for _, name := range r.phaseOrder {
+				seen[name] = true
 				if !slices.Contains(order, name) {
 					order = append(order, name)
 				}
 			}
 		}
 	}
-	var below *plotter.BarChart
-	for k, name := range order {
-		vs := make(plotter.Values, len(cells))
-		for i, c := range cells {
+	order = slices.DeleteFunc(order, func(name string) bool { return !seen[name] })
+	top := 0.0
+	sums := map[*cell]float64{}
+	medians := map[*cell]map[string]float64{}
+	for i := range cells {
+		c := &cells[i]
+		medians[c] = map[string]float64{}
+		sum := 0.0
+		for _, name := range order {
 			var all []float64
 			for _, r := range c.runs {
 				if v, ok := r.phases[name]; ok {
 					all = append(all, v/1000)
 				}
 			}
-			vs[i] = median(all)
+			medians[c][name] = median(all)
+			sum += medians[c][name]
 		}
-		bars, err := plotter.NewBarChart(vs, vg.Points(18))
+		sums[c] = sum
+		top = max(top, sum)
+	}
+	// One legend, in the panel whose bars are lowest; every panel on one
+	// scale, with room for the legend above those bars.
+	groups := byRate(cells)
+	legendIn, lowest, offset := 0, top, 0
+	for g, group := range groups {
+		highest := 0.0
+		for i := range group {
+			highest = max(highest, sums[&cells[offset+i]])
+		}
+		if highest < lowest {
+			legendIn, lowest = g, highest
+		}
+		offset += len(group)
+	}
+	yMax := top * 1.05
+	if lowest > top*0.45 {
+		yMax = lowest * 2.2
+	}
+	var panels []*plot.Plot
+	offset = 0
+	for g, group := range groups {
+		p := panel("Per-phase breakdown (medians)", group)
+		p.Y.Label.Text = "seconds"
+		p.Y.Min, p.Y.Max = 0, yMax
+		var below *plotter.BarChart
+		for k, name := range order {
+			vs := make(plotter.Values, len(group))
+			for i := range group {
+				vs[i] = medians[&cells[offset+i]][name]
+			}
+			bars, err := plotter.NewBarChart(vs, vg.Points(16))
+			if err != nil {
+				return err
+			}
+			bars.Color = palette[k%len(palette)]
+			bars.LineStyle.Width = 0
+			if below != nil {
+				bars.StackOn(below)
+			}
+			p.Add(bars)
+			if g == legendIn {
+				p.Legend.Add(name, bars)
+			}
+			below = bars
+		}
+		p.Legend.Top, p.Legend.Left = true, false
+		p.Legend.TextStyle.Font.Size = vg.Points(7)
+		offset += len(group)
+		panels = append(panels, p)
+	}
+	return saveGrid(panels, base)
+}
+
+// saveGrid saves panels two to a row in a figure about twice as wide as
+// high, PNG and SVG.
+func saveGrid(panels []*plot.Plot, base string) error {
+	cols := min(2, len(panels))
+	rows := (len(panels) + cols - 1) / cols
+	grid := make([][]*plot.Plot, rows)
+	for r := range grid {
+		grid[r] = make([]*plot.Plot, cols)
+		for c := range cols {
+			if i := r*cols + c; i < len(panels) {
+				grid[r][c] = panels[i]
+			}
+		}
+	}
+	width := 11 * vg.Inch
+	height := vg.Length(max(2.75, 2.75*float64(rows))) * vg.Inch
+	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter * 6, PadY: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	png, svg := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(160)), vgsvg.New(width, height)
+	for _, c := range []vg.CanvasSizer{png, svg} {
+		dc := draw.New(c)
+		dc.SetColor(color.White)
+		dc.Fill(dc.Rectangle.Path())
+		canvases := plot.Align(grid, tiles, dc)
+		for r := range grid {
+			for c, p := range grid[r] {
+				if p != nil {
+					p.Draw(canvases[r][c])
+				}
+			}
+		}
+	}
+	for ext, w := range map[string]io.WriterTo{".png": vgimg.PngCanvas{Canvas: png}, ".svg": svg} {
+		f, err := os.Create(base + ext)
 		if err != nil {
 			return err
 		}
-		bars.Color = palette[k%len(palette)]
-		bars.LineStyle.Width = 0
-		if below != nil {
-			bars.StackOn(below)
+		_, err = w.WriteTo(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
 		}
-		p.Add(bars)
-		p.Legend.Add(name, bars)
-		below = bars
-	}
-	names := make([]string, len(cells))
-	for i, c := range cells {
-		names[i] = c.label()
-	}
-	p.NominalX(names...)
-	p.Legend.Top = true
-	p.Y.Max *= 1.3 // room for the legend
-	return save(p, base, len(cells))
-}
-
-func save(p *plot.Plot, base string, n int) error {
-	p.X.Min, p.X.Max = -0.6, float64(n)-0.4 // every box or bar whole
-	width := vg.Length(max(6, float64(n)*1.1)) * vg.Inch
-	for _, ext := range []string{".png", ".svg"} {
-		if err := p.Save(width, 5*vg.Inch, base+ext); err != nil {
+		if err != nil {
 			return err
 		}
 	}
