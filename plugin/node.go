@@ -59,11 +59,11 @@ func NewCmdNode(root *RootOptions) *cobra.Command {
 		Short: "Drain a node by live-migrating what can move",
 		Long: `Drain a node the way kubectl drain does, but move the stateful consumers
 alive instead of evicting them: the node is cordoned and every migratable pod
-on it is migrated with its state (bare, Deployment and ReplicaSet pods as
-kubectl migrate pod does, StatefulSet pods as kubectl migrate sts does), each with its own ms2m.io/*
-annotations, to the fitting node (of --to or --to-selector) with the most CPU
-left. --parallel moves run at once, never two of one StatefulSet nor more of
-a PodDisruptionBudget than it allows. Pods that cannot move are listed with
+on it is migrated with its state (bare and Deployment pods as kubectl migrate
+pod does, StatefulSet pods as kubectl migrate sts does), each with its own
+ms2m.io/* annotations, to the fitting node (of --to or --to-selector) with the
+most CPU left. --parallel moves run at once, never two of one StatefulSet or
+ReplicaSet nor more of a PodDisruptionBudget than it allows. Pods that cannot move are listed with
 the reason and left (--evict-rest evicts them afterwards). A failed move is
 rolled back and the drain goes on (--fail-fast stops it); a drain that stops
 early uncordons the node unless --keep-cordoned. --dry-run prints the plan.

@@ -154,7 +154,7 @@ type fakeMigrations struct {
 }
 
 func (f *fakeMigrations) migrate(ctx context.Context, mv Move, id string) (*report.Record, error) {
-	keys := append([]string{"sts:" + mv.StatefulSet}, mv.Budgets...)
+	keys := append([]string{"sts:" + mv.StatefulSet, "chain:" + mv.chainKey()}, mv.Budgets...)
 	f.mu.Lock()
 	f.now++
 	f.max = max(f.max, f.now)
@@ -203,15 +203,15 @@ func drainWorld(extra ...runtime.Object) *fake.Clientset {
 }
 
 // The limits hold: parallel overall, one ordinal of a StatefulSet at a
-// time, a budget's allowance; the node ends cordoned and every move is in
-// the record.
+// time, one pod of a ReplicaSet at a time, a budget's allowance; the node
+// ends cordoned and every move is in the record.
 func TestRunKeepsTheLimits(t *testing.T) {
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: "apps"},
 		Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "bare"}}},
 		Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 2}}
-	client := drainWorld(pdb)
+	client := drainWorld(pdb, pod("web-0", "100m", ownedBy("ReplicaSet", "web")), pod("web-1", "100m", ownedBy("ReplicaSet", "web")))
 	plan, err := MakePlan(context.Background(), client, "node-a", PlanOptions{})
-	if err != nil || len(plan.Moves) != 7 {
+	if err != nil || len(plan.Moves) != 9 {
 		t.Fatalf("plan %v: %+v", err, plan)
 	}
 	f := newFake()
@@ -221,10 +221,10 @@ func TestRunKeepsTheLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.max > 3 || f.maxOf["sts:db"] != 1 || f.maxOf["apps/bare"] > 2 || f.max < 2 {
-		t.Fatalf("at once: %d overall, %d of db, %d of the budget", f.max, f.maxOf["sts:db"], f.maxOf["apps/bare"])
+	if f.max > 3 || f.maxOf["sts:db"] != 1 || f.maxOf["chain:apps/rs/web"] != 1 || f.maxOf["apps/bare"] > 2 || f.max < 2 {
+		t.Fatalf("at once: %d overall, %d of db, %d of web, %d of the budget", f.max, f.maxOf["sts:db"], f.maxOf["chain:apps/rs/web"], f.maxOf["apps/bare"])
 	}
-	if rec.Outcome != report.Succeeded || started.Load() != 7 || len(rec.Drain.Moves) != 7 {
+	if rec.Outcome != report.Succeeded || started.Load() != 9 || len(rec.Drain.Moves) != 9 {
 		t.Fatalf("record %+v", rec)
 	}
 	for _, m := range rec.Drain.Moves {

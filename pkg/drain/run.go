@@ -69,8 +69,9 @@ type drainer struct {
 }
 
 // Run drains plan's node: it takes the node's lease, cordons the node, runs
-// the moves (cfg.Parallel at once, never two pods of one StatefulSet and
-// never more of a PodDisruptionBudget's pods than it allows at the start),
+// the moves (cfg.Parallel at once, never two pods of one StatefulSet or
+// ReplicaSet and never more of a PodDisruptionBudget's pods than it allows
+// at the start),
 // and saves the drain's record as it goes. A failed move was rolled back by
 // its migration; the drain goes on unless FailFast. If ctx ends, running
 // migrations roll back (or leave their journals) and the rest do not start.
@@ -130,8 +131,8 @@ func (d *drainer) runMoves(ctx context.Context) (stoppedEarly bool) {
 		d.rec.Error = err.Error()
 		return true
 	}
-	// A StatefulSet's pods move one after another: the longest such chains
-	// start first, so that the rest run beside them.
+	// A StatefulSet's (or ReplicaSet's) pods move one after another: the
+	// longest such chains start first, so that the rest run beside them.
 	chain := map[string]int{}
 	for _, mv := range d.plan.Moves {
 		chain[mv.chainKey()]++
@@ -229,12 +230,17 @@ func (d *drainer) runMoves(ctx context.Context) (stoppedEarly bool) {
 }
 
 // chainKey groups the moves that must run one after another: a
-// StatefulSet's pods (a bare pod is a chain of its own).
+// StatefulSet's pods, and a ReplicaSet's, whose count is one over while a
+// copy is adopted and which a migration refuses to start on while its count
+// is off (a bare pod is a chain of its own).
 func (m Move) chainKey() string {
-	if m.StatefulSet == "" {
-		return m.Name()
+	if m.StatefulSet != "" {
+		return m.Pod.Namespace + "/sts/" + m.StatefulSet
 	}
-	return m.Pod.Namespace + "/sts/" + m.StatefulSet
+	if owner := metav1.GetControllerOf(m.Pod); owner != nil && owner.Kind == "ReplicaSet" {
+		return m.Pod.Namespace + "/rs/" + owner.Name
+	}
+	return m.Name()
 }
 
 // move runs one migration and records its outcome; it reports success.
