@@ -3,18 +3,20 @@ package migrate
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"slices"
 	"strconv"
+	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
@@ -44,31 +46,18 @@ const DeletionCostAnnotation = "controller.kubernetes.io/pod-deletion-cost"
 
 // checkReplicaSet checks, for pod controlled by ReplicaSet name, that the
 // ReplicaSet and its Deployment are settled, and learns which labels keep
-// the copy out of their selectors.
+// the copy out of their selectors. A count one over is a pod on its way out
+// (another migration's source, just replaced by its adopted copy): it is
+// waited out for up to settleTimeout.
 func checkReplicaSet(ctx context.Context, m *Migration, pod *corev1.Pod, name string) error {
-	rs, err := m.Client.AppsV1().ReplicaSets(m.Namespace).Get(ctx, name, metav1.GetOptions{})
+	var selectors []*metav1.LabelSelector
+	var err error
+	_ = wait.PollUntilContextTimeout(ctx, time.Second/2, settleTimeout, true, func(ctx context.Context) (bool, error) {
+		selectors, err = replicaSetSettled(ctx, m, name)
+		return !errors.Is(err, errSettling), nil
+	})
 	if err != nil {
-		return fmt.Errorf("get ReplicaSet %s, which controls pod %s: %w", name, m.Pod, err)
-	}
-	if rs.DeletionTimestamp != nil {
-		return fmt.Errorf("ReplicaSet %s, which controls pod %s, is being deleted", name, m.Pod)
-	}
-	if want := ptr.Deref[int32](rs.Spec.Replicas, 1); rs.Status.Replicas != want || rs.Status.ObservedGeneration < rs.Generation {
-		return fmt.Errorf("ReplicaSet %s is scaling (%d pods of %d); it could delete pod %s while it moves; wait until it has settled", name, rs.Status.Replicas, want, m.Pod)
-	}
-	selectors := []*metav1.LabelSelector{rs.Spec.Selector}
-	if owner := metav1.GetControllerOf(rs); owner != nil {
-		if owner.Kind != "Deployment" {
-			return fmt.Errorf("pod %s's ReplicaSet %s is controlled by %s %s, which would replace the pod behind its back; only bare ReplicaSets and Deployments' migrate", m.Pod, name, owner.Kind, owner.Name)
-		}
-		d, err := m.Client.AppsV1().Deployments(m.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("get Deployment %s, which owns pod %s's ReplicaSet: %w", owner.Name, m.Pod, err)
-		}
-		if err := deploymentSettled(d); err != nil {
-			return err
-		}
-		selectors = append(selectors, d.Spec.Selector)
+		return err
 	}
 	hidden, err := labelsToHide(pod.Labels, selectors)
 	if err != nil {
@@ -78,17 +67,54 @@ func checkReplicaSet(ctx context.Context, m *Migration, pod *corev1.Pod, name st
 	return nil
 }
 
-// deploymentSettled refuses a Deployment that is paused or rolling out: its
-// controller is about to replace pods, this one among them.
-func deploymentSettled(d *appsv1.Deployment) error {
+// settleTimeout bounds the wait for a ReplicaSet whose count is one over.
+const settleTimeout = 30 * time.Second
+
+// errSettling marks a count one over, which settles by itself.
+var errSettling = errors.New("a pod is on its way out")
+
+// replicaSetSettled refuses ReplicaSet name if it is being deleted, scaling
+// or not the pod's to keep, and its Deployment if it is paused or rolling
+// out; it returns the selectors of both.
+func replicaSetSettled(ctx context.Context, m *Migration, name string) ([]*metav1.LabelSelector, error) {
+	rs, err := m.Client.AppsV1().ReplicaSets(m.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get ReplicaSet %s, which controls pod %s: %w", name, m.Pod, err)
+	}
+	if rs.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("ReplicaSet %s, which controls pod %s, is being deleted", name, m.Pod)
+	}
+	if want := ptr.Deref[int32](rs.Spec.Replicas, 1); rs.Status.Replicas != want || rs.Status.ObservedGeneration < rs.Generation {
+		err := fmt.Errorf("ReplicaSet %s is scaling (%d pods of %d); it could delete pod %s while it moves; wait until it has settled", name, rs.Status.Replicas, want, m.Pod)
+		if rs.Status.Replicas == want+1 {
+			err = fmt.Errorf("%w (%w)", err, errSettling)
+		}
+		return nil, err
+	}
+	selectors := []*metav1.LabelSelector{rs.Spec.Selector}
+	owner := metav1.GetControllerOf(rs)
+	if owner == nil {
+		return selectors, nil
+	}
+	if owner.Kind != "Deployment" {
+		return nil, fmt.Errorf("pod %s's ReplicaSet %s is controlled by %s %s, which would replace the pod behind its back; only bare ReplicaSets and Deployments' migrate", m.Pod, name, owner.Kind, owner.Name)
+	}
+	d, err := m.Client.AppsV1().Deployments(m.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get Deployment %s, which owns pod %s's ReplicaSet: %w", owner.Name, m.Pod, err)
+	}
 	want := ptr.Deref[int32](d.Spec.Replicas, 1)
 	switch {
 	case d.Spec.Paused:
-		return fmt.Errorf("the Deployment %s is paused (a rollout waits): resume it (kubectl rollout resume deployment/%s) and let it finish first", d.Name, d.Name)
+		return nil, fmt.Errorf("the Deployment %s is paused (a rollout waits): resume it (kubectl rollout resume deployment/%s) and let it finish first", d.Name, d.Name)
 	case d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas != want || d.Status.Replicas != want:
-		return fmt.Errorf("the Deployment %s is rolling out or scaling (%d of %d pods updated, %d in all); wait for kubectl rollout status deployment/%s", d.Name, d.Status.UpdatedReplicas, want, d.Status.Replicas, d.Name)
+		err := fmt.Errorf("the Deployment %s is rolling out or scaling (%d of %d pods updated, %d in all); wait for kubectl rollout status deployment/%s", d.Name, d.Status.UpdatedReplicas, want, d.Status.Replicas, d.Name)
+		if d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == d.Status.Replicas && d.Status.Replicas == want+1 {
+			err = fmt.Errorf("%w (%w)", err, errSettling)
+		}
+		return nil, err
 	}
-	return nil
+	return append(selectors, d.Spec.Selector), nil
 }
 
 // labelsToHide names the labels that selectors require: without them a pod

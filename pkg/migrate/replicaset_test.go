@@ -158,7 +158,7 @@ func TestReplicaSetPreflightRefusals(t *testing.T) {
 		{"paused", deployment(func(d *appsv1.Deployment) { d.Spec.Paused = true }), "the Deployment consumer is paused"},
 		{"rolling out", deployment(func(d *appsv1.Deployment) { d.Status.UpdatedReplicas = 1 }), "rolling out or scaling (1 of 2 pods updated"},
 		{"new generation", deployment(func(d *appsv1.Deployment) { d.Generation = 2 }), "wait for kubectl rollout status deployment/consumer"},
-		{"scaling", replicaSet(func(rs *appsv1.ReplicaSet) { rs.Status.Replicas = 3 }), "is scaling (3 pods of 2)"},
+		{"scaling", replicaSet(func(rs *appsv1.ReplicaSet) { rs.Status.Replicas = 1 }), "is scaling (1 pods of 2)"},
 		{"other controller", replicaSet(func(rs *appsv1.ReplicaSet) {
 			rs.OwnerReferences[0].Kind, rs.OwnerReferences[0].Name = "Rollout", "canary"
 		}), "controlled by Rollout canary"},
@@ -211,5 +211,27 @@ func TestRecoverReplicaSetPodFromACrashAtEveryStep(t *testing.T) {
 				checkReplicaSet(t, w, before, want)
 			})
 		}
+	}
+}
+
+// TestReplicaSetOneOverIsWaitedOut: a ReplicaSet one pod over (another
+// migration's source on its way out) is waited for, not refused.
+func TestReplicaSetOneOverIsWaitedOut(t *testing.T) {
+	ctx := context.Background()
+	w := migratetest.NewReplicaSetWorld(t)
+	setStatus := func(n int32) {
+		rs, _ := w.Client.AppsV1().ReplicaSets("default").Get(ctx, migratetest.ReplicaSetName, metav1.GetOptions{})
+		rs.Status.Replicas = n
+		_, _ = w.Client.AppsV1().ReplicaSets("default").UpdateStatus(ctx, rs, metav1.UpdateOptions{})
+	}
+	setStatus(3)
+	settled := time.AfterFunc(time.Second, func() { setStatus(2) })
+	defer settled.Stop()
+	rec, err := migrate.Run(ctx, testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{})
+	if err != nil || rec.Outcome != report.Succeeded {
+		t.Fatalf("%v %s", err, rec.Outcome)
+	}
+	if p := rec.Phases[0]; p.DurationMillis < 900 {
+		t.Fatalf("preflight took %d ms: it did not wait for the ReplicaSet", p.DurationMillis)
 	}
 }
