@@ -146,8 +146,6 @@ type cell struct {
 	runs          []migrationRun
 }
 
-func (c cell) label() string { return c.variant + "\n" + c.rate + " msg/s" }
-
 // group puts runs in cells, ordered by rate (numerically) then variant in
 // order of first appearance.
 func group(runs []migrationRun) []cell {
