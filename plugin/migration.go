@@ -204,7 +204,12 @@ func (f *migrationFlags) run(ctx context.Context, mc migrationCommand) error {
 	}
 	cfg, source, record, err := f.migrate(ctx, client, mc)
 	if err != nil {
-		err = withCode(outcomeCode(record), err)
+		code := outcomeCode(record)
+		if hint := report.RecoverCommand(cfg.Namespace, cfg.ID); code == ExitRecover && !strings.Contains(err.Error(), hint) {
+			// Exit 5 says what to run, whatever left the journal.
+			err = fmt.Errorf("%w; the journal is kept: %s", err, hint)
+		}
+		err = withCode(code, err)
 	}
 	if record == nil {
 		return err

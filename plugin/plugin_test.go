@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -237,8 +238,12 @@ func TestExitCodesTellWhatIsLeft(t *testing.T) {
 			w := migratetest.NewWorld(t)
 			w.FailAt = tc.fail
 			args := append(append([]string{"pod", "consumer", "--to", "node-b"}, brokerFlags...), tc.extra...)
-			if got := ExitCode(execute(t, w, args...).err); got != tc.want {
+			err := execute(t, w, args...).err
+			if got := ExitCode(err); got != tc.want {
 				t.Fatalf("exit code %d, want %d", got, tc.want)
+			}
+			if tc.want == ExitRecover && !regexp.MustCompile(`kubectl migrate recover [a-z0-9]{5} -n default`).MatchString(err.Error()) {
+				t.Fatalf("exit 5 without the command that ends it: %v", err)
 			}
 		})
 	}
