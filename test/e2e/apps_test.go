@@ -12,11 +12,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
@@ -111,12 +109,7 @@ func TestQuickStartAsPrinted(t *testing.T) {
 		if args[0] == "create" && args[1] == "namespace" {
 			// The namespace's default service account appears a moment
 			// later, before anyone could type the next command.
-			if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-				_, err := l.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-				return err == nil, nil
-			}); err != nil {
-				t.Fatal(err)
-			}
+			l.waitDefaultServiceAccount(t, ns)
 		}
 		switch {
 		case slices.Contains(args, "--dry-run"):

@@ -57,12 +57,7 @@ func (l *lab) startDeployment(t testing.TB, changes ...func(*appsv1.Deployment))
 		}
 		_ = l.client.CoreV1().Namespaces().Delete(context.Background(), dl.ns, metav1.DeleteOptions{})
 	})
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := l.client.CoreV1().ServiceAccounts(dl.ns).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	l.waitDefaultServiceAccount(t, dl.ns)
 	dl.watchCreatedPods(t)
 	selector := map[string]string{"app": "consumer"}
 	queue := "work-" + id + "-$(POD_NAME)"

@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -189,3 +190,16 @@ func (l *lab) dumpDiagnostics(t testing.TB, w *workload.Workload) {
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// waitDefaultServiceAccount waits until namespace's default service account
+// exists: it appears a moment after the namespace, and pods are refused
+// until it does.
+func (l *lab) waitDefaultServiceAccount(t testing.TB, namespace string) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := l.client.CoreV1().ServiceAccounts(namespace).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("namespace %s has no default service account: %v", namespace, err)
+	}
+}

@@ -49,12 +49,7 @@ func (l *lab) deployStatefulSetAt(t testing.TB, rate string, changes ...func(ns 
 		}
 		_ = w.Delete(context.Background())
 	})
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := l.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	l.waitDefaultServiceAccount(t, ns)
 	// A mounted volume must follow the pod: the runtime restores a container
 	// only with the mounts it was checkpointed with.
 	config := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "consumer-config", Namespace: ns}, Data: map[string]string{"work": "50ms"}}

@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
@@ -47,12 +46,7 @@ func TestCheckpointRunByAnotherNamespaceNeverConsumes(t *testing.T) {
 		},
 	}
 	// The namespace's default service account appears asynchronously.
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := l.client.CoreV1().ServiceAccounts(thief.Namespace).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	l.waitDefaultServiceAccount(t, thief.Namespace)
 	if _, err := l.client.CoreV1().Pods(thief.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -126,12 +120,7 @@ for path, body in [("/runtime", "{}"), ("/stop-pod", '{"uid":"x"}'), ("/remove",
             codes.append(e.code)
 print("codes", *codes)
 `, pod.Status.PodIP, agent.ServePort, agent.ControlTokenHeader)
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := l.client.CoreV1().ServiceAccounts(attacker).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	l.waitDefaultServiceAccount(t, attacker)
 	thief := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "caller", Namespace: attacker},
 		Spec: corev1.PodSpec{NodeName: "node-b", RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
