@@ -39,6 +39,13 @@ install_tool krew sigs.k8s.io/krew/cmd/krew@$KREW_VERSION
 install_tool validate-krew-manifest sigs.k8s.io/krew/cmd/validate-krew-manifest@$KREW_VERSION
 ln -sf "$tools/krew" "$tools/kubectl-krew"
 
+# The release is built from a clone of HEAD, so a manifest regenerated from
+# an uncommitted .goreleaser.yaml would silently keep the old text.
+if [ -n "${KREW_MANIFEST_OUT:-}" ] && ! git -C "$root" diff --quiet HEAD -- .goreleaser.yaml; then
+  echo "release-check: .goreleaser.yaml has uncommitted changes; commit them first, the release is built from a clone of HEAD" >&2
+  exit 1
+fi
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git clone -q "$root" "$work/src"
