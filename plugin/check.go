@@ -34,6 +34,7 @@ type CheckOptions struct {
 	RegistrySecret   string
 	InsecureRegistry bool
 	AgentImage       string
+	AgentNamespace   string
 	Timeout          time.Duration
 	Output           string
 
@@ -71,6 +72,7 @@ It exits non-zero if any link fails.`,
 	fs.StringVar(&o.RegistrySecret, "registry-secret", "", "dockerconfigjson secret the agent pushes with and the node pulls with")
 	fs.BoolVar(&o.InsecureRegistry, "insecure-registry", false, "allow a plain-HTTP or self-signed registry")
 	fs.StringVar(&o.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent (also the canary)")
+	addAgentNamespaceFlag(fs, &o.AgentNamespace)
 	fs.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "time limit of the check (cleanup gets its own)")
 	fs.StringVarP(&o.Output, "output", "o", "", "output format of the result: json or yaml (default: one line per link)")
 	_ = cmd.RegisterFlagCompletionFunc("from", completeNodes(root))
@@ -116,11 +118,11 @@ func (o *CheckOptions) Run(ctx context.Context) error {
 	cfg := check.Config{
 		ID: id, Namespace: o.namespace, From: o.From, To: o.To,
 		ImageRepository: strings.TrimSuffix(o.Registry, "/"), RegistrySecret: o.RegistrySecret,
-		InsecureRegistry: o.InsecureRegistry, AgentImage: o.AgentImage,
+		InsecureRegistry: o.InsecureRegistry, AgentImage: o.AgentImage, AgentNamespace: o.AgentNamespace,
 	}
 	// The agents carry the check's label, so that cleanup finds them.
 	deps, err := o.NewDeps(ctx, client, migrate.Config{
-		ID: check.MigrationID(id), Namespace: o.namespace, AgentImage: o.AgentImage,
+		ID: check.MigrationID(id), Namespace: o.namespace, AgentImage: o.AgentImage, AgentNamespace: o.AgentNamespace,
 		RegistrySecret: o.RegistrySecret, InsecureRegistry: o.InsecureRegistry,
 	}, nil)
 	if err != nil {

@@ -44,6 +44,7 @@ type ConformanceOptions struct {
 	Registry         string
 	InsecureRegistry bool
 	AgentImage       string
+	AgentNamespace   string
 	Timeout          time.Duration
 	Keep             bool
 }
@@ -91,6 +92,7 @@ give one your application applies.`,
 	fs.StringVar(&o.Registry, "registry", "", "repository for the migration's checkpoint image, e.g. registry.example:5000/checkpoints")
 	fs.BoolVar(&o.InsecureRegistry, "insecure-registry", false, "allow a plain-HTTP or self-signed registry")
 	fs.StringVar(&o.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent the migration uses")
+	addAgentNamespaceFlag(fs, &o.AgentNamespace)
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "time limit of the check (cleanup gets its own)")
 	fs.BoolVar(&o.Keep, "keep", false, "leave the scratch namespace and queues, for debugging")
 	_ = cmd.RegisterFlagCompletionFunc("from", completeNodes(root))
@@ -169,7 +171,7 @@ func (o *ConformanceOptions) Run(ctx context.Context) error {
 func (o *ConformanceOptions) migrate(ctx context.Context, client kubernetes.Interface, s *conformance.Scratch) (conformance.App, error) {
 	pod := &PodOptions{migrationFlags: migrationFlags{
 		RootOptions: o.RootOptions, To: o.To, Strategy: string(migrate.MS2M),
-		InsecureRegistry: o.InsecureRegistry, AgentImage: o.AgentImage, BrokerURL: o.BrokerURL,
+		InsecureRegistry: o.InsecureRegistry, AgentImage: o.AgentImage, AgentNamespace: o.AgentNamespace, BrokerURL: o.BrokerURL,
 		ReplayTimeout: 2 * time.Minute, PhaseTimeout: 3 * time.Minute, KubeletTimeout: 15 * time.Second,
 		CheckpointTimeout: time.Minute, Timeout: o.Timeout,
 		namespace: s.Namespace, pod: s.Pod,

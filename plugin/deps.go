@@ -27,7 +27,9 @@ func realDeps(ctx context.Context, client kubernetes.Interface, c migrate.Config
 		Packer: agent.Launcher{
 			Client:         client,
 			Image:          c.AgentImage,
-			Namespace:      c.Namespace,
+			Namespace:      c.Agents(),
+			AppNamespace:   c.Namespace,
+			ID:             c.ID,
 			RegistrySecret: c.RegistrySecret,
 			PullSecrets:    pullSecrets,
 			Labels:         map[string]string{"app.kubernetes.io/name": "kubectl-migrate-agent", migrate.MigrationLabel: c.ID},

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -32,6 +34,7 @@ type migrationFlags struct {
 	RegistrySecret    string
 	InsecureRegistry  bool
 	AgentImage        string
+	AgentNamespace    string
 	BrokerURL         string
 	Exchange          string
 	Queue             string
@@ -71,6 +74,7 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs.StringVar(&f.RegistrySecret, "registry-secret", "", "dockerconfigjson secret to push and pull with (default: the pod's first imagePullSecret)")
 	fs.BoolVar(&f.InsecureRegistry, "insecure-registry", false, "allow a plain-HTTP or self-signed registry")
 	fs.StringVar(&f.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent that packs and pushes checkpoints")
+	addAgentNamespaceFlag(fs, &f.AgentNamespace)
 	fs.StringVar(&f.BrokerURL, "broker-url", "", "AMQP URL this machine reaches the broker at (default: the ms2m.io/broker-url annotation)")
 	fs.StringVar(&f.Exchange, "exchange", "", "the workload's fanout exchange (default: the ms2m.io/exchange annotation)")
 	fs.StringVar(&f.Queue, "queue", "", "the pod's primary queue (default: the ms2m.io/queue annotation)")
@@ -95,6 +99,12 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(f.RootOptions))
 	_ = cmd.RegisterFlagCompletionFunc("strategy", cobra.FixedCompletions([]string{"ms2m", "stop-and-copy"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// addAgentNamespaceFlag adds --agent-namespace, where the commands that
+// start agents start them.
+func addAgentNamespaceFlag(fs *pflag.FlagSet, ns *string) {
+	fs.StringVar(ns, "agent-namespace", agent.DefaultNamespace, "namespace the node-side agents run in (root, host paths: a namespace of their own, created with Pod Security level privileged when missing)")
 }
 
 // complete takes the pod's name and resolves the namespace.
@@ -155,6 +165,7 @@ func (f *migrationFlags) toConfig(pod *corev1.Pod, id string) (migrate.Config, e
 		RegistrySecret:   firstOf(f.RegistrySecret, pullSecret),
 		InsecureRegistry: f.InsecureRegistry,
 		AgentImage:       f.AgentImage,
+		AgentNamespace:   f.AgentNamespace,
 		Broker: migrate.BrokerConfig{
 			URL:      firstOf(f.BrokerURL, a[migrate.BrokerURLAnnotation]),
 			Exchange: firstOf(f.Exchange, a[migrate.ExchangeAnnotation]),

@@ -178,6 +178,7 @@ func (o *NodeOptions) Run(ctx context.Context) error {
 	dcfg := drain.Config{
 		ID: id, Namespace: o.namespace, Parallel: o.Parallel, FailFast: o.FailFast,
 		KeepCordoned: o.KeepCordoned, EvictRest: o.EvictRest, Targets: firstOf(o.To, o.ToSelector),
+		AgentNamespace: o.AgentNamespace, RegistrySecret: o.RegistrySecret,
 	}
 	// Every access, the migrations' included, before the node is cordoned.
 	missing, err := drain.MissingPermissions(ctx, client, dcfg, plan)

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -28,9 +29,10 @@ const recoverExample = `  # Finish or undo migration x7k2p, whose kubectl migrat
 // RecoverOptions are the options of kubectl migrate recover.
 type RecoverOptions struct {
 	*RootOptions
-	BrokerURL  string
-	AgentImage string
-	Output     string
+	BrokerURL      string
+	AgentImage     string
+	AgentNamespace string
+	Output         string
 
 	namespace string
 	id        string
@@ -62,6 +64,7 @@ that cannot renew its lease in time stops changing the cluster on its own.`,
 		RunE:    runE(o),
 	}
 	cmd.Flags().StringVar(&o.BrokerURL, "broker-url", "", "AMQP URL this machine reaches the broker at (default: the migrated pod's ms2m.io/broker-url annotation)")
+	cmd.Flags().StringVar(&o.AgentNamespace, "agent-namespace", agent.DefaultNamespace, "namespace the migration's agents ran in (never the one a journal names)")
 	cmd.Flags().StringVar(&o.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent recovery runs (never the one a journal names: anyone who may edit the namespace's ConfigMaps could write it)")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format of the result: json or yaml (default: the report)")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
@@ -147,7 +150,7 @@ func (o *RecoverOptions) recoverOne(ctx context.Context, client kubernetes.Inter
 		pullSecrets = j.State.Source.Spec.ImagePullSecrets
 	}
 	cfg := j.Config
-	cfg.AgentImage = o.AgentImage
+	cfg.AgentImage, cfg.AgentNamespace = o.AgentImage, o.AgentNamespace
 	deps, err := o.NewDeps(ctx, client, cfg, pullSecrets)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -23,16 +24,35 @@ const (
 	registryVolume    = "registry-auth"
 )
 
+// DefaultNamespace is where agents run unless told otherwise. Agents need
+// root, the kubelet's checkpoint directory and the runtime's socket: in a
+// namespace of their own, whose Pod Security level allows that, the
+// applications' namespaces need no more than the applications do, and
+// nobody who may only edit an application's namespace can read, change or
+// call an agent (nor read the token in its environment).
+const DefaultNamespace = "kubectl-migrate-system"
+
 // Launcher runs the agent in short-lived pods.
 type Launcher struct {
 	Client kubernetes.Interface
 	// Image is the agent image; the target nodes must be able to pull it.
-	Image     string
+	Image string
+	// Namespace is where the agents run (DefaultNamespace); created, with
+	// the Pod Security level agents need, when it does not exist.
 	Namespace string
-	// RegistrySecret is a kubernetes.io/dockerconfigjson secret in Namespace
-	// that the agent pushes with; empty for an anonymous registry.
+	// AppNamespace is the migrated pod's: its RegistrySecret and
+	// PullSecrets live there, and the pods that pull its images run there.
+	// Empty means Namespace.
+	AppNamespace string
+	// ID is the migration's; it names the copy of RegistrySecret the
+	// agents get in Namespace.
+	ID string
+	// RegistrySecret is a kubernetes.io/dockerconfigjson secret in
+	// AppNamespace that the agent pushes with; empty for an anonymous
+	// registry.
 	RegistrySecret string
-	PullSecrets    []corev1.LocalObjectReference
+	// PullSecrets are the migrated pod's, for pulling its images.
+	PullSecrets []corev1.LocalObjectReference
 	// Labels mark every agent pod of one migration (Release finds them so).
 	Labels map[string]string
 	// Serving, if set, keeps the agents Warm starts, which Pack and
@@ -101,22 +121,129 @@ func (l Launcher) Prepull(ctx context.Context, podName, node string, images []st
 		// The kubelet pulls with the pod's pull secrets and the node's
 		// credential providers, which the runtime alone may lack.
 	}
-	pod := l.PodSpec(podName, node, nil)
-	pod.Spec.Volumes = []corev1.Volume{{Name: "agent-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	_, err := l.runPod(ctx, l.PullerSpec(podName, node, images))
+	return err
+}
+
+// PullerSpec is the pod that makes node pull images: in the application's
+// namespace, with its pull secrets, and nothing a restricted Pod Security
+// level forbids (it only runs the agent binary's noop).
+func (l Launcher) PullerSpec(podName, node string, images []string) *corev1.Pod {
+	restricted := &corev1.SecurityContext{
+		RunAsUser: ptr.To[int64](65534), RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
 	mount := []corev1.VolumeMount{{Name: "agent-bin", MountPath: "/kubectl-migrate"}}
-	install := pod.Spec.Containers[0]
-	install.Name, install.Args, install.Env, install.VolumeMounts = "install-agent", []string{"install", "/kubectl-migrate"}, nil, mount
-	pod.Spec.InitContainers = []corev1.Container{install}
-	pod.Spec.Containers = nil
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: podName, Namespace: l.appNamespace(), Labels: l.Labels},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  ptr.To(false),
+			ImagePullSecrets:              l.PullSecrets,
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Volumes:                       []corev1.Volume{{Name: "agent-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			InitContainers: []corev1.Container{{
+				Name: "install-agent", Image: l.Image, ImagePullPolicy: corev1.PullIfNotPresent,
+				Args: []string{"install", "/kubectl-migrate"}, VolumeMounts: mount, SecurityContext: restricted,
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			}},
+		},
+	}
 	for i, img := range images {
 		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
 			Name: fmt.Sprintf("pull-%d", i), Image: img, ImagePullPolicy: corev1.PullIfNotPresent,
 			Command: []string{"/kubectl-migrate/kubectl-migrate-agent", "noop"}, VolumeMounts: mount,
-			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			SecurityContext: restricted, TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		})
 	}
-	_, err := l.runPod(ctx, pod)
-	return err
+	return pod
+}
+
+// appNamespace is where the migrated pod lives.
+func (l Launcher) appNamespace() string {
+	if l.AppNamespace == "" {
+		return l.Namespace
+	}
+	return l.AppNamespace
+}
+
+// stagesSecret reports whether the agents get a copy of RegistrySecret in
+// their own namespace (a pod can mount only its own namespace's secrets).
+func (l Launcher) stagesSecret() bool {
+	return l.RegistrySecret != "" && l.appNamespace() != l.Namespace
+}
+
+// agentSecret is the name of the registry secret the agent pods mount.
+func (l Launcher) agentSecret() string {
+	if l.stagesSecret() {
+		return "kubectl-migrate-registry-" + l.ID
+	}
+	return l.RegistrySecret
+}
+
+// createInAgentNamespace creates obj with create, first creating the
+// agents' namespace if create found it missing.
+func (l Launcher) createInAgentNamespace(ctx context.Context, create func() error) error {
+	err := create()
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: l.Namespace, Labels: map[string]string{
+		"app.kubernetes.io/managed-by": "kubectl-migrate",
+		// Root and host paths: see DefaultNamespace.
+		"pod-security.kubernetes.io/enforce": "privileged",
+	}}}
+	if _, nerr := l.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); nerr != nil && !apierrors.IsAlreadyExists(nerr) {
+		return fmt.Errorf("the agents' namespace %s does not exist and creating it failed (%w); have an administrator apply docs/rbac.yaml, which creates it, or pass --agent-namespace", l.Namespace, nerr)
+	}
+	return create()
+}
+
+// stageSecret copies RegistrySecret into the agents' namespace, labelled
+// as the migration's agents are, so that Release removes it with them.
+func (l Launcher) stageSecret(ctx context.Context) error {
+	if !l.stagesSecret() {
+		return nil
+	}
+	src, err := l.Client.CoreV1().Secrets(l.appNamespace()).Get(ctx, l.RegistrySecret, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read registry secret %s, which the agents push with: %w", l.RegistrySecret, err)
+	}
+	staged := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: l.agentSecret(), Namespace: l.Namespace, Labels: l.Labels},
+		Type:       corev1.SecretTypeDockerConfigJson,
+		Data:       map[string][]byte{corev1.DockerConfigJsonKey: src.Data[corev1.DockerConfigJsonKey]},
+	}
+	err = l.createInAgentNamespace(ctx, func() error {
+		_, err := l.Client.CoreV1().Secrets(l.Namespace).Create(ctx, staged, metav1.CreateOptions{})
+		return err
+	})
+	if apierrors.IsAlreadyExists(err) {
+		return nil // an earlier agent of this migration staged it
+	}
+	if err != nil {
+		return fmt.Errorf("copy registry secret %s to the agents' namespace %s: %w", l.RegistrySecret, l.Namespace, err)
+	}
+	return nil
+}
+
+// createAgent creates an agent pod in the agents' namespace, with what it
+// mounts from there.
+func (l Launcher) createAgent(ctx context.Context, pod *corev1.Pod) error {
+	if err := l.stageSecret(ctx); err != nil {
+		return err
+	}
+	err := l.createInAgentNamespace(ctx, func() error {
+		_, err := l.Client.CoreV1().Pods(l.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("create agent pod on %s: %w", pod.Spec.NodeName, err)
+	}
+	return nil
 }
 
 // Runtime asks node's warm agent what the node's runtime says of itself.
@@ -147,16 +274,22 @@ func (l Launcher) run(ctx context.Context, podName, node string, args []string) 
 	return l.runPod(ctx, l.PodSpec(podName, node, args))
 }
 
+// runPod creates pod (an agent, or a puller in the application's
+// namespace), waits for it to finish and deletes it.
 func (l Launcher) runPod(ctx context.Context, pod *corev1.Pod) (string, error) {
-	podName, node := pod.Name, pod.Spec.NodeName
-	if _, err := l.Client.CoreV1().Pods(l.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		return "", fmt.Errorf("create agent pod on %s: %w", node, err)
+	podName, node, ns := pod.Name, pod.Spec.NodeName, pod.Namespace
+	if ns == l.Namespace {
+		if err := l.createAgent(ctx, pod); err != nil {
+			return "", err
+		}
+	} else if _, err := l.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("create pod %s on %s: %w", podName, node, err)
 	}
-	// The agent pod goes away whatever happens, even if ctx was cancelled.
+	// The pod goes away whatever happens, even if ctx was cancelled.
 	defer func() {
-		_ = kube.DeleteAndWait(context.WithoutCancel(ctx), l.Client, l.Namespace, podName, ptr.To[int64](0))
+		_ = kube.DeleteAndWait(context.WithoutCancel(ctx), l.Client, ns, podName, ptr.To[int64](0))
 	}()
-	pod, err := kube.WaitForPod(ctx, l.Client, l.Namespace, podName, agentFinished(l.Image))
+	pod, err := kube.WaitForPod(ctx, l.Client, ns, podName, agentFinished(l.Image))
 	if err != nil {
 		return "", err
 	}
@@ -212,8 +345,9 @@ func terminationMessage(pod *corev1.Pod) string {
 	return "no termination message"
 }
 
-// PodSpec returns the agent pod: pinned to node, root, the kubelet's
-// checkpoint directory mounted, the registry secret as a docker config.
+// PodSpec returns the agent pod: in the agents' namespace, pinned to node,
+// root, the kubelet's checkpoint directory mounted, the registry secret as
+// a docker config (and to pull the agent image with).
 func (l Launcher) PodSpec(podName, node string, args []string) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: podName, Namespace: l.Namespace, Labels: l.Labels},
@@ -221,7 +355,6 @@ func (l Launcher) PodSpec(podName, node string, args []string) *corev1.Pod {
 			NodeName:                      node,
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			AutomountServiceAccountToken:  ptr.To(false),
-			ImagePullSecrets:              l.PullSecrets,
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Containers: []corev1.Container{{
@@ -242,13 +375,14 @@ func (l Launcher) PodSpec(podName, node string, args []string) *corev1.Pod {
 		},
 	}
 	if l.RegistrySecret != "" {
+		pod.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: l.agentSecret()}}
 		c := &pod.Spec.Containers[0]
 		c.Env = append(c.Env, corev1.EnvVar{Name: "DOCKER_CONFIG", Value: registryConfigDir})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: registryVolume, MountPath: registryConfigDir, ReadOnly: true})
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
 			Name: registryVolume,
 			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-				SecretName: l.RegistrySecret,
+				SecretName: l.agentSecret(),
 				Items:      []corev1.KeyToPath{{Key: corev1.DockerConfigJsonKey, Path: "config.json"}},
 			}},
 		})

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -96,8 +98,8 @@ func (l Launcher) Warm(ctx context.Context, podName, node string, opts WarmOptio
 		}})
 	}
 	pod.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: int32(port)}}
-	if _, err := l.Client.CoreV1().Pods(l.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create agent pod on %s: %w", node, err)
+	if err := l.createAgent(ctx, pod); err != nil {
+		return err
 	}
 	l.Serving.mu.Lock()
 	if l.Serving.pods == nil {
@@ -131,16 +133,30 @@ func directPod(pod *corev1.Pod, token string) {
 	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "direct", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 }
 
-// Release deletes every agent pod of the launcher's migration (its labels),
-// warm or left by a process that died, and waits until they are gone.
+// Release deletes every pod of the launcher's migration (its labels): the
+// agents, warm or left by a process that died, and the pullers in the
+// application's namespace, and waits until they are gone; then the agents'
+// copy of the registry secret.
 func (l Launcher) Release(ctx context.Context) error {
-	list, err := l.Client.CoreV1().Pods(l.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(l.Labels).String()})
-	if err != nil {
-		return fmt.Errorf("list agent pods: %w", err)
-	}
+	selector := labels.SelectorFromSet(l.Labels).String()
 	var errs []error
-	for _, p := range list.Items {
-		errs = append(errs, kube.DeleteAndWait(ctx, l.Client, l.Namespace, p.Name, ptr.To[int64](0)))
+	for _, ns := range slices.Compact([]string{l.Namespace, l.appNamespace()}) {
+		list, err := l.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list agent pods in %s: %w", ns, err))
+			continue
+		}
+		for _, p := range list.Items {
+			errs = append(errs, kube.DeleteAndWait(ctx, l.Client, ns, p.Name, ptr.To[int64](0)))
+		}
+	}
+	if l.stagesSecret() {
+		if err := l.Client.CoreV1().Secrets(l.Namespace).Delete(ctx, l.agentSecret(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete the agents' copy of registry secret %s: %w", l.RegistrySecret, err))
+		}
 	}
 	if l.Serving != nil {
 		l.Serving.mu.Lock()

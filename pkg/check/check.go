@@ -7,6 +7,7 @@
 package check
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,7 @@ type Config struct {
 	RegistrySecret   string
 	InsecureRegistry bool
 	AgentImage       string
+	AgentNamespace   string // where the agents run ("" for agent.DefaultNamespace)
 }
 
 // Status is a link's outcome.
@@ -177,14 +179,15 @@ func (c *checker) nextPod() string {
 }
 
 func (c *checker) permissions(ctx context.Context) (string, error) {
-	missing, err := migrate.MissingPermissions(ctx, c.deps.Client, c.cfg.Namespace, false)
+	mc := migrate.Config{Namespace: c.cfg.Namespace, AgentNamespace: c.cfg.AgentNamespace, RegistrySecret: c.cfg.RegistrySecret}
+	missing, err := migrate.MissingPermissions(ctx, c.deps.Client, mc)
 	if err != nil {
 		return "", err
 	}
 	if len(missing) > 0 {
-		return "", fail("grant them with RBAC (a Role in "+c.cfg.Namespace+", and a ClusterRole for nodes/proxy)", "missing: %s", strings.Join(missing, "; "))
+		return "", fail("grant them with RBAC: docs/rbac.yaml has them all", "missing: %s", strings.Join(missing, "; "))
 	}
-	return "pods, pods/proxy, nodes/proxy, configmaps in " + c.cfg.Namespace, nil
+	return fmt.Sprintf("pods, pods/proxy, configmaps in %s; agents in %s; nodes/proxy", c.cfg.Namespace, mc.Agents()), nil
 }
 
 func (c *checker) nodes(ctx context.Context) (string, error) {
@@ -231,7 +234,7 @@ func (c *checker) agents(ctx context.Context) (string, error) {
 	} {
 		g.Go(func() error {
 			if err := c.deps.Packer.Warm(ctx, n.pod, n.node, n.opts); err != nil {
-				return fail(agentRemedy(err, c.cfg.Namespace), "node %s cannot run %s: %v", n.node, c.cfg.AgentImage, err)
+				return fail(agentRemedy(err, cmp.Or(c.cfg.AgentNamespace, agent.DefaultNamespace)), "node %s cannot run %s: %v", n.node, c.cfg.AgentImage, err)
 			}
 			return nil
 		})
@@ -246,7 +249,7 @@ func (c *checker) agents(ctx context.Context) (string, error) {
 // pull or run.
 func agentRemedy(err error, namespace string) string {
 	if strings.Contains(err.Error(), "violates PodSecurity") {
-		return "the agent needs root and the kubelet's checkpoint directory (hostPath): run in a namespace whose Pod Security level is privileged (label pod-security.kubernetes.io/enforce=privileged on " + namespace + ", or pick one with -n)"
+		return "the agent needs root, the kubelet's checkpoint directory and the runtime's socket, in a namespace of its own whose Pod Security level is privileged: label it with kubectl label namespace " + namespace + " pod-security.kubernetes.io/enforce=privileged (docs/rbac.yaml creates it so), or pass --agent-namespace"
 	}
 	return "pass --agent-image with an image both nodes can pull and run"
 }

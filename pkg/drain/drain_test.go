@@ -363,7 +363,7 @@ func TestDocumentedRBACGrantsWhatADrainChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	migrations := migrate.NeededPermissions(true)
+	migrations := migrate.NeededPermissions(migrate.Config{StatefulSet: "any", RegistrySecret: "any"})
 	for ns, perms := range NeededPermissions(Config{Namespace: "ops", EvictRest: true}, plan) {
 		for _, p := range perms {
 			switch {

@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -58,7 +59,9 @@ func NeededPermissions(cfg Config, plan Plan) map[string][]migrate.Permission {
 	}
 	add(cfg.Namespace, recordAccess)
 	for _, mv := range plan.Moves {
-		add(mv.Pod.Namespace, migrate.NeededPermissions(mv.StatefulSet != ""))
+		for _, p := range migrate.NeededPermissions(cfg.migration(mv)) {
+			add(cmp.Or(p.Namespace, mv.Pod.Namespace), []migrate.Permission{p})
+		}
 		add(mv.Pod.Namespace, budgetAccess)
 	}
 	if cfg.EvictRest {

@@ -37,6 +37,21 @@ type Config struct {
 	EvictRest bool
 	// Targets names the target nodes for the record ("" = any).
 	Targets string
+	// AgentNamespace is where the moves' agents run ("" for
+	// agent.DefaultNamespace).
+	AgentNamespace string
+	// RegistrySecret is the one the moves push with ("" for each pod's
+	// first pull secret).
+	RegistrySecret string
+}
+
+// migration is what mv's migration needs access for.
+func (c Config) migration(mv Move) migrate.Config {
+	secret := c.RegistrySecret
+	if secret == "" && len(mv.Pod.Spec.ImagePullSecrets) > 0 {
+		secret = mv.Pod.Spec.ImagePullSecrets[0].Name
+	}
+	return migrate.Config{Namespace: mv.Pod.Namespace, StatefulSet: mv.StatefulSet, AgentNamespace: c.AgentNamespace, RegistrySecret: secret}
 }
 
 // Deps are what a drain drives.

@@ -6,6 +6,7 @@
 package migrate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 )
 
 // Strategy selects the phase list.
@@ -98,6 +101,8 @@ type Config struct {
 	RegistrySecret   string // dockerconfigjson secret for push and pull
 	InsecureRegistry bool
 	AgentImage       string
+	// AgentNamespace is where the agents run (agent.DefaultNamespace).
+	AgentNamespace string
 	// KeepImages keeps the checkpoint images in the registry after success;
 	// they are deleted (manifest and blobs) by default: they hold the
 	// process's memory.
@@ -135,6 +140,11 @@ type Config struct {
 	// one stage's) fail once it has done its work, to prove rollback on a
 	// real cluster.
 	InjectFailure string
+}
+
+// Agents is the namespace the agents run in.
+func (c Config) Agents() string {
+	return cmp.Or(c.AgentNamespace, agent.DefaultNamespace)
 }
 
 // Validate checks what can be checked without the cluster.

@@ -328,8 +328,29 @@ var statefulSetPermissions = []permission{
 	{"apps", "create", "statefulsets", "", true, "to create it again, adopting the moved pod"},
 }
 
+// agentPermissions are needed in the agents' namespace.
+var agentPermissions = []permission{
+	{"", "get", "pods", "", true, "to read the agents"},
+	{"", "list", "pods", "", true, "to find the migration's agents"},
+	{"", "watch", "pods", "", true, "to wait for the agents"},
+	{"", "create", "pods", "", true, "to start the agents"},
+	{"", "delete", "pods", "", true, "to remove the agents"},
+	{"", "create", "pods", "proxy", true, "to call the agents"},
+	{"", "get", "pods", "proxy", true, "to ask whether an agent is ready"},
+}
+
+// registrySecretPermissions are needed when the agents push with a
+// registry secret, which they get a copy of in their namespace.
+var registrySecretPermissions = []permission{
+	{"", "get", "secrets", "", true, "to read the registry secret the agents push with"},
+}
+var agentSecretPermissions = []permission{
+	{"", "create", "secrets", "", true, "to give the agents their copy of the registry secret"},
+	{"", "delete", "secrets", "", true, "to remove the agents' copy of the registry secret"},
+}
+
 func checkPermissions(ctx context.Context, m *Migration) error {
-	missing, err := MissingPermissions(ctx, m.Client, m.Namespace, m.StatefulSet != "")
+	missing, err := MissingPermissions(ctx, m.Client, m.Config)
 	if err != nil {
 		return err
 	}
@@ -339,16 +360,16 @@ func checkPermissions(ctx context.Context, m *Migration) error {
 	return nil
 }
 
-// MissingPermissions lists, each with why, the accesses a migration in
-// namespace (of a StatefulSet pod, with statefulSet) needs and the caller
-// lacks.
-func MissingPermissions(ctx context.Context, client kubernetes.Interface, namespace string, statefulSet bool) ([]string, error) {
-	return Missing(ctx, client, namespace, NeededPermissions(statefulSet))
+// MissingPermissions lists, each with why, the accesses migration c needs
+// and the caller lacks.
+func MissingPermissions(ctx context.Context, client kubernetes.Interface, c Config) ([]string, error) {
+	return Missing(ctx, client, c.Namespace, NeededPermissions(c))
 }
 
 // Missing lists, each with why, the accesses of needed the caller lacks,
-// namespaced ones in namespace ("" for all namespaces), as the API
-// server's SelfSubjectAccessReviews answer (asked all at once).
+// namespaced ones in namespace ("" for all namespaces) unless they name
+// their own, as the API server's SelfSubjectAccessReviews answer (asked all
+// at once).
 func Missing(ctx context.Context, client kubernetes.Interface, namespace string, needed []Permission) ([]string, error) {
 	missing := make([]string, len(needed))
 	g, ctx := errgroup.WithContext(ctx)
@@ -356,7 +377,7 @@ func Missing(ctx context.Context, client kubernetes.Interface, namespace string,
 		g.Go(func() error {
 			attrs := &authzv1.ResourceAttributes{Group: p.Group, Verb: p.Verb, Resource: p.Resource, Subresource: p.Subresource}
 			if p.Namespaced {
-				attrs.Namespace = namespace
+				attrs.Namespace = cmp.Or(p.Namespace, namespace)
 			}
 			review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
 				&authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: attrs}},
@@ -365,7 +386,11 @@ func Missing(ctx context.Context, client kubernetes.Interface, namespace string,
 				return fmt.Errorf("check permissions: %w", err)
 			}
 			if !review.Status.Allowed {
-				missing[i] = fmt.Sprintf("%s %s (%s)", p.Verb, p.QualifiedResource(), p.Why)
+				where := ""
+				if p.Namespace != "" && p.Namespace != namespace {
+					where = " in namespace " + p.Namespace
+				}
+				missing[i] = fmt.Sprintf("%s %s%s (%s)", p.Verb, p.QualifiedResource(), where, p.Why)
 			}
 			return nil
 		})
@@ -393,19 +418,38 @@ func (p Permission) QualifiedResource() string {
 type Permission struct {
 	Group, Verb, Resource, Subresource string
 	Namespaced                         bool
-	Why                                string
+	// Namespace is where a namespaced access is needed when that is not
+	// the migrated pod's namespace (the agents').
+	Namespace string
+	Why       string
 }
 
-// NeededPermissions lists every access a migration (of a StatefulSet pod,
-// with statefulSet) needs.
-func NeededPermissions(statefulSet bool) []Permission {
-	needed := permissions
-	if statefulSet {
-		needed = append(slices.Clone(permissions), statefulSetPermissions...)
+// NeededPermissions lists every access migration c needs: in the pod's
+// namespace, in the agents' (c.AgentNamespace, its Permissions naming it)
+// and cluster-wide.
+func NeededPermissions(c Config) []Permission {
+	var out []Permission
+	add := func(ps []permission, namespace string) {
+		for _, p := range ps {
+			out = append(out, Permission{Group: p.group, Verb: p.verb, Resource: p.resource, Subresource: p.subresource, Namespaced: p.namespaced, Namespace: namespace, Why: p.why})
+		}
 	}
-	out := make([]Permission, len(needed))
-	for i, p := range needed {
-		out[i] = Permission{Group: p.group, Verb: p.verb, Resource: p.resource, Subresource: p.subresource, Namespaced: p.namespaced, Why: p.why}
+	add(permissions, "")
+	if c.StatefulSet != "" {
+		add(statefulSetPermissions, "")
+	}
+	agents := c.Agents()
+	if agents == c.Namespace {
+		agents = "" // the pod's namespace has the agents' accesses already
+	}
+	if agents != "" {
+		add(agentPermissions, agents)
+	}
+	if c.RegistrySecret != "" {
+		add(registrySecretPermissions, "")
+		if agents != "" {
+			add(agentSecretPermissions, agents)
+		}
 	}
 	return out
 }

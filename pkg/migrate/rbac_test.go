@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -12,14 +13,20 @@ import (
 
 // TestDocumentedRBACGrantsWhatPreflightChecks: docs/rbac.yaml grants every
 // access preflight checks for, namespaced ones in the role bound per
-// namespace and cluster-scoped ones in the nodes role, so a user who
-// applies it passes preflight.
+// namespace (reading a registry secret in a role of its own), the agents'
+// in the role in their namespace, and cluster-scoped ones in the nodes
+// role, so a user who applies it passes preflight.
 func TestDocumentedRBACGrantsWhatPreflightChecks(t *testing.T) {
 	grants := migratetest.DocumentedRoles(t, "../../docs/rbac.yaml")
-	for _, p := range migrate.NeededPermissions(true) {
+	for _, p := range migrate.NeededPermissions(migrate.Config{Namespace: "app", StatefulSet: "db", RegistrySecret: "regcred"}) {
 		role := "kubectl-migrate"
-		if !p.Namespaced {
+		switch {
+		case !p.Namespaced:
 			role = "kubectl-migrate-nodes"
+		case p.Namespace == agent.DefaultNamespace:
+			role = "kubectl-migrate-agents"
+		case p.Resource == "secrets":
+			role = "kubectl-migrate-registry-secret"
 		}
 		if !grants(role, p) {
 			t.Errorf("docs/rbac.yaml's %s does not grant %s %s/%s (group %q)", role, p.Verb, p.Resource, p.Subresource, p.Group)
@@ -65,7 +72,7 @@ func TestPreflightChecksEveryCallTheEngineMakes(t *testing.T) {
 			} else {
 				_, _ = migrate.Run(context.Background(), tc.cfg, w.Deps(), migrate.Hooks{})
 			}
-			checked := migrate.NeededPermissions(tc.cfg.StatefulSet != "")
+			checked := migrate.NeededPermissions(tc.cfg)
 			calls := w.APICalls()
 			if len(calls) < 10 {
 				t.Fatalf("recorded only %d calls", len(calls))
