@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
@@ -38,6 +39,7 @@ import (
 type lab struct {
 	kubectl, imagePrefix, registry, brokerURL string
 	client                                    kubernetes.Interface
+	config                                    *rest.Config
 	pluginDir                                 string
 }
 
@@ -57,6 +59,7 @@ func setup(t testing.TB) *lab {
 	if l.client, err = kubernetes.NewForConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
+	l.config = cfg
 	l.pluginDir = t.TempDir()
 	build := exec.Command("go", "build", "-o", filepath.Join(l.pluginDir, "kubectl-migrate"), "github.com/kubectl-migrate/kubectl-migrate/cmd/kubectl-migrate")
 	if out, err := build.CombinedOutput(); err != nil {

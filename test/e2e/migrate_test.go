@@ -73,10 +73,7 @@ func (l *lab) checkMigrated(t testing.TB, w *workload.Workload, rec report.Recor
 		t.Fatalf("state did not continue: before %+v, after %+v", before.Totals, after.Totals)
 	}
 	l.replayQueueGone(t, w)
-	agents, _ := l.client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kubectl-migrate-agent"})
-	if len(agents.Items) != 0 {
-		t.Fatalf("%d agent pods left", len(agents.Items))
-	}
+	l.noAgentsLeft(t, w.Namespace)
 	return after
 }
 

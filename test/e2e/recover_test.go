@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -90,15 +91,35 @@ func (l *lab) recover(t *testing.T, w *workload.Workload, id string) report.Reco
 	return rec
 }
 
+// noAgentsLeft checks that no migration recorded in namespace left an agent
+// pod (in the agents' namespace), a puller (in namespace) or the agents'
+// copy of a registry secret.
+func (l *lab) noAgentsLeft(t testing.TB, namespace string) {
+	t.Helper()
+	ctx := context.Background()
+	records, err := report.Store{Client: l.client}.List(ctx, namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range records {
+		selector := metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kubectl-migrate-agent," + migrate.MigrationLabel + "=" + r.ID}
+		for _, ns := range []string{agent.DefaultNamespace, namespace} {
+			if pods, _ := l.client.CoreV1().Pods(ns).List(ctx, selector); len(pods.Items) != 0 {
+				t.Fatalf("migration %s left %d agent pods in %s, e.g. %s", r.ID, len(pods.Items), ns, pods.Items[0].Name)
+			}
+		}
+		if secrets, _ := l.client.CoreV1().Secrets(agent.DefaultNamespace).List(ctx, selector); len(secrets.Items) != 0 {
+			t.Fatalf("migration %s left the agents' copy of its registry secret", r.ID)
+		}
+	}
+}
+
 // nothingLeft checks that no pod, queue, lease or archive of a migration is
 // left in the workload's namespace and on the nodes.
 func (l *lab) nothingLeft(t *testing.T, w *workload.Workload, extraPods ...string) {
 	t.Helper()
 	ctx := context.Background()
-	agents, _ := l.client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kubectl-migrate-agent"})
-	if len(agents.Items) != 0 {
-		t.Fatalf("%d agent pods left", len(agents.Items))
-	}
+	l.noAgentsLeft(t, w.Namespace)
 	for _, p := range extraPods {
 		if _, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, p, metav1.GetOptions{}); !isNotFound(err) {
 			t.Fatalf("pod %s left: %v", p, err)

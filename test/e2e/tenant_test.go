@@ -6,16 +6,25 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
 
@@ -95,13 +104,13 @@ func TestAnotherNamespaceCannotDriveAnAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	launcher := agent.Launcher{Client: l.client, Image: l.imagePrefix + "/kubectl-migrate-agent:lab", Namespace: victim,
+	launcher := agent.Launcher{Client: l.client, Image: l.imagePrefix + "/kubectl-migrate-agent:lab", Namespace: agent.DefaultNamespace, AppNamespace: victim,
 		Labels: map[string]string{"app.kubernetes.io/name": "kubectl-migrate-agent", "e2e": id}, Serving: &agent.Serving{}}
 	t.Cleanup(func() { _ = launcher.Release(context.Background()) })
 	if err := launcher.Warm(ctx, "agent-"+id, "node-b", agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(node.Status.NodeInfo.ContainerRuntimeVersion)}); err != nil {
 		t.Fatal(err)
 	}
-	pod, err := l.client.CoreV1().Pods(victim).Get(ctx, "agent-"+id, metav1.GetOptions{})
+	pod, err := l.client.CoreV1().Pods(agent.DefaultNamespace).Get(ctx, "agent-"+id, metav1.GetOptions{})
 	if err != nil || pod.Status.PodIP == "" {
 		t.Fatalf("the agent pod has no IP: %v", err)
 	}
@@ -146,4 +155,144 @@ print("codes", *codes)
 	if info, err := launcher.Runtime(ctx, "node-b"); err != nil || info.Name == "" {
 		t.Fatalf("the migration's own call: %+v %v", info, err)
 	}
+}
+
+// TestAnEditorOfTheNamespaceCannotReachTheAgents: an application in a
+// namespace that enforces Pod Security baseline migrates (the agents run
+// in their own namespace), pushing with a registry secret the agents get a
+// copy of; while the agents run, a user bound to edit in the application's
+// namespace can neither list, read (the token in their environment), call
+// through the API server, change nor delete an agent, nor read the copy of
+// the secret, nor start a pod with host paths in the application's
+// namespace. Every message is conserved and nothing is left behind.
+func TestAnEditorOfTheNamespaceCannotReachTheAgents(t *testing.T) {
+	l := setup(t)
+	ctx := context.Background()
+	w := l.deployWith(t, workload.Options{Rate: "10", PodSecurity: "baseline"})
+	regcred := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "regcred", Namespace: w.Namespace},
+		Type:       corev1.SecretTypeDockerConfigJson,
+		Data:       map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{"` + l.registry + `":{"auth":"ZTJlOmUyZQ=="}}}`)},
+	}
+	if _, err := l.client.CoreV1().Secrets(w.Namespace).Create(ctx, regcred, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	editor := l.editorOf(t, w.Namespace)
+	waitApplied(t, w, "consumer", 20)
+
+	// The editor tries while the migration's agents run (RBAC refuses
+	// before it looks for the object, so a refusal after they ended would
+	// prove the same; the test sees them running to read their token).
+	type result struct {
+		rec    report.Record
+		stderr string
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--registry-secret", "regcred")
+		done <- result{rec, stderr, err}
+	}()
+	var agents []corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case r := <-done:
+			done <- r
+			return false, fmt.Errorf("the migration ended before its agents were seen: %v\n%s", r.err, r.stderr)
+		default:
+		}
+		records, err := report.Store{Client: l.client}.List(ctx, w.Namespace)
+		if err != nil || len(records) == 0 {
+			return false, nil
+		}
+		pods, err := l.client.CoreV1().Pods(agent.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: migrate.MigrationLabel + "=" + records[0].ID})
+		if err != nil {
+			return false, nil
+		}
+		agents = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.Status.Phase != corev1.PodRunning })
+		return len(agents) > 0, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentPod := agents[0]
+	token := ""
+	for _, e := range agentPod.Spec.Containers[0].Env {
+		if e.Name == agent.ControlTokenEnv {
+			token = e.Value
+		}
+	}
+	if token == "" {
+		t.Fatalf("agent %s carries no token: the test would prove nothing", agentPod.Name)
+	}
+	if agentPod.Namespace == w.Namespace {
+		t.Fatalf("agent %s runs in the application's namespace", agentPod.Name)
+	}
+	attempts := map[string]error{}
+	_, attempts["list the agents"] = editor.CoreV1().Pods(agent.DefaultNamespace).List(ctx, metav1.ListOptions{})
+	_, attempts["read an agent (and its token)"] = editor.CoreV1().Pods(agent.DefaultNamespace).Get(ctx, agentPod.Name, metav1.GetOptions{})
+	_, attempts["call an agent through the API server"] = editor.CoreV1().RESTClient().Post().Namespace(agent.DefaultNamespace).Resource("pods").
+		Name(fmt.Sprintf("%s:%d", agentPod.Name, agent.ServePort)).SubResource("proxy").Suffix("runtime").
+		SetHeader(agent.ControlTokenHeader, "guess").Body([]byte("{}")).DoRaw(ctx)
+	_, attempts["swap an agent's image"] = editor.CoreV1().Pods(agent.DefaultNamespace).Patch(ctx, agentPod.Name, types.StrategicMergePatchType,
+		[]byte(`{"spec":{"containers":[{"name":"agent","image":"`+l.imagePrefix+`/ms2m-consumer:lab"}]}}`), metav1.PatchOptions{})
+	attempts["delete an agent"] = editor.CoreV1().Pods(agent.DefaultNamespace).Delete(ctx, agentPod.Name, metav1.DeleteOptions{})
+	_, attempts["read the agents' registry secret"] = editor.CoreV1().Secrets(agent.DefaultNamespace).List(ctx, metav1.ListOptions{})
+	for what, err := range attempts {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("the editor could %s: %v", what, err)
+		}
+	}
+	// Its own namespace enforces baseline: no pod of the editor's reaches
+	// the node's checkpoints.
+	hostPod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "reach-checkpoints", Namespace: w.Namespace},
+		Spec: corev1.PodSpec{NodeName: "node-b", Containers: []corev1.Container{{Name: "c", Image: l.imagePrefix + "/ms2m-consumer:lab",
+			VolumeMounts: []corev1.VolumeMount{{Name: "cp", MountPath: "/cp"}}}},
+			Volumes: []corev1.Volume{{Name: "cp", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: agent.CheckpointDir}}}}},
+	}
+	if _, err := editor.CoreV1().Pods(w.Namespace).Create(ctx, hostPod, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "violates PodSecurity") {
+		t.Errorf("the editor's pod with the checkpoint directory: %v", err)
+	}
+
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("migration failed: %v\n%s", r.err, r.stderr)
+	}
+	checkConservation(t, w, r.rec.TargetPod)
+	l.noAgentsLeft(t, w.Namespace)
+}
+
+// editorOf returns a client acting as a service account bound to the
+// cluster's edit role in namespace: what a member of the application's team
+// may do.
+func (l *lab) editorOf(t *testing.T, namespace string) kubernetes.Interface {
+	t.Helper()
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "editor", Namespace: namespace}}
+	if _, err := l.client.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "editor", Namespace: namespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "editor", Namespace: namespace}},
+	}
+	if _, err := l.client.RbacV1().RoleBindings(namespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(l.config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + namespace + ":editor"}
+	editor, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The binding holds once the authorizer's cache has it.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := editor.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("the editor cannot list its own namespace's pods: %v", err)
+	}
+	return editor
 }

@@ -38,6 +38,9 @@ type Options struct {
 	// "python" the sample's consumer in Python (examples/python) with the
 	// sample's producer.
 	App string
+	// PodSecurity is the Pod Security level the namespace enforces
+	// (e.g. baseline); empty enforces none.
+	PodSecurity string
 }
 
 // Workload is one producer/consumer pair in a namespace of its own, with
@@ -65,7 +68,11 @@ func Deploy(ctx context.Context, client kubernetes.Interface, o Options) (*Workl
 	if w.Namespace == "" {
 		w.Namespace = "e2e-" + id
 	}
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.Namespace}}, metav1.CreateOptions{}); err != nil {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.Namespace}}
+	if o.PodSecurity != "" {
+		ns.Labels = map[string]string{"pod-security.kubernetes.io/enforce": o.PodSecurity}
+	}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
 	// The default service account appears asynchronously; pods need it.
