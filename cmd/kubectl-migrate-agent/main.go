@@ -79,17 +79,25 @@ func run(ctx context.Context, args []string) (string, error) {
 	case "serve":
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 		idle := fs.Duration("idle", 15*time.Minute, "end after this long without a request")
-		direct := fs.String("direct", "", "also receive checkpoints and serve them to this node from this directory (on the node's network, port 8091; the push token in $"+agent.TokenEnv+")")
+		direct := fs.String("direct", "", "also receive checkpoints (over TLS, on the node's network, port 8093) and serve them to this node (port 8091) from this directory; the push token in $"+agent.TokenEnv)
 		if err := fs.Parse(args[1:]); err != nil {
 			return "", err
 		}
 		port := agent.ServePort
 		var d *agent.Direct
 		if *direct != "" {
-			d, port = &agent.Direct{Dir: *direct, Token: os.Getenv(agent.TokenEnv)}, agent.DirectPort
-			if d.Token == "" {
+			token := os.Getenv(agent.TokenEnv)
+			if token == "" {
 				return "", fmt.Errorf("--direct needs the push token in $%s", agent.TokenEnv)
 			}
+			receive, err := net.Listen("tcp", fmt.Sprintf(":%d", agent.DirectReceivePort))
+			if err != nil {
+				return "", err
+			}
+			if d, err = agent.NewDirect(*direct, token, receive); err != nil {
+				return "", err
+			}
+			port = agent.DirectPort
 		}
 		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
 		if err != nil {

@@ -4,14 +4,21 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log"
+	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -49,6 +56,11 @@ const TokenEnv = "KUBECTL_MIGRATE_TOKEN"
 // password.
 const pushUser = "kubectl-migrate"
 
+// DirectReceivePort is where a direct-transfer target takes the archive
+// from the source node's agent: TLS with a key of its own, whose
+// certificate's fingerprint the migration pins for the sender.
+const DirectReceivePort = 8093
+
 // Direct configures a serving agent as a direct-transfer target.
 type Direct struct {
 	// Dir holds the received layers.
@@ -57,11 +69,92 @@ type Direct struct {
 	// port could otherwise push. Reading needs no token but is served to
 	// the node itself (loopback) only: the images hold process memory.
 	Token string
-	// Port is the one the agent listens on; 0 means DirectPort.
+	// Port is the one the agent's registry listens on; 0 means DirectPort.
 	Port int
+	// Receive is the listener senders reach (DirectReceivePort on the
+	// node's network); Serve speaks TLS on it with cert.
+	Receive net.Listener
+	cert    tls.Certificate
+
+	// The registry and the receive endpoint share what is being published.
+	once            sync.Once
+	registryHandler http.Handler
+	receiveHandler  http.Handler
+	handlersErr     error
 }
 
-func (d Direct) local(path string) string {
+// NewDirect makes a direct-transfer target receiving on receive, with a
+// key and self-signed certificate of its own: senders pin its fingerprint,
+// which the migration reads through the API server, so no CA is involved
+// and nobody on the network between the nodes reads or alters a checkpoint.
+func NewDirect(dir, token string, receive net.Listener) (*Direct, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "kubectl-migrate direct transfer"},
+		NotBefore:    time.Now().Add(-time.Minute),
+		NotAfter:     time.Now().Add(24 * time.Hour), // an agent lives one migration
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	return &Direct{Dir: dir, Token: token, Receive: receive, cert: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}}, nil
+}
+
+// CertSHA256 is the fingerprint (hex SHA-256 of the DER certificate) a
+// sender pins.
+func (d *Direct) CertSHA256() string {
+	if len(d.cert.Certificate) == 0 {
+		return ""
+	}
+	sum := sha256.Sum256(d.cert.Certificate[0])
+	return hex.EncodeToString(sum[:])
+}
+
+// DirectInfo is what a direct-transfer target tells the migration: the
+// certificate its sender pins.
+type DirectInfo struct {
+	CertSHA256 string `json:"certSHA256"`
+}
+
+// receiveServer serves the receive endpoint over TLS on d.Receive.
+func (d *Direct) receiveServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{d.cert}, MinVersion: tls.VersionTLS13},
+		// HTTP/1.1 only: receive takes the connection over (HTTP/2 has no
+		// hijacking).
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+	}
+}
+
+// pinnedTransport trusts exactly the certificate whose fingerprint is pin.
+func pinnedTransport(pin string) *http.Transport {
+	return &http.Transport{TLSClientConfig: &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		// No CA vouches for the agent: the pin does, checked below.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("the target node's agent showed no certificate")
+			}
+			sum := sha256.Sum256(cs.PeerCertificates[0].Raw)
+			if got := hex.EncodeToString(sum[:]); got != pin {
+				return fmt.Errorf("the target node's agent showed certificate %s, not the migration's %s: something else answers at its address", got[:16], pin[:min(16, len(pin))])
+			}
+			return nil
+		},
+	}}
+}
+
+func (d *Direct) local(path string) string {
 	port := d.Port
 	if port == 0 {
 		port = DirectPort
@@ -70,24 +163,29 @@ func (d Direct) local(path string) string {
 }
 
 // registry pushes to the agent's own registry.
-func (d Direct) registry() image.Registry {
+func (d *Direct) registry() image.Registry {
 	return image.Registry{Insecure: true, Keychain: staticKeychain{authn.FromConfig(authn.AuthConfig{Username: pushUser, Password: d.Token})}}
 }
 
-// handler serves the registry and the receive endpoint behind the checks.
-func (d Direct) handler() (http.Handler, error) {
+// handlers serve the registry (to the node) and the receive endpoint (to
+// senders), behind the checks.
+func (d *Direct) handlers() (registry, receive http.Handler, err error) {
+	d.once.Do(func() { d.registryHandler, d.receiveHandler, d.handlersErr = d.newHandlers() })
+	return d.registryHandler, d.receiveHandler, d.handlersErr
+}
+
+func (d *Direct) newHandlers() (registry, receive http.Handler, err error) {
 	blobs := filepath.Join(d.Dir, "blobs")
 	if err := os.MkdirAll(blobs, 0o700); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	reg := ggcrregistry.New(ggcrregistry.WithBlobHandler(statByName{dir: blobs, disk: ggcrregistry.NewDiskBlobHandler(blobs)}), ggcrregistry.Logger(log.New(io.Discard, "", 0)))
 	publishing := &publishing{pending: map[string]*publication{}}
 	mux := http.NewServeMux()
-	mux.Handle("/v2/", d.guard(publishing.waitFor(reg)))
 	mux.Handle("PUT "+receivePath, d.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.receive(w, r, blobs, publishing)
 	})))
-	return mux, nil
+	return d.guard(publishing.waitFor(reg)), mux, nil
 }
 
 // statByName is the disk blob handler, but for Stat, which it answers from
@@ -122,7 +220,7 @@ func (b statByName) Put(ctx context.Context, repo string, h v1.Hash, rc io.ReadC
 
 // guard lets through requests with the push token, and reads from the node
 // itself.
-func (d Direct) guard(next http.Handler) http.Handler {
+func (d *Direct) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pass, ok := r.BasicAuth(); ok && subtle.ConstantTimeCompare([]byte(pass), []byte(d.Token)) == 1 {
 			next.ServeHTTP(w, r)
@@ -146,7 +244,7 @@ func (d Direct) guard(next http.Handler) http.Handler {
 // would make the transfer SHA-256's speed, slower than a node-to-node copy;
 // reading the body through net/http would copy every byte through user
 // space: the body is spliced from the connection to the file instead.
-func (d Direct) receive(w http.ResponseWriter, r *http.Request, blobs string, publishing *publishing) {
+func (d *Direct) receive(w http.ResponseWriter, r *http.Request, blobs string, publishing *publishing) {
 	q := r.URL.Query()
 	repository, tag, container := q.Get("repository"), q.Get("tag"), q.Get("container")
 	if repository == "" || tag == "" || container == "" {
@@ -181,7 +279,7 @@ func (d Direct) receive(w http.ResponseWriter, r *http.Request, blobs string, pu
 // store writes the size bytes of the archive from conn (those already read
 // first) to a new file in blobs, then publishes the image of ref made of it
 // in the background.
-func (d Direct) store(conn net.Conn, buffered *bufio.Reader, size int64, blobs, ref, container string, publishing *publishing) (PackResult, error) {
+func (d *Direct) store(conn net.Conn, buffered *bufio.Reader, size int64, blobs, ref, container string, publishing *publishing) (PackResult, error) {
 	f, err := os.CreateTemp(blobs, "receive-*")
 	if err != nil {
 		return PackResult{}, err
@@ -238,7 +336,7 @@ func answer(conn net.Conn, status int, contentType string, body []byte) {
 // publish names the received layer by its hash and pushes the checkpoint
 // image's config and manifest to the agent's registry (the layer is there
 // already).
-func (d Direct) publish(f *os.File, n int64, blobs, ref, container string) error {
+func (d *Direct) publish(f *os.File, n int64, blobs, ref, container string) error {
 	defer os.Remove(f.Name()) // a no-op once renamed
 	h := sha256.New()
 	_, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, n), make([]byte, 1<<20))
@@ -346,14 +444,19 @@ func send(ctx context.Context, req PackRequest) (PackResult, error) {
 		return PackResult{}, err
 	}
 	q := url.Values{"repository": {req.Repository}, "tag": {req.Tag}, "container": {req.Container}}
-	u := url.URL{Scheme: "http", Host: req.SendTo, Path: receivePath, RawQuery: q.Encode()}
+	if req.CertSHA256 == "" {
+		return PackResult{}, errors.New("a direct transfer needs the target agent's certificate fingerprint to send to")
+	}
+	u := url.URL{Scheme: "https", Host: req.SendTo, Path: receivePath, RawQuery: q.Encode()}
 	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), f)
 	if err != nil {
 		return PackResult{}, err
 	}
 	httpReq.ContentLength = fi.Size()
 	httpReq.SetBasicAuth(pushUser, req.Token)
-	resp, err := http.DefaultClient.Do(httpReq)
+	transport := pinnedTransport(req.CertSHA256)
+	defer transport.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: transport}).Do(httpReq)
 	if err != nil {
 		return PackResult{}, fmt.Errorf("send the checkpoint to the target node's agent at %s: %w", req.SendTo, err)
 	}
@@ -370,7 +473,7 @@ func send(ctx context.Context, req PackRequest) (PackResult, error) {
 }
 
 // publishProbe puts ProbeImage in the agent's own registry.
-func (d Direct) publishProbe(ctx context.Context) error {
+func (d *Direct) publishProbe(ctx context.Context) error {
 	img, err := image.ProbeImage()
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"crypto/tls"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -42,8 +43,8 @@ func TestDirectTransfer(t *testing.T) {
 	if err := os.WriteFile(archive, content, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	req := PackRequest{Archive: archive, Container: "app", SendTo: addr, Repository: "ns/p", Tag: "app-x1", Token: "s3cret"}
-	if _, err := Pack(ctx, PackRequest{Archive: archive, Container: "app", SendTo: req.SendTo, Repository: "ns/p", Tag: "t", Token: "wrong"}, image.Registry{}); err == nil || !strings.Contains(err.Error(), "401") {
+	req := PackRequest{Archive: archive, Container: "app", SendTo: addr, Repository: "ns/p", Tag: "app-x1", Token: "s3cret", CertSHA256: direct.CertSHA256()}
+	if _, err := Pack(ctx, PackRequest{Archive: archive, Container: "app", SendTo: req.SendTo, Repository: "ns/p", Tag: "t", Token: "wrong", CertSHA256: req.CertSHA256}, image.Registry{}); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("a send with a wrong token: %v", err)
 	}
 	res, err := Pack(ctx, req, image.Registry{})
@@ -102,7 +103,15 @@ func startDirect(ctx context.Context, tb testing.TB) (*Direct, string) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	direct := &Direct{Dir: tb.TempDir(), Token: "s3cret", Port: ln.Addr().(*net.TCPAddr).Port}
+	receive, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	direct, err := NewDirect(tb.TempDir(), "s3cret", receive)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	direct.Port = ln.Addr().(*net.TCPAddr).Port
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -116,7 +125,7 @@ func startDirect(ctx context.Context, tb testing.TB) (*Direct, string) {
 	}); err != nil {
 		tb.Fatal("the direct agent never served its probe image:", err)
 	}
-	return direct, ln.Addr().String()
+	return direct, receive.Addr().String()
 }
 
 // TestReceiveFromASenderThatDies: a sender gone in the middle of an
@@ -125,7 +134,7 @@ func TestReceiveFromASenderThatDies(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	direct, addr := startDirect(ctx, t)
-	conn, err := net.Dial("tcp", addr)
+	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +237,7 @@ func BenchmarkDirectTransfer(b *testing.B) {
 		}
 		copies = append(copies, took)
 		start := time.Now()
-		res, err := send(ctx, PackRequest{Archive: archive, Container: "app", SendTo: addr, Repository: "ns/p", Tag: fmt.Sprint("app-", i), Token: "s3cret"})
+		res, err := send(ctx, PackRequest{Archive: archive, Container: "app", SendTo: addr, Repository: "ns/p", Tag: fmt.Sprint("app-", i), Token: "s3cret", CertSHA256: direct.CertSHA256()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -312,7 +321,7 @@ func TestReceiveRefusesWhatWouldFillTheNode(t *testing.T) {
 	if ok, free := spaceFor(direct.Dir, 1); !ok || free < 0 {
 		t.Skipf("the test's filesystem has no room or no statfs (free %d)", free)
 	}
-	conn, err := net.Dial("tcp", addr)
+	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,5 +339,62 @@ func TestReceiveRefusesWhatWouldFillTheNode(t *testing.T) {
 	}
 	if files, _ := filepath.Glob(filepath.Join(direct.Dir, "blobs", "receive-*")); len(files) != 0 {
 		t.Fatalf("wrote %v", files)
+	}
+}
+
+// TestDirectTransferIsEncryptedAndPinned: the receive port speaks only TLS,
+// a sender refuses a target whose certificate is not the pinned one (so it
+// never hands the archive or the token to whoever answers at the address),
+// and the registry port takes no archive.
+func TestDirectTransferIsEncryptedAndPinned(t *testing.T) {
+	archiveDir = t.TempDir()
+	t.Cleanup(func() { archiveDir = CheckpointDir })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	direct, addr := startDirect(ctx, t)
+	archive := filepath.Join(archiveDir, "checkpoint-p_ns-app-1.tar")
+	if err := os.WriteFile(archive, []byte("memory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	req := PackRequest{Archive: archive, Container: "app", SendTo: addr, Repository: "ns/p", Tag: "app-1", Token: "s3cret"}
+
+	// Another agent's certificate: a man in the middle, or a stale address.
+	other, err := NewDirect(t.TempDir(), "x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pin := range []string{other.CertSHA256(), ""} {
+		req.CertSHA256 = pin
+		if _, err := send(ctx, req); err == nil {
+			t.Fatalf("sent pinning %q, not the target's certificate", pin)
+		}
+	}
+	if _, err := os.Stat(archive); err != nil {
+		t.Fatal("a refused send lost the archive:", err)
+	}
+	if files, _ := filepath.Glob(filepath.Join(direct.Dir, "blobs", "receive-*")); len(files) != 0 {
+		t.Fatalf("the target received %v from a refused send", files)
+	}
+
+	// Plain HTTP to the receive port gets no answer a sender could use.
+	resp, err := http.Post("http://"+addr+receivePath, "application/octet-stream", strings.NewReader("memory"))
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Fatalf("plain HTTP to the receive port: %s", resp.Status)
+		}
+	}
+	// The registry port, which the node's runtime reads in plain HTTP,
+	// takes no archive.
+	registry := fmt.Sprintf("http://127.0.0.1:%d%s?repository=ns/p&tag=app-1&container=app", direct.Port, receivePath)
+	put, _ := http.NewRequestWithContext(ctx, http.MethodPut, registry, strings.NewReader("memory"))
+	put.SetBasicAuth(pushUser, "s3cret")
+	if resp, err := http.DefaultClient.Do(put); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a send to the registry port: %v %v", resp, err)
+	}
+
+	req.CertSHA256 = direct.CertSHA256()
+	if _, err := send(ctx, req); err != nil {
+		t.Fatal(err)
 	}
 }

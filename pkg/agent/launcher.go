@@ -259,6 +259,25 @@ func (l Launcher) Runtime(ctx context.Context, node string) (RuntimeInfo, error)
 	return decodeAnswer[RuntimeInfo](node, out)
 }
 
+// DirectCert asks node's warm direct-transfer agent for the fingerprint of
+// the certificate its sender must pin. The answer comes through the API
+// server, not over the network the archive crosses.
+func (l Launcher) DirectCert(ctx context.Context, node string) (string, error) {
+	warm, ok := l.Serving.pod(node)
+	if !ok {
+		return "", fmt.Errorf("no agent on %s receives the checkpoint", node)
+	}
+	out, err := l.call(ctx, warm, http.MethodPost, directPath, struct{}{})
+	if err != nil {
+		return "", err
+	}
+	info, err := decodeAnswer[DirectInfo](node, out)
+	if err == nil && info.CertSHA256 == "" {
+		err = fmt.Errorf("the agent on %s has no certificate to receive with", node)
+	}
+	return info.CertSHA256, err
+}
+
 // decodeAnswer decodes a serving agent's JSON answer.
 func decodeAnswer[T any](node string, out []byte) (T, error) {
 	var res T

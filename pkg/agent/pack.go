@@ -31,8 +31,11 @@ type PackRequest struct {
 	SendTo     string `json:"sendTo,omitempty"`
 	Repository string `json:"repository,omitempty"`
 	Tag        string `json:"tag,omitempty"`
-	// Token is the target agent's push credential.
-	Token string `json:"token,omitempty"`
+	// Token is the target agent's push credential, CertSHA256 the
+	// fingerprint of its TLS certificate (DirectInfo), which the sender
+	// pins.
+	Token      string `json:"token,omitempty"`
+	CertSHA256 string `json:"certSHA256,omitempty"`
 }
 
 // PackResult is what the agent reports back, as JSON in its termination

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -26,6 +27,7 @@ const (
 	removePath  = "/remove"
 	pullPath    = "/pull"
 	runtimePath = "/runtime"
+	directPath  = "/direct"
 )
 
 // ControlTokenEnv carries a serving agent's control token: every call but
@@ -76,12 +78,14 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		_, _ = w.Write([]byte("ok"))
 	})
 	if direct != nil {
-		h, err := direct.handler()
+		reg, _, err := direct.handlers()
 		if err != nil {
 			return nil, err
 		}
-		mux.Handle("/v2/", h)
-		mux.Handle(receivePath, touched(h, touch))
+		mux.Handle("/v2/", reg)
+		mux.Handle("POST "+directPath, authorized(jsonCall(touch, "direct", func(context.Context, struct{}) (DirectInfo, error) {
+			return DirectInfo{CertSHA256: direct.CertSHA256()}, nil
+		})))
 	}
 	mux.Handle("POST "+packPath, authorized(jsonCall(touch, "pack", func(ctx context.Context, req PackRequest) (PackResult, error) {
 		return Pack(ctx, req, reg(req.Insecure))
@@ -189,6 +193,19 @@ func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Dir
 		return err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	var receiver *http.Server
+	if direct != nil && direct.Receive != nil {
+		_, receive, err := direct.handlers()
+		if err != nil {
+			return err
+		}
+		receiver = direct.receiveServer(touched(receive, touch))
+		go func() {
+			if err := receiver.ServeTLS(direct.Receive, "", ""); !errors.Is(err, http.ErrServerClosed) {
+				log.Printf("receive: %v", err)
+			}
+		}()
+	}
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -221,6 +238,9 @@ func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Dir
 				continue
 			}
 			_ = srv.Close()
+			if receiver != nil {
+				_ = receiver.Close()
+			}
 			return
 		}
 	}()

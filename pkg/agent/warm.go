@@ -97,7 +97,7 @@ func (l Launcher) Warm(ctx context.Context, podName, node string, opts WarmOptio
 			HostPath: &corev1.HostPathVolumeSource{Path: opts.RuntimeSocket, Type: ptr.To(corev1.HostPathSocket)},
 		}})
 	}
-	pod.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: int32(port)}}
+	pod.Spec.Containers[0].Ports = append(pod.Spec.Containers[0].Ports, corev1.ContainerPort{ContainerPort: int32(port)})
 	if err := l.createAgent(ctx, pod); err != nil {
 		return err
 	}
@@ -129,6 +129,8 @@ func directPod(pod *corev1.Pod, token string) {
 	c := &pod.Spec.Containers[0]
 	c.Args = append(c.Args, "--direct", directDir)
 	c.Env = append(c.Env, corev1.EnvVar{Name: TokenEnv, Value: token})
+	// Declared, so that the scheduler sees the node's port taken.
+	c.Ports = append(c.Ports, corev1.ContainerPort{ContainerPort: DirectReceivePort, HostPort: DirectReceivePort})
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "direct", MountPath: directDir})
 	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "direct", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 }

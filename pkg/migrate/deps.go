@@ -37,6 +37,9 @@ type Packer interface {
 	// Runtime is what node's runtime says of itself, asked through node's
 	// warm agent (started with a RuntimeSocket).
 	Runtime(ctx context.Context, node string) (agent.RuntimeInfo, error)
+	// DirectCert is the fingerprint of the certificate node's warm
+	// direct-transfer agent receives with (started with a DirectToken).
+	DirectCert(ctx context.Context, node string) (string, error)
 	// StopPod stops and removes the sandboxes of the pod with uid through
 	// node's runtime (its warm agent), for when node's kubelet is gone.
 	StopPod(ctx context.Context, node, uid string) (agent.StopPodResult, error)

@@ -362,7 +362,7 @@ func TestDirectTransferNeedsNoRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := strings.Join(w.Calls, "\n")
-	for _, want := range []string{"on node-b (direct true)", "on node-a (direct false)", "prepull [localhost:8091/kubectl-migrate/probe:ready] on node-b", "send to 192.0.2.98:8091 as default/consumer:app-abcde"} {
+	for _, want := range []string{"on node-b (direct true)", "on node-a (direct false)", "prepull [localhost:8091/kubectl-migrate/probe:ready] on node-b", "send to 192.0.2.98:8093 as default/consumer:app-abcde"} {
 		if !strings.Contains(calls, want) {
 			t.Errorf("no %q in:\n%s", want, calls)
 		}

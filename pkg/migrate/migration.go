@@ -32,6 +32,9 @@ type State struct {
 	// recovered migration that had not committed rolls back.
 	DirectTo    string `json:"directTo,omitempty"`
 	DirectToken string `json:"-"`
+	// DirectCert is the fingerprint of the target agent's TLS certificate,
+	// which the sender pins; read from that agent through the API server.
+	DirectCert string `json:"-"`
 
 	// MigrationQueue exists while the migration runs (ms2m.MigrationQueueName):
 	// a copy restored from a checkpoint holds only as long as it does.

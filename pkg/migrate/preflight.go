@@ -518,7 +518,7 @@ func (m *Migration) startAgents(ctx context.Context) error {
 	warm := func(pod, node string, opts agent.WarmOptions) error {
 		if err := m.Packer.Warm(ctx, pod, node, opts); err != nil {
 			if opts.DirectToken != "" {
-				return fmt.Errorf("node %s cannot run the agent that receives the checkpoint (on the node's network, port %d): %w; free the port, or use a registry", node, agent.DirectPort, err)
+				return fmt.Errorf("node %s cannot run the agent that receives the checkpoint (on the node's network, ports %d and %d): %w; free the ports, or use a registry", node, agent.DirectPort, agent.DirectReceivePort, err)
 			}
 			return fmt.Errorf("node %s cannot run the agent image %s: %w; pass --agent-image with an image the nodes can pull and run", node, m.AgentImage, err)
 		}
@@ -541,6 +541,11 @@ func (m *Migration) startAgents(ctx context.Context) error {
 			return err
 		}
 		if m.Transfer == Direct {
+			cert, err := m.Packer.DirectCert(ctx, m.TargetNode)
+			if err != nil {
+				return fmt.Errorf("ask node %s's agent for the certificate the checkpoint is sent to: %w", m.TargetNode, err)
+			}
+			m.DirectCert = cert
 			probe := fmt.Sprintf("localhost:%d/%s", agent.DirectPort, agent.ProbeImage)
 			if err := m.Packer.Prepull(ctx, probePuller, m.TargetNode, []string{probe}); err != nil {
 				return fmt.Errorf("node %s's runtime cannot pull from its agent at localhost:%d (%w); let it pull from there over plain HTTP (CRI-O: insecure_registries in [crio.image]; containerd: a hosts.toml for localhost:%d in its config_path), or use a registry", m.TargetNode, agent.DirectPort, err, agent.DirectPort)
@@ -608,7 +613,7 @@ func (m *Migration) prepareDirect() error {
 	if _, err := rand.Read(token); err != nil {
 		return err
 	}
-	m.DirectTo = net.JoinHostPort(ip, strconv.Itoa(agent.DirectPort))
+	m.DirectTo = net.JoinHostPort(ip, strconv.Itoa(agent.DirectReceivePort))
 	m.DirectToken = hex.EncodeToString(token)
 	return nil
 }

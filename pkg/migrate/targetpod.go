@@ -93,7 +93,7 @@ func (c Config) CheckpointImageOf(pod, container, tag string) string {
 func (m *Migration) packRequest(container string) agent.PackRequest {
 	req := agent.PackRequest{Archive: m.Archives[container], Container: container}
 	if m.Transfer == Direct {
-		req.SendTo, req.Token = m.DirectTo, m.DirectToken
+		req.SendTo, req.Token, req.CertSHA256 = m.DirectTo, m.DirectToken, m.DirectCert
 		req.Repository, req.Tag = m.Namespace+"/"+m.Pod, container+"-"+m.tag()
 		return req
 	}

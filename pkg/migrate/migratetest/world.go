@@ -352,6 +352,9 @@ func (f *fakePacker) Pack(_ context.Context, podName, node string, req agent.Pac
 	w := (*World)(f)
 	w.record("pack %s on %s via %s", req.Archive, node, podName)
 	if req.SendTo != "" {
+		if req.CertSHA256 != fakeDirectCert {
+			return agent.PackResult{}, fmt.Errorf("send to %s pinning %q, not the target agent's certificate", req.SendTo, req.CertSHA256)
+		}
 		w.record("send to %s as %s:%s", req.SendTo, req.Repository, req.Tag)
 		req.Image = "localhost:8091/" + req.Repository + ":" + req.Tag
 	}
@@ -393,6 +396,15 @@ func (f *fakePacker) Release(ctx context.Context) error {
 	w.record("release agents")
 	_, err := w.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kubectl-migrate-agent"})
 	return err
+}
+
+// fakeDirectCert is the fingerprint of every fake direct-transfer agent's
+// certificate.
+const fakeDirectCert = "0123abcd"
+
+func (f *fakePacker) DirectCert(_ context.Context, node string) (string, error) {
+	(*World)(f).record("ask the direct agent on %s for its certificate", node)
+	return fakeDirectCert, nil
 }
 
 func (f *fakePacker) Runtime(_ context.Context, node string) (agent.RuntimeInfo, error) {
