@@ -285,12 +285,15 @@ func (d *Direct) store(conn net.Conn, buffered *bufio.Reader, size int64, blobs,
 		return PackResult{}, err
 	}
 	n, err := io.CopyN(f, buffered, min(int64(buffered.Buffered()), size))
+	// TLS hands over at most a record per read: a large buffer keeps the
+	// writes to the file large (the file's ReadFrom would use 32 KiB).
+	buf := make([]byte, 1<<20)
 	for err == nil && n < size {
 		// A sender silent this long is gone; without a deadline a
 		// hijacked connection would wait for it forever.
 		_ = conn.SetReadDeadline(time.Now().Add(receiveIdle))
 		var k int64
-		k, err = io.CopyN(f, conn, min(receiveChunk, size-n)) // splice(2)
+		k, err = io.CopyBuffer(struct{ io.Writer }{f}, io.LimitReader(conn, min(receiveChunk, size-n)), buf)
 		n += k
 	}
 	if err != nil {
