@@ -292,8 +292,12 @@ func (d *Direct) store(conn net.Conn, buffered *bufio.Reader, size int64, blobs,
 		// A sender silent this long is gone; without a deadline a
 		// hijacked connection would wait for it forever.
 		_ = conn.SetReadDeadline(time.Now().Add(receiveIdle))
+		want := min(receiveChunk, size-n)
 		var k int64
-		k, err = io.CopyBuffer(struct{ io.Writer }{f}, io.LimitReader(conn, min(receiveChunk, size-n)), buf)
+		k, err = io.CopyBuffer(struct{ io.Writer }{f}, io.LimitReader(conn, want), buf)
+		if err == nil && k < want {
+			err = io.ErrUnexpectedEOF // the sender closed early
+		}
 		n += k
 	}
 	if err != nil {
