@@ -3,9 +3,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,43 +11,20 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/yaml"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
-// applyDocumentedRoles creates (or updates) the ClusterRoles of
-// docs/rbac.yaml, exactly as a user would apply them.
+// applyDocumentedRoles applies docs/rbac.yaml (its roles and the agents'
+// namespace) exactly as a user would: with kubectl apply.
 func (l *lab) applyDocumentedRoles(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
-	data, err := os.ReadFile("../../docs/rbac.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
-		var role rbacv1.ClusterRole
-		if err := yaml.UnmarshalStrict(doc, &role); err != nil {
-			t.Fatal(err)
-		}
-		roles := l.client.RbacV1().ClusterRoles()
-		if _, err := roles.Create(ctx, &role, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-			current, err := roles.Get(ctx, role.Name, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			current.Rules = role.Rules
-			_, err = roles.Update(ctx, current, metav1.UpdateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-		} else if err != nil {
-			t.Fatal(err)
-		}
+	if out, err := l.kubectlCommand("apply", "-f", "../../docs/rbac.yaml").CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply -f docs/rbac.yaml: %v\n%s", err, out)
 	}
 }
 
@@ -85,9 +60,10 @@ func (l *lab) serviceAccountKubeconfig(t *testing.T, namespace, name string) str
 
 // TestLeastPrivilege migrates a live pod as a service account bound to
 // exactly docs/rbac.yaml. Bound to the namespaced role alone, the migration
-// is refused in preflight naming every cluster-scoped access it lacks, in
-// one line, leaving nothing (no lease, no record); with the nodes role bound
-// too, it migrates the pod with every message conserved.
+// is refused in preflight naming every cluster-scoped access it lacks and
+// every one in the agents' namespace, in one line, leaving nothing (no
+// lease, no record); with the nodes role and the agents' role bound too, it
+// migrates the pod with every message conserved.
 func TestLeastPrivilege(t *testing.T) {
 	l := setup(t)
 	w := l.deploy(t, "10")
@@ -106,8 +82,9 @@ func TestLeastPrivilege(t *testing.T) {
 	before := waitApplied(t, w, "consumer", 30)
 
 	_, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--kubeconfig", kubeconfig)
-	if err == nil || !strings.Contains(stderr, "missing permissions") || !strings.Contains(stderr, "get nodes") || !strings.Contains(stderr, "create nodes/proxy") {
-		t.Fatalf("without the nodes role: %v\n%s", err, stderr)
+	if err == nil || !strings.Contains(stderr, "missing permissions") || !strings.Contains(stderr, "get nodes") || !strings.Contains(stderr, "create nodes/proxy") ||
+		!strings.Contains(stderr, "create pods in namespace "+agent.DefaultNamespace) || !strings.Contains(stderr, "create pods/proxy in namespace "+agent.DefaultNamespace) {
+		t.Fatalf("without the nodes and agents roles: %v\n%s", err, stderr)
 	}
 	if records, err := (report.Store{Client: l.client}).List(ctx, w.Namespace); err != nil || len(records) != 0 {
 		t.Fatalf("a refused migration left %d records (%v)", len(records), err)
@@ -124,6 +101,17 @@ func TestLeastPrivilege(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		_ = l.client.RbacV1().ClusterRoleBindings().Delete(context.Background(), nodes.Name, metav1.DeleteOptions{})
+	})
+	agents := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubectl-migrate-agents-" + w.Namespace, Namespace: agent.DefaultNamespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "kubectl-migrate-agents"},
+		Subjects:   subject,
+	}
+	if _, err := l.client.RbacV1().RoleBindings(agent.DefaultNamespace).Create(ctx, agents, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = l.client.RbacV1().RoleBindings(agent.DefaultNamespace).Delete(context.Background(), agents.Name, metav1.DeleteOptions{})
 	})
 	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--kubeconfig", kubeconfig)
 	if err != nil {
