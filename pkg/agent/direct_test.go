@@ -2,9 +2,9 @@ package agent
 
 import (
 	"bufio"
-	"crypto/tls"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
