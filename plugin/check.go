@@ -55,7 +55,7 @@ restored on --to, where it must go on as the same process.
 
 Each link a migration relies on is reported with ✓ or ✗ and, for a ✗, what to
 change: RBAC, the nodes and their runtimes, the agent image (pullable, and
-allowed to run by the namespace's Pod Security level), whether the target's
+allowed to run in the agents' namespace, --agent-namespace), whether the target's
 runtime restores (containerd 2.2.7+/2.3.4+ and recent CRI-O releases restore
 only when opted in), the kubelet's checkpoint API and CRIU (TCP handling
 included), the registry push with the agent's credentials, the pull by the
