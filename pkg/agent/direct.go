@@ -159,7 +159,10 @@ func (d *Direct) local(path string) string {
 	if port == 0 {
 		port = DirectPort
 	}
-	return fmt.Sprintf("localhost:%d/%s", port, path)
+	if port == DirectPort {
+		return DirectRegistry() + "/" + path
+	}
+	return fmt.Sprintf("localhost:%d/%s", port, path) // a test's port
 }
 
 // registry pushes to the agent's own registry.

@@ -258,3 +258,6 @@ func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Dir
 // runtime (as localhost:DirectPort) in a transfer without a registry; the
 // runtime must treat that registry as insecure (plain HTTP on loopback).
 const DirectPort = 8091
+
+// DirectRegistry is the registry a direct transfer's target node pulls from.
+func DirectRegistry() string { return fmt.Sprintf("localhost:%d", DirectPort) }

@@ -1,8 +1,10 @@
 // Package migrate is the migration engine: an ordered list of phases behind
 // one interface that share one Migration, each timed at millisecond
 // precision and reported through Hooks, with a rollback for every phase so
-// a failure or an interrupt leaves the source serving. It knows no flags:
-// the plugin builds a Config and the dependencies and calls Run.
+// a failure or an interrupt leaves the source serving. It parses no flags:
+// the plugin builds a Config and the dependencies and calls Run (its
+// errors do name the plugin's flags where one is the fix: the plugin is its
+// one caller).
 package migrate
 
 import (

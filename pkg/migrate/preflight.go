@@ -546,9 +546,9 @@ func (m *Migration) startAgents(ctx context.Context) error {
 				return fmt.Errorf("ask node %s's agent for the certificate the checkpoint is sent to: %w", m.TargetNode, err)
 			}
 			m.DirectCert = cert
-			probe := fmt.Sprintf("localhost:%d/%s", agent.DirectPort, agent.ProbeImage)
+			probe := agent.DirectRegistry() + "/" + agent.ProbeImage
 			if err := m.Packer.Prepull(ctx, probePuller, m.TargetNode, []string{probe}); err != nil {
-				return fmt.Errorf("node %s's runtime cannot pull from its agent at localhost:%d (%w); let it pull from there over plain HTTP (CRI-O: insecure_registries in [crio.image]; containerd: a hosts.toml for localhost:%d in its config_path), or use a registry", m.TargetNode, agent.DirectPort, err, agent.DirectPort)
+				return fmt.Errorf("node %s's runtime cannot pull from its agent at %s (%w); let it pull from there over plain HTTP (CRI-O: insecure_registries in [crio.image]; containerd: a hosts.toml for %[2]s in its config_path), or use a registry", m.TargetNode, agent.DirectRegistry(), err)
 			}
 		}
 		// Through the warm agent: images the node has are found at once.

@@ -2,7 +2,6 @@ package migrate
 
 import (
 	"encoding/json"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -85,7 +84,7 @@ func CheckpointImage(repository, namespace, pod, container, tag string) string {
 // target node's agent, as that node pulls it.
 func (c Config) CheckpointImageOf(pod, container, tag string) string {
 	if c.Transfer == Direct {
-		return CheckpointImage(fmt.Sprintf("localhost:%d", agent.DirectPort), c.Namespace, pod, container, tag)
+		return CheckpointImage(agent.DirectRegistry(), c.Namespace, pod, container, tag)
 	}
 	return CheckpointImage(c.ImageRepository, c.Namespace, pod, container, tag)
 }

@@ -79,7 +79,7 @@ func (rt nodeRuntime) files(n labNode, restore bool) map[string]string {
 	}
 	files := map[string]string{"/etc/containerd/config.toml": containerdConfig(restore)}
 	// Plain-HTTP registries: the lab's, and a warm agent's (--transfer direct).
-	for _, host := range []string{registry, fmt.Sprintf("localhost:%d", agent.DirectPort)} {
+	for _, host := range []string{registry, agent.DirectRegistry()} {
 		files["/etc/containerd/certs.d/"+host+"/hosts.toml"] = fmt.Sprintf("server = \"http://%s\"\n\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n  skip_verify = true\n", host, host)
 	}
 	return files

@@ -356,7 +356,7 @@ func (f *fakePacker) Pack(_ context.Context, podName, node string, req agent.Pac
 			return agent.PackResult{}, fmt.Errorf("send to %s pinning %q, not the target agent's certificate", req.SendTo, req.CertSHA256)
 		}
 		w.record("send to %s as %s:%s", req.SendTo, req.Repository, req.Tag)
-		req.Image = "localhost:8091/" + req.Repository + ":" + req.Tag
+		req.Image = agent.DirectRegistry() + "/" + req.Repository + ":" + req.Tag
 	}
 	if err := w.fail(report.Image); err != nil {
 		return agent.PackResult{}, err
