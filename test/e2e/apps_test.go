@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -131,15 +132,21 @@ func TestQuickStartAsPrinted(t *testing.T) {
 
 // quickStart is the README's quick start: its commands, without comments.
 func quickStart(t *testing.T) []string {
+	return readmeCommands(t, "### Quick start on your own cluster")
+}
+
+// readmeCommands returns the commands of the first sh block after heading
+// in README.md, comments dropped.
+func readmeCommands(t *testing.T, heading string) []string {
 	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(raw), "### Quick start on your own cluster")
+	_, section, ok := strings.Cut(string(raw), heading+"\n")
 	_, block, ok2 := strings.Cut(section, "```sh\n")
 	block, _, ok3 := strings.Cut(block, "```")
 	if !ok || !ok2 || !ok3 {
-		t.Fatal("README.md has no quick start block")
+		t.Fatalf("README.md has no sh block under %q", heading)
 	}
 	var commands []string
 	for _, line := range strings.Split(block, "\n") {
@@ -149,4 +156,32 @@ func quickStart(t *testing.T) []string {
 		}
 	}
 	return commands
+}
+
+// TestMakeDemoAsPrinted runs the README's "Try it" command as printed, from
+// the repository's root, on the lab the tests run on (it is up, so the demo
+// finds it so): the demo migrates its consumer, prints the report, and
+// checks every message was applied exactly once.
+func TestMakeDemoAsPrinted(t *testing.T) {
+	l := setup(t)
+	commands := readmeCommands(t, "## Try it")
+	if len(commands) != 1 || commands[0] != "make demo" {
+		t.Fatalf("the README's Try it block is %q", commands)
+	}
+	cmd := exec.Command("sh", "-c", commands[0])
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s:\n%s", commands[0], out)
+	if _, rest, ok := strings.Cut(string(out), "deploying the sample workload in namespace "); ok {
+		ns, _, _ := strings.Cut(rest, ":")
+		t.Cleanup(func() { _ = workload.Attach(l.client, ns, "", "").Delete(context.Background()) })
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", commands[0], err)
+	}
+	for _, want := range []string{"already up", "downtime", "applied each exactly once"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the demo did not print %q", want)
+		}
+	}
 }
