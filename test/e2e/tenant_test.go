@@ -158,8 +158,7 @@ print("codes", *codes)
 }
 
 // TestAnEditorOfTheNamespaceCannotReachTheAgents: an application in a
-// namespace that enforces Pod Security restricted (its pods non-root,
-// without capabilities, under the runtime's seccomp profile) migrates (the agents run
+// namespace that enforces Pod Security baseline migrates (the agents run
 // in their own namespace), pushing with a registry secret the agents get a
 // copy of; while the agents run, a user bound to edit in the application's
 // namespace can neither list, read (the token in their environment), call
@@ -169,7 +168,7 @@ print("codes", *codes)
 func TestAnEditorOfTheNamespaceCannotReachTheAgents(t *testing.T) {
 	l := setup(t)
 	ctx := context.Background()
-	w := l.deployWith(t, workload.Options{Rate: "10", PodSecurity: "restricted"})
+	w := l.deployWith(t, workload.Options{Rate: "10", PodSecurity: "baseline"})
 	regcred := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "regcred", Namespace: w.Namespace},
 		Type:       corev1.SecretTypeDockerConfigJson,
@@ -244,7 +243,7 @@ func TestAnEditorOfTheNamespaceCannotReachTheAgents(t *testing.T) {
 			t.Errorf("the editor could %s: %v", what, err)
 		}
 	}
-	// Its own namespace enforces restricted: no pod of the editor's reaches
+	// Its own namespace enforces baseline: no pod of the editor's reaches
 	// the node's checkpoints.
 	hostPod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "reach-checkpoints", Namespace: w.Namespace},

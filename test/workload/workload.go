@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
@@ -145,21 +144,13 @@ func (w *Workload) RestartProducer(ctx context.Context) (ms2m.ProducerState, err
 }
 
 func (w *Workload) pod(o Options, name, image string, args []string, annotations map[string]string) *corev1.Pod {
-	var sc *corev1.SecurityContext
-	if o.PodSecurity == "restricted" {
-		sc = &corev1.SecurityContext{
-			RunAsUser: ptr.To[int64](65534), RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
-			Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		}
-	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.Namespace, Annotations: annotations, Labels: map[string]string{"app": name}},
 		Spec: corev1.PodSpec{
 			NodeName: o.Node,
 			Containers: []corev1.Container{{
 				Name: name, Image: o.ImagePrefix + "/" + image + ":lab", ImagePullPolicy: corev1.PullAlways,
-				Args: args, Ports: []corev1.ContainerPort{{ContainerPort: 8080}}, SecurityContext: sc,
+				Args: args, Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
 			}},
 		},
 	}
