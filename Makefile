@@ -4,7 +4,7 @@
 LAB_CACHE ?= /var/cache/kubectl-migrate-lab
 KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
-.PHONY: help build lint unit integration e2e e2e-containerd eval-quick bench eval eval-figures slow-faults soak crash-matrix test demo lab-up lab-down services-up services-down release-check krew-manifest python-image
+.PHONY: help build lint unit integration e2e e2e-containerd eval-quick bench eval eval-figures slow-faults soak crash-matrix test demo bench-transfer lab-up lab-down services-up services-down release-check krew-manifest python-image
 
 # The linter, pinned, installed into the checkout's bin/ from the module proxy.
 STATICCHECK_VERSION := v0.8.2
@@ -64,6 +64,14 @@ e2e-containerd: ## the core e2e and the restore opt-in on the containerd lane (r
 bench: ## the lab benchmarks: strategies, StatefulSet modes, state size (lab, ~25 min)
 	go run ./test/lab up
 	eval "$$(go run ./test/lab env)" && go test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 90m -v ./test/e2e
+
+# The direct transfer's stream (TLS) beside a plain file → TCP → file copy,
+# 512 MiB over loopback, alternated, three times; a generated file.
+bench-transfer: ## the direct transfer against a plain copy, into docs/bench/direct-transfer.txt (no lab, ~1 min)
+	mkdir -p docs/bench
+	{ echo "# make bench-transfer, $$(date -u +%Y-%m-%d), commit $$(git rev-parse --short HEAD), $$(nproc) CPUs"; \
+	  go test -run '^$$' -bench DirectTransfer -benchtime 5x -count 3 ./pkg/agent | grep -E '^(Benchmark|goos|goarch|cpu)'; } > docs/bench/direct-transfer.txt
+	cat docs/bench/direct-transfer.txt
 
 # Faults from outside that take long to inject (a broker restart), beside the
 # ones e2e runs (registry gone, target deleted or killed, source killed).
