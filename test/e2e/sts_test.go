@@ -15,6 +15,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -295,6 +296,17 @@ func TestStatefulSetLocalVolumeRefused(t *testing.T) {
 	ctx := context.Background()
 	w, before := l.deployStatefulSet(t, func(ns string, sts *appsv1.StatefulSet) {
 		class := "local-" + ns
+		// Local volumes bind when their pod is scheduled, as their docs ask:
+		// bound at once, two claims can race for the same volume.
+		sc := &storagev1.StorageClass{
+			ObjectMeta:        metav1.ObjectMeta{Name: class},
+			Provisioner:       "kubernetes.io/no-provisioner",
+			VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+		}
+		if _, err := l.client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.client.StorageV1().StorageClasses().Delete(context.Background(), class, metav1.DeleteOptions{}) })
 		for i := range 2 {
 			pv := &corev1.PersistentVolume{
 				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", class, i)},
