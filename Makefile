@@ -70,7 +70,7 @@ bench: ## the lab benchmarks: strategies, StatefulSet modes, state size (lab, ~2
 bench-transfer: ## the direct transfer against a plain copy, into docs/bench/direct-transfer.txt (no lab, ~1 min)
 	mkdir -p docs/bench
 	{ echo "# make bench-transfer, $$(date -u +%Y-%m-%d), commit $$(git rev-parse --short HEAD), $$(nproc) CPUs"; \
-	  go test -run '^$$' -bench DirectTransfer -benchtime 5x -count 3 ./pkg/agent | grep -E '^(Benchmark|goos|goarch|cpu)'; } > docs/bench/direct-transfer.txt
+	  go test -run '^$$' -bench DirectTransfer -benchtime 5x -count 3 ./pkg/agent | grep -E 'ns/op|^(goos|goarch|cpu):' | sed -E 's/^\s+/BenchmarkDirectTransfer-N  /'; } > docs/bench/direct-transfer.txt
 	cat docs/bench/direct-transfer.txt
 
 # Faults from outside that take long to inject (a broker restart), beside the
