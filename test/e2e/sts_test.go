@@ -306,7 +306,9 @@ func TestStatefulSetLocalVolumeRefused(t *testing.T) {
 		if _, err := l.client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = l.client.StorageV1().StorageClasses().Delete(context.Background(), class, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = l.client.StorageV1().StorageClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
+		})
 		for i := range 2 {
 			pv := &corev1.PersistentVolume{
 				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", class, i)},
