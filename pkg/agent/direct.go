@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -155,14 +156,7 @@ func pinnedTransport(pin string) *http.Transport {
 }
 
 func (d *Direct) local(path string) string {
-	port := d.Port
-	if port == 0 {
-		port = DirectPort
-	}
-	if port == DirectPort {
-		return DirectRegistry() + "/" + path
-	}
-	return fmt.Sprintf("localhost:%d/%s", port, path) // a test's port
+	return fmt.Sprintf("localhost:%d/%s", cmp.Or(d.Port, DirectPort), path)
 }
 
 // registry pushes to the agent's own registry.

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -163,12 +164,7 @@ func (l Launcher) PullerSpec(podName, node string, images []string) *corev1.Pod 
 }
 
 // appNamespace is where the migrated pod lives.
-func (l Launcher) appNamespace() string {
-	if l.AppNamespace == "" {
-		return l.Namespace
-	}
-	return l.AppNamespace
-}
+func (l Launcher) appNamespace() string { return cmp.Or(l.AppNamespace, l.Namespace) }
 
 // stagesSecret reports whether the agents get a copy of RegistrySecret in
 // their own namespace (a pod can mount only its own namespace's secrets).
