@@ -60,10 +60,17 @@ e2e-containerd: ## the core e2e and the restore opt-in on the containerd lane (r
 	go run ./test/lab down
 
 # The lab benchmarks (not timed tests): strategies at 4, 10 and 16 msg/s,
-# StatefulSet modes, state size; results in docs/performance.md.
-bench: ## the lab benchmarks: strategies, StatefulSet modes, state size (lab, ~25 min)
+# StatefulSet modes, state size; medians into the generated
+# docs/bench/lab.txt (docs/performance.md says how to read it), the whole
+# log beside it in bin/ (ignored).
+bench: ## the lab benchmarks: strategies, StatefulSet modes, state size, into docs/bench/lab.txt (lab, ~30 min)
 	go run ./test/lab up
-	eval "$$(go run ./test/lab env)" && go test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 90m -v ./test/e2e
+	mkdir -p bin docs/bench
+	(eval "$$(go run ./test/lab env)" && go test -tags e2e -run '^$$' -bench '$(BENCH)' -benchtime 1x -timeout 90m -v ./test/e2e 2>&1; echo $$? > bin/bench.rc) | tee bin/bench.log; exit $$(cat bin/bench.rc)
+	{ echo "# make bench, $$(date -u +%Y-%m-%d), commit $$(git rev-parse --short HEAD), $$(nproc) CPUs; medians in ms unless the name says ratio"; \
+	  awk -f test/bench/distil.awk bin/bench.log; } > docs/bench/lab.txt
+	cat docs/bench/lab.txt
+BENCH ?= .
 
 # The direct transfer's stream (TLS) beside a plain file → TCP → file copy,
 # 512 MiB over loopback, alternated, three times; a generated file.
