@@ -50,17 +50,16 @@ func NewCmdCheck(root *RootOptions) *cobra.Command {
 		Long: `Prove, in seconds and without touching a workload, that pods can be migrated
 from one node to another: a small canary (the agent image in canary mode, with
 its state in memory and an established TCP connection) is started on --from,
-checkpointed through the kubelet, pushed to --registry by the agent, and
-restored on --to, where it must go on as the same process.
+checkpointed through the kubelet, pushed to --registry and restored on --to,
+where it must go on as the same process.
 
 Each link a migration relies on is reported with ✓ or ✗ and, for a ✗, what to
-change: RBAC, the nodes and their runtimes, the agent image (pullable, and
-allowed to run in the agents' namespace, --agent-namespace), whether the target's
-runtime restores (containerd 2.2.7+/2.3.4+ and recent CRI-O releases restore
-only when opted in), the kubelet's checkpoint API and CRIU (TCP handling
-included), the registry push with the agent's credentials, the pull by the
-target node, the restore itself. Everything it created is removed again.
-It exits non-zero if any link fails.`,
+change: RBAC, the nodes' runtimes and whether they restore, the agent image
+and its namespace (--agent-namespace), the kubelet's checkpoint API and CRIU,
+the registry push and pull, the restore itself. Everything it created is
+removed again. It exits 6 if a link fails.
+
+More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/check.md`,
 		Example: checkExample,
 		Args:    noArgs,
 		RunE:    runE(o),

@@ -47,6 +47,7 @@ type ConformanceOptions struct {
 	AgentNamespace   string
 	Timeout          time.Duration
 	Keep             bool
+	Output           string
 }
 
 // NewCmdConformance returns kubectl migrate conformance.
@@ -58,23 +59,15 @@ func NewCmdConformance(root *RootOptions) *cobra.Command {
 		Long: `Check that an application keeps the MS2M contract (docs/contract.md) before
 it is trusted with production state — on its image, not on a live pod.
 
-The image is started in a scratch namespace of its own, told its broker,
-exchange and queue by the environment variables MS2M_BROKER_URL,
-MS2M_EXCHANGE and MS2M_QUEUE (scratch names, no one else's messages), and
-driven clause by clause through its HTTP endpoint (--port) and the broker:
-each message applied once, a redelivered one skipped, one without identity
-parked, STOP leaves nothing consumed, RESUME, replay up to a bound and the
-switch back. With --from and --to it ends with a real live migration of it
-between the two nodes while messages flow, which also proves its reconnect
-and its holding after a restore; the restored copy must be the same process
-with every message applied once.
+The image runs in a scratch namespace on scratch queues (MS2M_BROKER_URL,
+MS2M_EXCHANGE, MS2M_QUEUE in its environment) and is driven clause by clause
+through its HTTP endpoint (--port) and the broker; with --from and --to it
+ends with a live migration between the two nodes while messages flow.
+Messages carry --message as their body: give one your application applies.
+Each clause prints ✓ or ✗ with what the contract says; everything created is
+removed (--keep leaves it). It exits 6 if a clause fails.
 
-Each clause is reported with ✓ or ✗ and, for a ✗, what the contract says.
-Everything it created is removed again (--keep leaves the namespace for
-debugging). It exits 6 if a clause fails.
-
-Messages carry --message as their body (default {"value":1}, the sample's):
-give one your application applies.`,
+More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/contract.md`,
 		Example: conformanceExample,
 		Args:    noArgs,
 		RunE:    runE(o),
@@ -95,6 +88,7 @@ give one your application applies.`,
 	addAgentNamespaceFlag(fs, &o.AgentNamespace)
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "time limit of the check (cleanup gets its own)")
 	fs.BoolVar(&o.Keep, "keep", false, "leave the scratch namespace and queues, for debugging")
+	fs.StringVarP(&o.Output, "output", "o", "", "output format of the result: json or yaml (default: one line per clause)")
 	_ = cmd.RegisterFlagCompletionFunc("from", completeNodes(root))
 	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(root))
 	return cmd
@@ -123,6 +117,8 @@ func (o *ConformanceOptions) Validate() error {
 		return fmt.Errorf("--port must be a port number, not %d", o.Port)
 	case o.Timeout <= 0:
 		return fmt.Errorf("--timeout must be positive, not %s", o.Timeout)
+	case validateOutput(o.Output) != nil:
+		return validateOutput(o.Output)
 	}
 	return nil
 }
@@ -136,7 +132,12 @@ func (o *ConformanceOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Clauses are printed as they end: the human form on stdout, or, with
+	// -o, as progress on stderr.
 	w := o.colourWriter(o.Out)
+	if o.Output != "" {
+		w = o.colourWriter(o.ErrOut)
+	}
 	fmt.Fprintln(w, render.ConformanceHeader(o.Image))
 	runCtx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
@@ -159,7 +160,13 @@ func (o *ConformanceOptions) Run(ctx context.Context) error {
 		env.Migrate = func(ctx context.Context) (conformance.App, error) { return o.migrate(ctx, client, scratch) }
 	}
 	results := conformance.Run(runCtx, env, func(r conformance.Result) { fmt.Fprintln(w, render.ConformanceClause(r)) })
-	fmt.Fprintln(w, render.ConformanceVerdict(o.Image, results))
+	if o.Output != "" {
+		if err := printData(o.Out, o.Output, conformance.Summarise(o.Image, results)); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(w, render.ConformanceVerdict(o.Image, results))
+	}
 	if conformance.Failed(results) {
 		return withCode(ExitCheckFailed, errNotConformant)
 	}

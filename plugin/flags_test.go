@@ -70,3 +70,30 @@ func TestMentionedFlagsExist(t *testing.T) {
 		}
 	}
 }
+
+var docsLink = regexp.MustCompile(`https://github\.com/kubectl-migrate/kubectl-migrate/tree/main/(docs\S*)$`)
+
+// TestLongHelpIsShortAndLinksItsDocs: a command's --help explains in at most
+// 15 lines and points to a page of docs/ that exists for the rest.
+func TestLongHelpIsShortAndLinksItsDocs(t *testing.T) {
+	for _, c := range NewRootCmd(genericiooptions.NewTestIOStreamsDiscard()).Commands() {
+		if c.Long == "" || c.Hidden {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(c.Long), "\n")
+		if len(lines) > 15 {
+			t.Errorf("%s: Long has %d lines, at most 15", c.Name(), len(lines))
+		}
+		if c.Name() == "version" || c.Name() == "options" || c.Name() == "completion" {
+			continue
+		}
+		m := docsLink.FindStringSubmatch(lines[len(lines)-1])
+		if m == nil {
+			t.Errorf("%s: Long does not end with a link into docs/: %q", c.Name(), lines[len(lines)-1])
+			continue
+		}
+		if _, err := os.Stat(filepath.Join("..", m[1])); err != nil {
+			t.Errorf("%s: Long links %s, which is not in the repository", c.Name(), m[1])
+		}
+	}
+}

@@ -70,7 +70,7 @@ early uncordons the node unless --keep-cordoned. --dry-run prints the plan.
 Pods of every namespace, or of -n NAMESPACE; the drain's record and lease are
 kept in the current namespace. Every access it needs is checked first.
 
-More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs`,
+More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/drain.md`,
 
 		Example:           nodeExample,
 		Args:              exactlyOne("the node to drain: kubectl migrate node NODE"),

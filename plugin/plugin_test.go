@@ -72,6 +72,7 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		{[]string{"check", "--from", "node-a", "--to", "node-a", "--registry", "r/c"}, "--from and --to are both node-a"},
 		{[]string{"check", "--from", "node-a", "--to", "node-b"}, "give --registry"},
 		{[]string{"check", "--from", "node-a", "--to", "node-b", "--registry", "r/c", "-o", "csv"}, "--output must be json or yaml"},
+		{[]string{"conformance", "--image", "team/orders:1", "--broker-url", "amqp://b/", "-o", "csv"}, "--output must be json or yaml"},
 		{[]string{"check", "node-a", "node-b"}, "takes no arguments"},
 		{[]string{"pod", "consumer", "--to", "node-b", "--dry-run=maybe"}, `--dry-run must be none, client or server, not "maybe"`},
 		{[]string{"pod", "consumer", "--to", "node-b", "--no-such-flag"}, "unknown flag: --no-such-flag (see 'kubectl migrate pod --help')"},

@@ -39,17 +39,15 @@ const podExample = `  # Move pod consumer to node-b with MS2M; broker and regist
 const podLong = `Live-migrate a running pod's containers to another node: a bare pod, or a
 Deployment's (its ReplicaSet adopts the copy, never starting a cold one).
 
-With --strategy ms2m (the default) the source keeps serving: a replay queue
-buffers its messages while each container is checkpointed through the kubelet,
-pushed as an OCI checkpoint image (to --registry, or straight to the target
-node with --transfer direct) and restored on the target, which replays them
-and takes over the primary queue. --strategy stop-and-copy is the baseline.
---replay-max (or --cutoff) stops the source early when messages arrive nearly
-as fast as the target handles them. On failure or Ctrl-C everything is rolled
-back and the source serves; once the target took over, it only completes.
-Flags default to the pod's ms2m.io/* annotations (broker-url, exchange, queue,
-control-port, registry). Checkpoint images hold the process's memory: pushed
-to REGISTRY/NAMESPACE/POD, deleted after success unless --keep-image.
+With --strategy ms2m (the default) the source keeps serving while each
+container is checkpointed, sent to the target (through --registry, or node to
+node with --transfer direct) and restored there; the copy replays what it
+missed and takes over the queue. --replay-max stops the source early when
+messages arrive nearly as fast as the target handles them. On failure or
+Ctrl-C everything is rolled back and the source serves; once the target took
+over, it only completes. Flags default to the pod's ms2m.io/* annotations.
+Checkpoint images hold the process's memory: deleted after success unless
+--keep-image.
 
 More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs`
 

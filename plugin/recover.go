@@ -49,16 +49,14 @@ process that started it: one past its commit point (the target took over the
 primary queue) is completed, any other is rolled back, so that the source
 serves again with nothing lost.
 
-A migration keeps its journal in its record (a ConfigMap) from its first
-change to the cluster until it ends. kubectl migrate report lists a migration
-that did not end, with the command that recovers it; so does a second
-interrupt, and a migration whose rollback could not finish. Recovery can
-itself be interrupted and run again, from any machine with access to the
-cluster and the broker. It first makes sure the process running the
-migration has stopped: it takes over at once a lease that process gave up or
-whose process is gone from this machine, and otherwise watches the lease for
-its duration (2 minutes), refusing if it is renewed meanwhile. A process
-that cannot renew its lease in time stops changing the cluster on its own.`,
+kubectl migrate report names every migration that did not end, with this
+command. Recovery can itself be interrupted and run again, from any machine
+that reaches the cluster and the broker. It first makes sure the migrating
+process has stopped: it takes over a lease that process gave up (or whose
+process is gone from this machine) at once, and otherwise watches the lease
+for its duration (2 minutes), refusing if it is renewed.
+
+More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/reliability.md`,
 		Example: recoverExample,
 		Args:    exactlyOne("the migration's ID: kubectl migrate recover ID (see kubectl migrate report)"),
 		RunE:    runE(o),

@@ -57,22 +57,17 @@ func NewCmdReport(root *RootOptions) *cobra.Command {
 		Use:   "report [ID]",
 		Short: "Show recorded migrations and their per-phase timings",
 		Long: `Without an ID, list the recorded migrations as kubectl get lists objects
-(plain columns, --no-headers, -A): strategy, pod, source and target node,
-outcome, downtime and total time; the migrations that did not end are named
-on stderr with the command that ends each. With an ID, show that migration's
-sub-process breakdown: each phase's duration, its share of the whole and a
-proportional bar, one stacked bar of the whole migration coloured by phase,
-and downtime against total migration time.
+(plain columns, --no-headers, -A); those that did not end are named on
+stderr with the command that ends each. With an ID, show its breakdown: each
+phase's duration and share, and downtime against total time.
 
-With --compare, draw the selected migrations side by side (the IDs given,
-or those matching -l, which selects on the labels given with --label and on
-strategy, mode and outcome): one stacked bar per migration, or with
---group-by KEY one per value of KEY (the group's medians), coloured by phase
-as the single breakdown and drawn to one scale. -o csv writes the selection
-(or the list) with every phase and step in milliseconds, one row per run.
+With --compare, draw the selected migrations (the IDs given, or -l on their
+--label labels, strategy, mode and outcome) side by side, or with --group-by
+KEY one bar of medians per value. -o csv writes every phase and step in
+milliseconds, a row per run. Records are ConfigMaps labelled
+migrate.ms2m.io/record in the pod's namespace.
 
-Records are ConfigMaps labelled migrate.ms2m.io/record in the migrated pod's
-namespace, so any machine with access to the cluster sees them.`,
+More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/performance.md`,
 		Example: reportExample,
 		Args:    cobra.ArbitraryArgs,
 		RunE:    runE(o),

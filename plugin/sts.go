@@ -29,17 +29,14 @@ ordinal, labels and volume claims. While the name changes hands the
 StatefulSet is deleted with its pods orphaned and created again from its
 saved spec, which adopts the moved pod: its spec ends exactly as before.
 
---mode sequential (the default, the paper's) stops the source after its
-checkpoint and restores it under the same name on the target, which replays
-up to the source's last message. --mode shadow (MS2M only) first moves the
-source into NAME-ORDINAL-shadow on the target while it serves, then into the
-StatefulSet's name on the same node: two switchovers of milliseconds each (a
-claim then needs a ReadWriteMany volume). A claim on a node-local volume is
-refused before anything changes. On failure the StatefulSet and its pod come
-back on the source node. What kubectl migrate pod --help says of registries,
-secrets and annotations applies.
+--mode sequential (the default) stops the source after its checkpoint and
+restores it under the same name on the target. --mode shadow (MS2M only)
+moves it first into NAME-ORDINAL-shadow on the target while it serves, then
+into its own name: two switchovers of milliseconds (a claim then needs a
+ReadWriteMany volume). A node-local volume is refused before any change. On
+failure the StatefulSet and its pod come back on the source node.
 
-More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs`
+More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/how-it-works.md`
 
 // StsOptions are the options of kubectl migrate sts.
 type StsOptions struct {

@@ -6,6 +6,7 @@ package conformance
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -111,6 +112,36 @@ func Run(ctx context.Context, env Env, report func(Result)) []Result {
 		}
 	}
 	return results
+}
+
+// Summary is the whole check in the form -o prints: every clause with its
+// status ("ok", "failed" or "skipped"), as kubectl migrate check prints its links.
+type Summary struct {
+	Image      string   `json:"image"`
+	Conformant bool     `json:"conformant"`
+	Clauses    []Result `json:"clauses"`
+}
+
+// Summarise is results as a Summary of image.
+func Summarise(image string, results []Result) Summary {
+	return Summary{Image: image, Conformant: !Failed(results), Clauses: results}
+}
+
+// MarshalJSON writes a clause with its status in words and its error as text.
+func (r Result) MarshalJSON() ([]byte, error) {
+	out := struct {
+		Clause string `json:"clause"`
+		Status string `json:"status"`
+		Detail string `json:"detail,omitempty"`
+		Spec   string `json:"spec"`
+	}{Clause: r.Clause, Status: "ok", Spec: r.Spec}
+	switch {
+	case r.Err != nil:
+		out.Status, out.Detail = "failed", r.Err.Error()
+	case r.Skip != "":
+		out.Status, out.Detail = "skipped", r.Skip
+	}
+	return json.Marshal(out)
 }
 
 // Failed reports whether any clause failed.
