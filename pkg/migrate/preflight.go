@@ -32,6 +32,8 @@ type preflight struct{}
 
 func (preflight) Name() report.PhaseName { return report.Preflight }
 
+func (preflight) traits() traits { return traits{changesNothing: true} }
+
 func (preflight) Rollback(context.Context, *Migration) error { return nil }
 
 func (preflight) Run(ctx context.Context, m *Migration) (err error) {

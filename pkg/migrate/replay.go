@@ -18,6 +18,10 @@ type replay struct{}
 
 func (replay) Name() report.PhaseName { return report.Replay }
 
+func (replay) traits() traits {
+	return traits{timeout: func(m *Migration) time.Duration { return m.ReplayTimeout }}
+}
+
 func (replay) Run(ctx context.Context, m *Migration) error {
 	backlog, err := m.broker.QueueDepth(ctx, m.ReplayQueue)
 	if err != nil {

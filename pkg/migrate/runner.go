@@ -23,6 +23,27 @@ type Phase interface {
 	Rollback(ctx context.Context, m *Migration) error
 }
 
+// traits is what the runner does around a phase beyond Run and Rollback; a
+// phase declares it with a traits method, and the zero value suits most.
+type traits struct {
+	// changesNothing: no journal is saved around it (preflight: a crash in
+	// it leaves nothing to recover).
+	changesNothing bool
+	// endsTotal: the migration's total time is taken when it succeeds (the
+	// switchover that completes it).
+	endsTotal bool
+	// timeout, if set, bounds its Run instead of Config.PhaseTimeout.
+	timeout func(*Migration) time.Duration
+}
+
+// traitsOf is p's traits, the zero value if it declares none.
+func traitsOf(p Phase) traits {
+	if t, ok := p.(interface{ traits() traits }); ok {
+		return t.traits()
+	}
+	return traits{}
+}
+
 // rollbackTimeout bounds the whole rollback, which runs even after the
 // migration's context was cancelled (Ctrl-C).
 const rollbackTimeout = 3 * time.Minute
@@ -64,7 +85,7 @@ func (m *Migration) run(ctx context.Context, phases []Phase, from int) error {
 			}
 			return err
 		}
-		if p.Name() == report.Switchover {
+		if traitsOf(p).endsTotal {
 			m.Record.TotalMillis = time.Since(m.Record.StartedAt).Milliseconds()
 		}
 	}
@@ -82,7 +103,7 @@ func (m *Migration) committed() bool {
 // names it before it starts, so a process that dies in it leaves a journal
 // that says where.
 func (m *Migration) runPhase(ctx context.Context, i int, p Phase) error {
-	name := p.Name()
+	name, traits := p.Name(), traitsOf(p)
 	rec := report.PhaseTiming{Name: name, Running: true}
 	if s, ok := p.(interface{ Stage() string }); ok {
 		rec.Stage = s.Stage()
@@ -97,14 +118,18 @@ func (m *Migration) runPhase(ctx context.Context, i int, p Phase) error {
 	t0 := time.Now()
 	entry.StartMillis = t0.Sub(m.Record.StartedAt).Milliseconds()
 	var err error
-	if name != report.Preflight { // preflight changes nothing
+	if !traits.changesNothing {
 		err = m.save(ctx)
 	}
 	if m.Hooks.PhaseStarted != nil {
 		m.Hooks.PhaseStarted(rec)
 	}
 	if err == nil {
-		phaseCtx, cancel := context.WithTimeout(ctx, m.phaseTimeout(name))
+		timeout := m.PhaseTimeout
+		if traits.timeout != nil {
+			timeout = traits.timeout(m)
+		}
+		phaseCtx, cancel := context.WithTimeout(ctx, timeout)
 		err = p.Run(phaseCtx, m)
 		cancel()
 	}
@@ -124,7 +149,7 @@ func (m *Migration) runPhase(ctx context.Context, i int, p Phase) error {
 		err = fmt.Errorf("%s: %w", where, err)
 		entry.Error = err.Error()
 	}
-	if name != report.Preflight {
+	if !traits.changesNothing {
 		// Best effort: a journal that still says "running" makes recovery
 		// run or undo this phase again, which every phase allows.
 		_ = m.save(context.WithoutCancel(ctx))
@@ -133,13 +158,6 @@ func (m *Migration) runPhase(ctx context.Context, i int, p Phase) error {
 		m.Hooks.PhaseFinished(*entry, took, err)
 	}
 	return err
-}
-
-func (m *Migration) phaseTimeout(name report.PhaseName) time.Duration {
-	if name == report.Replay {
-		return m.ReplayTimeout
-	}
-	return m.PhaseTimeout
 }
 
 // leftoverError is an undo that failed on something nothing depends on any
@@ -195,7 +213,7 @@ func (m *Migration) rollback(ctx context.Context, done []Phase, cause error) err
 		if i < len(m.Record.Phases) { // one record per phase run, in order
 			m.Record.Phases[i].RolledBack = true
 		}
-		if done[i].Name() != report.Preflight { // which changed nothing
+		if !traitsOf(done[i]).changesNothing {
 			_ = m.save(rbCtx)
 		}
 	}

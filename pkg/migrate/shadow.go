@@ -49,6 +49,8 @@ type inStage struct {
 
 func (s inStage) Stage() string { return s.stage }
 
+func (s inStage) traits() traits { return traitsOf(s.Phase) }
+
 func (s inStage) Run(ctx context.Context, m *Migration) error {
 	if s.before != nil {
 		s.before(ctx, m)

@@ -29,6 +29,8 @@ type switchover struct{ handover bool }
 
 func (switchover) Name() report.PhaseName { return report.Switchover }
 
+func (switchover) traits() traits { return traits{endsTotal: true} }
+
 func (s switchover) Run(ctx context.Context, m *Migration) error {
 	handover := ms2m.Control{Type: ms2m.Resume}
 	if m.Strategy == MS2M {

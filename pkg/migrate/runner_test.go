@@ -1,0 +1,46 @@
+package migrate
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"testing"
+)
+
+// TestRunnerNamesNoPhase: what the runner does around a phase comes from the
+// phase's traits, never from its name, so adding a phase touches its own
+// file and the phase lists only.
+func TestRunnerNamesNoPhase(t *testing.T) {
+	file, err := parser.ParseFile(token.NewFileSet(), "runner.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ast.Inspect(file, func(n ast.Node) bool {
+		sel, ok := n.(*ast.SelectorExpr)
+		if !ok {
+			return true
+		}
+		if pkg, ok := sel.X.(*ast.Ident); ok && pkg.Name == "report" {
+			switch sel.Sel.Name {
+			case "Preflight", "Prepare", "Stop", "Checkpoint", "Image", "Restore", "Replay", "Switchover", "Detach", "Adopt", "Cleanup":
+				t.Errorf("runner.go names the phase report.%s; give the phase a trait instead", sel.Sel.Name)
+			}
+		}
+		return true
+	})
+}
+
+// TestPhaseTraits: the traits the runner relies on are where they belong,
+// also through a shadow stage's wrapper.
+func TestPhaseTraits(t *testing.T) {
+	if !traitsOf(preflight{}).changesNothing || traitsOf(checkpoint{}).changesNothing {
+		t.Error("only preflight changes nothing")
+	}
+	m := &Migration{Config: Config{ReplayTimeout: 7, PhaseTimeout: 3}}
+	if tr := traitsOf(inStage{Phase: replay{}, stage: "final", onFinal: true}); tr.timeout == nil || tr.timeout(m) != 7 {
+		t.Error("replay in a stage lost its own timeout")
+	}
+	if !traitsOf(inStage{Phase: switchover{}, stage: "final"}).endsTotal || traitsOf(inStage{Phase: handover{}, stage: "shadow"}).endsTotal {
+		t.Error("only the switchover that completes a migration ends its total time")
+	}
+}
