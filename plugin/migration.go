@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 
@@ -48,6 +49,7 @@ type migrationFlags struct {
 	dryRunMode        string
 	KeepOnFailure     bool
 	KeepImage         bool
+	MaxVolumeData     string
 	DeleteImage       bool // before images were deleted by default
 	Labels            []string
 	Output            string
@@ -88,6 +90,7 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs.Lookup("dry-run").NoOptDefVal = "client"
 	fs.BoolVar(&f.KeepOnFailure, "keep-on-failure", false, "leave everything as it is when the migration fails, for debugging")
 	fs.BoolVar(&f.KeepImage, "keep-image", false, "keep the checkpoint images in the registry after success (they hold the process's memory, and are deleted by default)")
+	fs.StringVar(&f.MaxVolumeData, "max-volume-data", "1Gi", "the most emptyDir data the migrated containers' volumes may hold; it is copied to the target, and more is refused before any change")
 	fs.BoolVar(&f.DeleteImage, "delete-image", true, "")
 	_ = fs.MarkDeprecated("delete-image", "checkpoint images are deleted by default now; --keep-image keeps them")
 	fs.StringSliceVar(&f.Labels, "label", nil, "key=value labels stored with the record, to compare runs (e.g. rate=10)")
@@ -176,6 +179,13 @@ func (f *migrationFlags) toConfig(pod *corev1.Pod, id string) (migrate.Config, e
 		KubeletTimeout: f.KubeletTimeout,
 		KeepOnFailure:  f.KeepOnFailure, DryRun: f.DryRun, KeepImages: f.KeepImage,
 		Labels: f.labels, InjectFailure: f.InjectFailure,
+	}
+	if f.MaxVolumeData != "" {
+		q, err := resource.ParseQuantity(f.MaxVolumeData)
+		if err != nil || q.Sign() <= 0 {
+			return c, fmt.Errorf("--max-volume-data %q is not a positive size; give one like 512Mi or 2Gi", f.MaxVolumeData)
+		}
+		c.MaxVolumeBytes = q.Value()
 	}
 	if f.BrokerURL == "" {
 		if err := broker.CheckAnnotatedURL(c.Broker.URL); err != nil {

@@ -27,6 +27,7 @@ const usage = `usage:
   kubectl-migrate-agent remove PATH...
   kubectl-migrate-agent install DIR   (copy this static binary into DIR)
   kubectl-migrate-agent noop          (exit 0: run from another image to pull it)
+  kubectl-migrate-agent fill-volumes SNAPSHOT MOUNTS (a target pod's init container: copy each SNAPSHOT/NAME into MOUNTS/NAME)
   kubectl-migrate-agent canary        (kubectl migrate check's stand-in workload: state on port 8092)`
 
 func main() {
@@ -106,6 +107,11 @@ func run(ctx context.Context, args []string) (string, error) {
 		return "served", agent.Serve(ctx, ln, *idle, d, os.Getenv(agent.ControlTokenEnv))
 	case "noop":
 		return "ok", nil
+	case "fill-volumes":
+		if len(args) != 3 {
+			return "", fmt.Errorf("fill-volumes needs the snapshot's directory and the mounts' directory\n%s", usage)
+		}
+		return agent.FillVolumes(args[1], args[2])
 	case "remove":
 		for _, p := range args[1:] {
 			if err := agent.Remove(p); err != nil {

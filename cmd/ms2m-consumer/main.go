@@ -41,9 +41,15 @@ func main() {
 	work := flag.Duration("work", 0, "time to apply one message, e.g. 50ms")
 	listen := flag.String("listen", ":8080", "HTTP address of the MS2M endpoints")
 	ballast := flag.String("ballast", "", "extra resident memory the consumer holds, e.g. 64Mi: how a checkpoint's cost grows with the state")
+	ledger := flag.String("ledger", "", "file to append each applied value to, as state on disk (e.g. in an emptyDir); read back into the state's ledgerSum")
 	flag.Parse()
 	cfg.Logf = log.Printf
 	var sum sample.Sum
+	if *ledger != "" {
+		if err := sum.KeepLedger(*ledger); err != nil {
+			log.Fatalf("--ledger: %v", err)
+		}
+	}
 	cfg.Handle, cfg.AppState = sum.Handler(*work), sum.State
 	var held []byte
 	if *ballast != "" {

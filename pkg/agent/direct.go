@@ -359,7 +359,16 @@ func (d *Direct) publish(f *os.File, n int64, blobs, ref, container string) erro
 	if err := os.Rename(f.Name(), layerPath); err != nil {
 		return err
 	}
-	img, err := image.CheckpointImageOf(image.FileLayer{Path: layerPath, Hash: digest, Len: n}, container)
+	layer := image.FileLayer{Path: layerPath, Hash: digest, Len: n}
+	var img v1.Image
+	if container == VolumesKey {
+		var self string
+		if self, err = os.Executable(); err == nil {
+			img, err = image.VolumeImage(self, layer)
+		}
+	} else {
+		img, err = image.CheckpointImageOf(layer, container)
+	}
 	if err != nil {
 		return err
 	}

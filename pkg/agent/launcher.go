@@ -96,6 +96,24 @@ func (l Launcher) Pack(ctx context.Context, podName, node string, req PackReques
 	return res, nil
 }
 
+// SnapshotVolumes has node's warm agent (started with WarmOptions.Volumes)
+// snapshot a pod's emptyDir volumes, or with no req.Archive measure them.
+func (l Launcher) SnapshotVolumes(ctx context.Context, node string, req SnapshotRequest) (SnapshotResult, error) {
+	warm, ok := l.Serving.pod(node)
+	if !ok {
+		return SnapshotResult{}, fmt.Errorf("snapshotting emptyDir volumes needs the warm agent on %s, which is gone; run the migration again", node)
+	}
+	out, err := l.call(ctx, warm, http.MethodPost, volumesPath, req)
+	if err != nil {
+		return SnapshotResult{}, err
+	}
+	var res SnapshotResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		return SnapshotResult{}, fmt.Errorf("agent %s answered %q: %w", warm.pod, out, err)
+	}
+	return res, nil
+}
+
 // Remove deletes checkpoint archives on node (through its warm agent if it
 // has one).
 func (l Launcher) Remove(ctx context.Context, podName, node string, archives []string) error {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
 )
 
@@ -76,7 +78,7 @@ func Pack(ctx context.Context, req PackRequest, reg image.Registry) (PackResult,
 		return PackResult{}, fmt.Errorf("checkpoint archive: %w", err)
 	}
 	start := time.Now()
-	img, err := image.CheckpointImage(req.Archive, req.Container)
+	img, err := packedImage(req.Archive, req.Container)
 	if err != nil {
 		return PackResult{}, err
 	}
@@ -152,4 +154,17 @@ func InstallSelf(dir string) (string, error) {
 		return "", err
 	}
 	return "installed " + dest, nil
+}
+
+// packedImage is the image of an archive: a container's checkpoint image,
+// or for VolumesKey the image that refills the emptyDir volumes.
+func packedImage(archive, container string) (v1.Image, error) {
+	if container != VolumesKey {
+		return image.CheckpointImage(archive, container)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return image.VolumeImageOf(self, archive)
 }

@@ -28,6 +28,7 @@ const (
 	pullPath    = "/pull"
 	runtimePath = "/runtime"
 	directPath  = "/direct"
+	volumesPath = "/volumes"
 )
 
 // ControlTokenEnv carries a serving agent's control token: every call but
@@ -110,6 +111,13 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 			return StopPodResult{}, statusError{http.StatusBadRequest, "stop pod: no pod UID given"}
 		}
 		return stopPod(ctx, runtimeSocketPath, req.UID)
+	})))
+	mux.Handle("POST "+volumesPath, authorized(jsonCall(touch, "volumes", func(_ context.Context, req SnapshotRequest) (SnapshotResult, error) {
+		res, err := SnapshotVolumes(req)
+		if errors.Is(err, ErrTooLarge) {
+			return res, statusError{http.StatusRequestEntityTooLarge, err.Error()}
+		}
+		return res, err
 	})))
 	mux.Handle("POST "+removePath, authorized(jsonCall(touch, "remove", func(_ context.Context, req removeRequest) (struct{}, error) {
 		var errs []error

@@ -67,6 +67,10 @@ type WarmOptions struct {
 	// RuntimeSocket is the node's CRI socket (RuntimeSocket), mounted so
 	// the agent pulls images through the runtime without starting a pod.
 	RuntimeSocket string
+	// Volumes mounts the kubelet's pods directory, read-only, so the agent
+	// can snapshot a migrated pod's emptyDir volumes (SnapshotVolumes); an
+	// agent is given it only for a migration that carries such volumes.
+	Volumes bool
 }
 
 // directDir is where a direct-transfer agent keeps what it receives.
@@ -95,6 +99,15 @@ func (l Launcher) Warm(ctx context.Context, podName, node string, opts WarmOptio
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "cri", MountPath: runtimeSocketPath})
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "cri", VolumeSource: corev1.VolumeSource{
 			HostPath: &corev1.HostPathVolumeSource{Path: opts.RuntimeSocket, Type: ptr.To(corev1.HostPathSocket)},
+		}})
+	}
+	if opts.Volumes {
+		c := &pod.Spec.Containers[0]
+		// HostToContainer: a medium: Memory emptyDir is a tmpfs the kubelet
+		// mounts there, which the agent must see.
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "pods", MountPath: PodsDir, ReadOnly: true, MountPropagation: ptr.To(corev1.MountPropagationHostToContainer)})
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "pods", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: PodsDir, Type: ptr.To(corev1.HostPathDirectory)},
 		}})
 	}
 	pod.Spec.Containers[0].Ports = append(pod.Spec.Containers[0].Ports, corev1.ContainerPort{ContainerPort: int32(port)})

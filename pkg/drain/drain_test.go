@@ -72,7 +72,12 @@ func TestPlan(t *testing.T) {
 		pod("logs", "100m", ownedBy("DaemonSet", "logs")),
 		pod("plain", "100m", func(p *corev1.Pod) { p.Annotations = nil }),
 		pod("cache", "100m", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "cache", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/cache"}}}}
+		}),
+		// An emptyDir's data moves with its pod.
+		pod("scratch", "100m", func(p *corev1.Pod) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+			p.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}
 		}),
 		pod("gpu-only", "100m", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"zone": "c"} }),
 		pod("gpu-ok", "100m", func(p *corev1.Pod) {
@@ -101,6 +106,9 @@ func TestPlan(t *testing.T) {
 			t.Errorf("%s → %q, want %s", name, moves[name].Target, want)
 		}
 	}
+	if moves["scratch"].Target == "" {
+		t.Error("the pod with an emptyDir was not planned")
+	}
 	if moves["db-0"].StatefulSet != "db" || len(moves["db-0"].Budgets) != 1 || moves["bare"].StatefulSet != "" || moves["web-1"].StatefulSet != "" {
 		t.Errorf("db-0 %+v, bare %+v, web-1 %+v", moves["db-0"], moves["bare"], moves["web-1"])
 	}
@@ -110,7 +118,7 @@ func TestPlan(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"batch-1": "controlled by Job batch", "logs": "DaemonSet", "plain": "not an MS2M workload",
-		"cache": "emptyDir", "gpu-only": "taint gpu=yes:NoSchedule", "huge": "no node fits",
+		"cache": "hostPath", "gpu-only": "taint gpu=yes:NoSchedule", "huge": "no node fits",
 	} {
 		if !strings.Contains(skipped[name].Reason, want) {
 			t.Errorf("%s skipped for %q, want %q", name, skipped[name].Reason, want)
@@ -119,8 +127,8 @@ func TestPlan(t *testing.T) {
 	if skipped["logs"].Evictable || !skipped["batch-1"].Evictable {
 		t.Errorf("evictable: logs %v, batch-1 %v", skipped["logs"].Evictable, skipped["batch-1"].Evictable)
 	}
-	if len(plan.Moves)+len(plan.Skipped) != 10 {
-		t.Errorf("%d moves and %d skipped, want 10 pods in all", len(plan.Moves), len(plan.Skipped))
+	if len(plan.Moves)+len(plan.Skipped) != 11 {
+		t.Errorf("%d moves and %d skipped, want 11 pods in all", len(plan.Moves), len(plan.Skipped))
 	}
 }
 

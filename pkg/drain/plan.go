@@ -154,8 +154,6 @@ func classify(pod *corev1.Pod) (statefulSet, reason string, evictable bool) {
 		switch {
 		case v.HostPath != nil:
 			return "", "volume " + v.Name + " is a hostPath, whose data stays on the node", true
-		case v.EmptyDir != nil:
-			return "", "volume " + v.Name + " is an emptyDir, whose data stays on the node", true
 		}
 	}
 	if owner != nil && owner.Kind == "StatefulSet" {

@@ -26,6 +26,12 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 	if m.Archives == nil {
 		m.Archives = map[string]string{}
 	}
+	volumes := m.carriedVolumes()
+	if len(volumes) > 0 && m.Strategy == MS2M && !m.SourceHalted {
+		if err := m.pauseSource(ctx); err != nil {
+			return err
+		}
+	}
 	for _, c := range m.Migrated {
 		// Until the kubelet answers, only the pattern of the archive is
 		// known: enough for a rollback to remove it.
@@ -45,17 +51,25 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 		}
 		m.progress(report.Checkpoint, fmt.Sprintf("container %s → %s", c, path))
 	}
+	if len(volumes) > 0 {
+		if err := m.snapshotVolumes(ctx, volumes); err != nil {
+			return err
+		}
+	}
 	if m.Strategy == MS2M {
 		// The mark is in the checkpoint now; the live source drops it.
 		if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Checkpointed, Payload: ms2m.ControlPayload{Migration: m.tag()}}); err != nil {
 			return err
 		}
 	}
-	return nil
+	return m.unpauseSource(ctx)
 }
 
 func (checkpoint) Rollback(ctx context.Context, m *Migration) error {
-	return m.removeArchives(ctx)
+	if err := m.removeArchives(ctx); err != nil {
+		return err
+	}
+	return m.unpauseSource(ctx)
 }
 
 // deleteImage deletes a checkpoint image from the registry, retrying a
@@ -95,7 +109,11 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 	if m.Images == nil {
 		m.Images = map[string]string{}
 	}
-	for _, c := range m.Migrated {
+	packed := slices.Clone(m.Migrated)
+	if _, ok := m.Archives[agent.VolumesKey]; ok {
+		packed = append(packed, agent.VolumesKey)
+	}
+	for _, c := range packed {
 		start := time.Now()
 		res, err := m.Packer.Pack(ctx, m.nextAgentPod(), m.SourceNode, m.packRequest(c))
 		if err != nil {
@@ -112,11 +130,15 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 		}
 		m.Record.Images = append(m.Record.Images, res.Image)
 		m.Record.ArchiveBytes += res.ArchiveBytes
+		what := "container " + c
+		if c == agent.VolumesKey {
+			what = "emptyDir volumes"
+		}
 		if m.Transfer == Direct {
-			m.progress(report.Image, fmt.Sprintf("container %s → %s (%d KiB, sent in %d ms)", c, res.Image, res.ArchiveBytes/1024, res.PushMillis))
+			m.progress(report.Image, fmt.Sprintf("%s → %s (%d KiB, sent in %d ms)", what, res.Image, res.ArchiveBytes/1024, res.PushMillis))
 			continue
 		}
-		m.progress(report.Image, fmt.Sprintf("container %s → %s (%d KiB, build %d ms, push %d ms)", c, res.Image, res.ArchiveBytes/1024, res.BuildMillis, res.PushMillis))
+		m.progress(report.Image, fmt.Sprintf("%s → %s (%d KiB, build %d ms, push %d ms)", what, res.Image, res.ArchiveBytes/1024, res.BuildMillis, res.PushMillis))
 	}
 	return nil
 }

@@ -109,6 +109,9 @@ type Config struct {
 	// they are deleted (manifest and blobs) by default: they hold the
 	// process's memory.
 	KeepImages bool
+	// MaxVolumeBytes bounds the emptyDir data a migration carries
+	// (0: DefaultMaxVolumeBytes).
+	MaxVolumeBytes int64
 
 	Broker      BrokerConfig
 	ControlPort int

@@ -32,6 +32,9 @@ type Packer interface {
 	Release(ctx context.Context) error
 	Pack(ctx context.Context, podName, node string, req agent.PackRequest) (agent.PackResult, error)
 	Remove(ctx context.Context, podName, node string, archives []string) error
+	// SnapshotVolumes has node's warm agent snapshot a pod's emptyDir
+	// volumes into req.Archive, or only measure them.
+	SnapshotVolumes(ctx context.Context, node string, req agent.SnapshotRequest) (agent.SnapshotResult, error)
 	// Prepull makes node pull images (the base images restore builds on).
 	Prepull(ctx context.Context, podName, node string, images []string) error
 	// Runtime is what node's runtime says of itself, asked through node's

@@ -59,6 +59,10 @@ type State struct {
 	// SourceFinal is the source's state when it stopped.
 	SourceFinal  ms2m.State `json:"sourceFinal"`
 	SourceHalted bool       `json:"sourceHalted,omitempty"`
+	// SourcePaused: a live source (MS2M) is stopped while its checkpoint
+	// and its emptyDir volumes are taken, so files and memory are of one
+	// moment; set before the stop, cleared once it consumes again.
+	SourcePaused bool `json:"sourcePaused,omitempty"`
 	// Committed is set before the target is told to take the primary
 	// queue: from then on the migration completes forward and never rolls
 	// back.

@@ -214,7 +214,8 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 }
 
 // checkVolumes refuses volumes whose data cannot follow the migrated
-// containers to the target node: node-local ones (hostPath, emptyDir, a claim
+// containers to the target node (an emptyDir's does: see volumes.go):
+// node-local ones (hostPath, a claim
 // bound to a local or hostPath volume or one whose node affinity excludes the
 // target), and, when source and target run at once (a bare pod, or shadow
 // mode), a claim that cannot be mounted read-write on two nodes.
@@ -234,8 +235,6 @@ func checkVolumes(ctx context.Context, m *Migration) error {
 		switch {
 		case v.HostPath != nil:
 			return fmt.Errorf("volume %s is hostPath %s on %s, whose data cannot follow the pod; migrate only the other containers with --container, or use a network-attached volume", v.Name, v.HostPath.Path, m.SourceNode)
-		case v.EmptyDir != nil:
-			return fmt.Errorf("volume %s is an emptyDir, whose data stays on %s and is not in a checkpoint; migrate only the other containers with --container, or use a network-attached volume", v.Name, m.SourceNode)
 		case v.PersistentVolumeClaim == nil:
 			continue
 		}
@@ -510,7 +509,10 @@ func (m *Migration) startAgents(ctx context.Context) error {
 	bases := m.baseImages()
 	sourceAgent, targetAgent, puller, probePuller := m.nextAgentPod(), m.nextAgentPod(), m.nextAgentPod(), m.nextAgentPod()
 	// The target's agent reaches its runtime, to pull without a pod.
-	targetOpts := agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(m.targetNode.Status.NodeInfo.ContainerRuntimeVersion)}
+	// With emptyDir volumes to carry, either node's agent may snapshot them
+	// (shadow mode's final stage, and a move back, start on the target).
+	carries := len(m.carriedVolumes()) > 0
+	targetOpts := agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(m.targetNode.Status.NodeInfo.ContainerRuntimeVersion), Volumes: carries}
 	if m.Transfer == Direct {
 		if err := m.prepareDirect(); err != nil {
 			return err
@@ -530,9 +532,12 @@ func (m *Migration) startAgents(ctx context.Context) error {
 	var sourceReady, targetReady, pullStart, pulled time.Time // each goroutine writes its own
 	var g errgroup.Group
 	g.Go(func() error {
-		err := warm(sourceAgent, m.SourceNode, agent.WarmOptions{})
+		err := warm(sourceAgent, m.SourceNode, agent.WarmOptions{Volumes: carries})
 		sourceReady = time.Now()
-		return err
+		if err != nil {
+			return err
+		}
+		return m.checkVolumeSize(ctx)
 	})
 	g.Go(func() error {
 		if err := warm(targetAgent, m.TargetNode, targetOpts); err != nil {

@@ -234,7 +234,8 @@ func TestVolumePreflight(t *testing.T) {
 		{"network disk, sequential", migrate.Sequential, corev1.VolumeSource{}, corev1.PersistentVolumeSpec{PersistentVolumeSource: csi, AccessModes: rwo}, ""},
 		{"network disk, shadow", migrate.Shadow, corev1.VolumeSource{}, corev1.PersistentVolumeSpec{PersistentVolumeSource: csi, AccessModes: rwo}, "not ReadWriteMany"},
 		{"shared filesystem, shadow", migrate.Shadow, corev1.VolumeSource{}, corev1.PersistentVolumeSpec{PersistentVolumeSource: csi, AccessModes: rwx}, ""},
-		{"emptyDir", migrate.Sequential, corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}, corev1.PersistentVolumeSpec{}, "is an emptyDir"},
+		{"emptyDir (its data moves)", migrate.Sequential, corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}, corev1.PersistentVolumeSpec{}, ""},
+		{"hostPath", migrate.Sequential, corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv"}}, corev1.PersistentVolumeSpec{}, "is hostPath /srv"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := migratetest.NewStatefulSetWorld(t)

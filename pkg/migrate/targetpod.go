@@ -185,6 +185,9 @@ func TargetPod(source *corev1.Pod, name, node, migrationID string, images map[st
 		c.VolumeMounts = keptMounts(c.VolumeMounts)
 		pod.Spec.Containers = append(pod.Spec.Containers, c)
 	}
+	if img := images[agent.VolumesKey]; img != "" {
+		pod.Spec.InitContainers = []corev1.Container{volumeInit(source, img, func(c string) bool { _, ok := images[c]; return ok })}
+	}
 	for _, v := range spec.Volumes {
 		if usedVolumes[v.Name] {
 			pod.Spec.Volumes = append(pod.Spec.Volumes, v)

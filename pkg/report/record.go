@@ -177,6 +177,8 @@ const (
 	BasePull StepName = "base pull"
 	// CheckpointCall is the kubelet's checkpoint (the runtime's CRIU dump).
 	CheckpointCall StepName = "checkpoint call"
+	// VolumeSnapshot copies the emptyDir volumes' files on the source node.
+	VolumeSnapshot StepName = "volume snapshot"
 	// Pack builds the checkpoint image from the archive.
 	Pack StepName = "pack"
 	// Push uploads it to the registry, or to the target node's agent.

@@ -21,6 +21,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/sample"
 )
 
 // Options say where the workload runs and what it reaches.
@@ -41,6 +42,10 @@ type Options struct {
 	// PodSecurity is the Pod Security level the namespace enforces
 	// (e.g. baseline); empty enforces none.
 	PodSecurity string
+	// Scratch gives the sample consumer an emptyDir at /scratch ("disk",
+	// or "memory" for medium: Memory) where it keeps a ledger of every
+	// value it applies; CheckConservation then checks the ledger too.
+	Scratch string
 }
 
 // Workload is one producer/consumer pair in a namespace of its own, with
@@ -100,6 +105,16 @@ func Deploy(ctx context.Context, client kubernetes.Interface, o Options) (*Workl
 		"ms2m.io/registry": o.Registry + "/checkpoints",
 	})
 	AddProbes(&consumer.Spec.Containers[0])
+	if o.Scratch != "" {
+		medium := corev1.StorageMediumDefault
+		if o.Scratch == "memory" {
+			medium = corev1.StorageMediumMemory
+		}
+		consumer.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: medium}}}}
+		c := &consumer.Spec.Containers[0]
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
+		c.Args = append(c.Args, "--ledger=/scratch/ledger")
+	}
 	producer := w.pod(o, "producer", producerImage, producerArgs, nil)
 	w.producer = producer.DeepCopy()
 	// The consumer first, so its queue exists before messages flow.
@@ -251,13 +266,34 @@ func (w *Workload) CheckConservation(ctx context.Context, consumer string) (ms2m
 	if got.Parked > 0 {
 		return got, sent, fmt.Errorf("%s parked %d messages it could not apply", consumer, got.Parked)
 	}
+	app, err := checkLedger(got)
+	if err != nil {
+		return got, sent, err
+	}
 	// The application's own account (the sample's sum, the inventory's
 	// digest) is compared too where it covers one producer run.
-	if w.earlier.Count == 0 && (len(got.App) > 0 || len(sent.App) > 0) && !sameJSON(got.App, sent.App) {
+	if w.earlier.Count == 0 && (len(app) > 0 || len(sent.App) > 0) && !sameJSON(app, sent.App) {
 		return got, sent, fmt.Errorf("the application's state differs: %s applied %s, the producer confirmed %s", consumer, got.App, sent.App)
 	}
 	sent.Totals = want
 	return got, sent, nil
+}
+
+// checkLedger checks the sample's ledger file, where it keeps one: it must
+// hold every applied message's value exactly once (as many lines as
+// messages applied, summing to the sum in memory), so files and memory
+// moved together. It returns the application's state without the ledger's
+// figures, which the producer does not keep.
+func checkLedger(got ms2m.State) (json.RawMessage, error) {
+	var app sample.State
+	if len(got.App) == 0 || json.Unmarshal(got.App, &app) != nil || (app.LedgerLines == 0 && app.LedgerError == "") {
+		return got.App, nil
+	}
+	if app.LedgerError != "" || uint64(app.LedgerLines) != got.Totals.Count || app.LedgerSum != app.Sum {
+		return nil, fmt.Errorf("the ledger file holds %d values summing to %d (%s), but %d messages were applied, summing to %d: files and memory did not move together",
+			app.LedgerLines, app.LedgerSum, app.LedgerError, got.Totals.Count, app.Sum)
+	}
+	return json.Marshal(sample.State{Sum: app.Sum})
 }
 
 // sameJSON reports whether a and b encode the same value.

@@ -72,6 +72,10 @@ type World struct {
 	// last application.
 	AppliedDelay map[string]time.Duration
 
+	// VolumeBytes is what the source's emptyDir volumes hold, as its agent
+	// measures them.
+	VolumeBytes int64
+
 	// AfterCheckpoint, if set, runs once the archive exists, before the
 	// kubelet's answer: a test's process can die there.
 	AfterCheckpoint func()
@@ -367,6 +371,26 @@ func (f *fakePacker) Pack(_ context.Context, podName, node string, req agent.Pac
 	ref := req.Image + "@sha256:abc"
 	w.Images[ref] = true
 	return agent.PackResult{Image: ref, ArchiveBytes: 2048}, nil
+}
+
+// SnapshotVolumes measures the pod's emptyDir volumes as VolumeBytes, and
+// with an archive leaves one, as the agent does.
+func (f *fakePacker) SnapshotVolumes(_ context.Context, node string, req agent.SnapshotRequest) (agent.SnapshotResult, error) {
+	w := (*World)(f)
+	if req.Archive == "" {
+		w.record("measure emptyDir %v of %s on %s", req.Volumes, req.PodUID, node)
+	} else {
+		w.record("snapshot emptyDir %v of %s on %s to %s", req.Volumes, req.PodUID, node, req.Archive)
+	}
+	if req.MaxBytes > 0 && w.VolumeBytes > req.MaxBytes {
+		return agent.SnapshotResult{}, fmt.Errorf("%w: emptyDir %s holds more than %d bytes", agent.ErrTooLarge, req.Volumes[0], req.MaxBytes)
+	}
+	if req.Archive != "" {
+		w.Mu.Lock()
+		w.Archives[req.Archive] = true
+		w.Mu.Unlock()
+	}
+	return agent.SnapshotResult{Archive: req.Archive, Bytes: w.VolumeBytes, Files: 1}, nil
 }
 
 func (f *fakePacker) Remove(_ context.Context, podName, node string, archives []string) error {
@@ -672,7 +696,7 @@ func (w *World) Changes() []string {
 	for _, c := range w.Calls {
 		// A dry run's probe queue counts arrivals for seconds and goes.
 		probe := strings.Contains(c, ".ms2m-probe-")
-		if !probe && !strings.HasPrefix(c, "prepull ") && !strings.HasPrefix(c, "ask the runtime ") && !strings.HasPrefix(c, "warm agent ") && c != "release agents" {
+		if !probe && !strings.HasPrefix(c, "prepull ") && !strings.HasPrefix(c, "ask the runtime ") && !strings.HasPrefix(c, "warm agent ") && !strings.HasPrefix(c, "measure ") && c != "release agents" {
 			changes = append(changes, c)
 		}
 	}

@@ -8,6 +8,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +31,12 @@ func Body(seq uint64) []byte {
 // State is the application's own state, reported as ms2m's "app".
 type State struct {
 	Sum int64 `json:"sum"`
+	// LedgerSum and LedgerLines are read back from the ledger file, when
+	// there is one: equal to Sum and the messages applied when the file
+	// holds each applied value exactly once.
+	LedgerSum   int64  `json:"ledgerSum,omitempty"`
+	LedgerLines int    `json:"ledgerLines,omitempty"`
+	LedgerError string `json:"ledgerError,omitempty"`
 }
 
 // Sum is the sum of the values applied (by a consumer) or confirmed (by a
@@ -35,6 +44,21 @@ type State struct {
 type Sum struct {
 	mu  sync.Mutex
 	sum int64
+	// ledger, if set, gets each applied value as a line: state on disk (an
+	// emptyDir in the lab) beside the state in memory, which a migration
+	// must carry together.
+	ledger *os.File
+}
+
+// KeepLedger appends each value applied from now on to the file at path,
+// kept open for the process's life (as an application keeps its files).
+func (s *Sum) KeepLedger(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	s.ledger = f
+	return nil
 }
 
 // Add adds one body's value.
@@ -44,16 +68,37 @@ func (s *Sum) Add(body []byte) error {
 		return fmt.Errorf("not a reading: %w", err)
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ledger != nil {
+		if _, err := fmt.Fprintln(s.ledger, r.Value); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+	}
 	s.sum += r.Value
-	s.mu.Unlock()
 	return nil
 }
 
-// State reports the sum.
+// State reports the sum, and what the ledger file holds.
 func (s *Sum) State() any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return State{Sum: s.sum}
+	st := State{Sum: s.sum}
+	if s.ledger != nil {
+		data, err := os.ReadFile(s.ledger.Name())
+		if err != nil {
+			st.LedgerError = err.Error()
+		}
+		for _, line := range strings.Fields(string(data)) {
+			v, err := strconv.ParseInt(line, 10, 64)
+			if err != nil {
+				st.LedgerError = "not a value: " + line
+				break
+			}
+			st.LedgerSum += v
+			st.LedgerLines++
+		}
+	}
+	return st
 }
 
 // Handler applies a message in work (the paper's service time), then adds

@@ -1,0 +1,56 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
+	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
+)
+
+// TestEmptyDirMovesWithThePod migrates a live consumer that keeps a ledger
+// file, open for appending, in an emptyDir: every value it applies is a line
+// there as well as part of its sum in memory. After the move the restored
+// process reads the file back on node-b: it must hold every applied message
+// exactly once (as many lines as messages applied, summing to the sum in
+// memory) — files and memory moved as of one moment — and conservation
+// holds. Both transfers, both media, both strategies.
+func TestEmptyDirMovesWithThePod(t *testing.T) {
+	for _, tc := range []struct {
+		name, scratch string
+		flags         []string
+	}{
+		{"ms2m/registry/disk", "disk", nil},
+		{"ms2m/direct/memory", "memory", []string{"--transfer", "direct"}},
+		{"stop-and-copy/registry/memory", "memory", []string{"--strategy", "stop-and-copy"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, w, rec, _, _ := migrateLiveApp(t, workload.Options{Rate: "10", Scratch: tc.scratch}, 30, tc.flags...)
+			pod, err := l.client.CoreV1().Pods(w.Namespace).Get(context.Background(), rec.TargetPod, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pod.Spec.InitContainers) != 1 || !slices.Contains(rec.Images, pod.Spec.InitContainers[0].Image) {
+				t.Fatalf("target's init containers %+v; the migration's images %v", pod.Spec.InitContainers, rec.Images)
+			}
+			volumeImage := pod.Spec.InitContainers[0].Image
+			if len(pod.Status.InitContainerStatuses) != 1 || pod.Status.InitContainerStatuses[0].State.Terminated == nil ||
+				pod.Status.InitContainerStatuses[0].State.Terminated.ExitCode != 0 {
+				t.Fatalf("the init container that fills the emptyDir: %+v", pod.Status.InitContainerStatuses)
+			}
+			t.Logf("filled by %s: %s", volumeImage, pod.Status.InitContainerStatuses[0].State.Terminated.Message)
+			if !strings.HasPrefix(volumeImage, "localhost:") {
+				if _, err := (image.Registry{Insecure: true}).Pull(context.Background(), volumeImage); err == nil {
+					t.Errorf("the emptyDir image %s is still in the registry", volumeImage)
+				}
+			}
+			checkConservation(t, w, rec.TargetPod)
+		})
+	}
+}
