@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -53,4 +55,27 @@ func TestEmptyDirMovesWithThePod(t *testing.T) {
 			checkConservation(t, w, rec.TargetPod)
 		})
 	}
+}
+
+// TestEmptyDirOverTheLimitIsRefused: emptyDir data over --max-volume-data
+// is refused before anything changes (exit 3, the flag named), and the
+// consumer goes on applying every message.
+func TestEmptyDirOverTheLimitIsRefused(t *testing.T) {
+	l := setup(t)
+	w := l.deployWith(t, workload.Options{Rate: "10", Scratch: "disk"})
+	waitApplied(t, w, "consumer", 20)
+	_, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--max-volume-data", "100")
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 3 || !strings.Contains(stderr, "--max-volume-data is 100") {
+		t.Fatalf("want exit 3 naming --max-volume-data, got %v:\n%s", err, stderr)
+	}
+	pods, err := l.client.CoreV1().Pods(w.Namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 2 {
+		t.Fatalf("pods after the refusal: %d, want the consumer and the producer", len(pods.Items))
+	}
+	l.noAgentsLeft(t, w.Namespace)
+	checkConservation(t, w, "consumer")
 }
