@@ -13,7 +13,10 @@
 //     pulls the images a restore builds on;
 //   - stops and removes a pod's sandboxes through the runtime, the way to
 //     end a pod whose node's kubelet no longer answers, and removes the
-//     archives it is given.
+//     archives it is given;
+//   - snapshots a migrated pod's emptyDir volumes into an archive packed
+//     like a checkpoint, and (fill-volumes, in the target pod's init
+//     container) copies them into the target's volumes.
 //
 // The canary of kubectl migrate check is here too: a tiny process with a
 // state and a TCP connection, checkpointed and restored to prove a pair of
