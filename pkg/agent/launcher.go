@@ -69,11 +69,7 @@ func (l Launcher) Pack(ctx context.Context, podName, node string, req PackReques
 		if err != nil {
 			return PackResult{}, err
 		}
-		var res PackResult
-		if err := json.Unmarshal(out, &res); err != nil {
-			return PackResult{}, fmt.Errorf("agent %s answered %q: %w", warm.pod, out, err)
-		}
-		return res, nil
+		return decodeAnswer[PackResult](node, out)
 	}
 	if req.isDirect() {
 		return PackResult{}, fmt.Errorf("a transfer without a registry needs the warm agent on %s, which is gone; run the migration again", node)
@@ -107,11 +103,7 @@ func (l Launcher) SnapshotVolumes(ctx context.Context, node string, req Snapshot
 	if err != nil {
 		return SnapshotResult{}, err
 	}
-	var res SnapshotResult
-	if err := json.Unmarshal(out, &res); err != nil {
-		return SnapshotResult{}, fmt.Errorf("agent %s answered %q: %w", warm.pod, out, err)
-	}
-	return res, nil
+	return decodeAnswer[SnapshotResult](node, out)
 }
 
 // Remove deletes checkpoint archives on node (through its warm agent if it

@@ -85,8 +85,7 @@ func (m *Migration) haltSource(ctx context.Context) error {
 	if m.SourceHalted && m.SourceFinal.Process != "" {
 		return nil // stopped already (a StatefulSet pod's source, or a recovery)
 	}
-	m.SourceHalted = true
-	if err := m.save(ctx); err != nil {
+	if err := m.journaled(ctx, &m.SourceHalted, true); err != nil {
 		return err
 	}
 	st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop, Payload: ms2m.ControlPayload{Target: m.targetIdentity()}})

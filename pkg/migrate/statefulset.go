@@ -61,9 +61,8 @@ func (detach) Run(ctx context.Context, m *Migration) error {
 		return fmt.Errorf("get statefulset %s: %w", m.StatefulSet, err)
 	default:
 		m.SavedSTS = sts.DeepCopy()
-		m.STSDeleted = true // the journal must hold the spec before the StatefulSet goes
-		if err := m.save(ctx); err != nil {
-			m.STSDeleted = false
+		// The journal must hold the spec before the StatefulSet goes.
+		if err := m.journaled(ctx, &m.STSDeleted, true); err != nil {
 			return err
 		}
 		if err := deleteOrphaning(ctx, m, sts); err != nil {
@@ -71,9 +70,7 @@ func (detach) Run(ctx context.Context, m *Migration) error {
 		}
 	}
 	m.progress(report.Detach, "statefulset "+m.StatefulSet+" deleted with its pods orphaned; deleting "+m.TargetName)
-	m.SourceDeleted = inPlace
-	if err := m.save(ctx); err != nil {
-		m.SourceDeleted = false
+	if err := m.journaled(ctx, &m.SourceDeleted, inPlace); err != nil {
 		return err
 	}
 	return kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.TargetName, nil)

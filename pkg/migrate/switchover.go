@@ -42,13 +42,11 @@ func (s switchover) Run(ctx context.Context, m *Migration) error {
 	if depth, err := m.broker.QueueDepth(ctx, m.Broker.Queue); err == nil {
 		m.Record.Broker.PrimaryDepthAtSwitch = depth
 	}
+	passed := &m.Committed
 	if s.handover {
-		m.HandedOver = true
-	} else {
-		m.Committed = true
+		passed = &m.HandedOver
 	}
-	if err := m.save(ctx); err != nil {
-		m.Committed, m.HandedOver = false, false
+	if err := m.journaled(ctx, passed, true); err != nil {
 		return err
 	}
 	// The handover is idempotent, so a lost answer is simply asked again.

@@ -120,8 +120,7 @@ func (m *Migration) snapshotVolumes(ctx context.Context, volumes []string) error
 // volumes are taken; the journal says so first, so a rollback after a
 // crash resumes it.
 func (m *Migration) pauseSource(ctx context.Context) error {
-	m.SourcePaused = true
-	if err := m.save(ctx); err != nil {
+	if err := m.journaled(ctx, &m.SourcePaused, true); err != nil {
 		return err
 	}
 	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop, Payload: ms2m.ControlPayload{Target: m.targetIdentity()}}); err != nil {
