@@ -132,7 +132,7 @@ func TestQuickStartAsPrinted(t *testing.T) {
 
 // quickStart is the README's quick start: its commands, without comments.
 func quickStart(t *testing.T) []string {
-	return readmeCommands(t, "### Quick start on your own cluster")
+	return readmeCommands(t, "## Quick start on your own cluster")
 }
 
 // readmeCommands returns the commands of the first sh block after heading
@@ -164,7 +164,7 @@ func readmeCommands(t *testing.T, heading string) []string {
 // checks every message was applied exactly once.
 func TestMakeDemoAsPrinted(t *testing.T) {
 	l := setup(t)
-	commands := readmeCommands(t, "## Try it")
+	commands := readmeCommands(t, "## Try it locally")
 	if len(commands) != 1 || commands[0] != "make demo" {
 		t.Fatalf("the README's Try it block is %q", commands)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
@@ -78,4 +80,21 @@ func TestEmptyDirOverTheLimitIsRefused(t *testing.T) {
 	}
 	l.noAgentsLeft(t, w.Namespace)
 	checkConservation(t, w, "consumer")
+}
+
+// TestStatefulSetShadowCarriesEmptyDir: in shadow mode the emptyDir moves
+// twice, source → shadow → final pod, each time as of its checkpoint, and
+// the final consumer-0's ledger file holds every applied message once.
+func TestStatefulSetShadowCarriesEmptyDir(t *testing.T) {
+	rec := migrateStatefulSet(t, func(_ string, sts *appsv1.StatefulSet) {
+		spec := &sts.Spec.Template.Spec
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		c := &spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "scratch", MountPath: "/scratch"})
+		c.Args = append(c.Args, "--ledger=/scratch/ledger")
+	}, "--mode", "shadow")
+	// Each stage's checkpoint and volumes: four images.
+	if len(rec.Images) != 4 {
+		t.Fatalf("images %v, want a checkpoint and a volume image per stage", rec.Images)
+	}
 }
