@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report/render"
@@ -112,6 +115,9 @@ func (o *migrationFlags) printPlan(c migrate.Config, source *corev1.Pod, predict
 		for _, ctr := range source.Spec.Containers {
 			images[ctr.Name] = "<" + c.CheckpointImageOf(c.Pod, ctr.Name, c.ID) + ">"
 		}
+		if len(migrate.CarriedVolumes(source, slices.Collect(maps.Keys(images)))) > 0 {
+			images[agent.VolumesKey] = "<" + c.CheckpointImageOf(c.Pod, agent.VolumesKey, c.ID) + ">"
+		}
 		return printData(o.Out, o.Output, migrate.TargetPod(source, c.TargetName, c.TargetNode, c.ID, images, c.RegistrySecret))
 	}
 	var b strings.Builder
@@ -128,6 +134,13 @@ func (o *migrationFlags) printPlan(c migrate.Config, source *corev1.Pod, predict
 	}
 	for i, step := range migrate.Plan(c, source.Spec.NodeName, containers) {
 		fmt.Fprintf(&b, "  %d. %s\n", i+1, step)
+	}
+	if volumes := migrate.CarriedVolumes(source, containers); len(volumes) > 0 {
+		pause := ""
+		if c.Strategy == migrate.MS2M {
+			pause = " (the source stops consuming meanwhile, so files and memory are of one moment)"
+		}
+		fmt.Fprintf(&b, "  emptyDir %s move with it: copied on %s as it is checkpointed%s, and into the target's volumes by an init container before the restore.\n", strings.Join(volumes, ", "), source.Spec.NodeName, pause)
 	}
 	if owner := metav1.GetControllerOf(source); owner != nil && owner.Kind == "ReplicaSet" {
 		fmt.Fprintf(&b, "  The copy goes without the labels ReplicaSet %s selects until it has taken over; then it gets them, the ReplicaSet adopts it and drops %s.\n", owner.Name, source.Name)

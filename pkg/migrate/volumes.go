@@ -58,6 +58,12 @@ func carriedVolumes(pod *corev1.Pod, migrated func(container string) bool) []str
 	return names
 }
 
+// CarriedVolumes are the emptyDir volumes of pod whose data a migration of
+// its containers carries.
+func CarriedVolumes(pod *corev1.Pod, containers []string) []string {
+	return carriedVolumes(pod, func(c string) bool { return slices.Contains(containers, c) })
+}
+
 func (m *Migration) carriedVolumes() []string {
 	if m.Source == nil {
 		return nil

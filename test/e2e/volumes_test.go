@@ -66,6 +66,11 @@ func TestEmptyDirOverTheLimitIsRefused(t *testing.T) {
 	l := setup(t)
 	w := l.deployWith(t, workload.Options{Rate: "10", Scratch: "disk"})
 	waitApplied(t, w, "consumer", 20)
+	// The plan says what becomes of the volume.
+	plan := l.kubectlMigrate(t, append(l.migrateArgs(w, "pod", "consumer", "--to", "node-b", "--dry-run"), "-o", "")[1:]...)
+	if !strings.Contains(plan, "emptyDir scratch move with it") || !strings.Contains(plan, "the source stops consuming meanwhile") {
+		t.Fatalf("the plan does not say the emptyDir moves:\n%s", plan)
+	}
 	_, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--max-volume-data", "100")
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 3 || !strings.Contains(stderr, "--max-volume-data is 100") {
