@@ -21,6 +21,7 @@ func TestRelativeLinksResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 	pages = append(pages, docs...)
+	pages = append(pages, filepath.Join(root, "test", "lab", "README.md"))
 	for _, page := range pages {
 		text, err := os.ReadFile(page)
 		if err != nil {
