@@ -14,6 +14,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -98,6 +99,7 @@ func (l *lab) startDeployment(t testing.TB, changes ...func(*appsv1.Deployment))
 	}
 	dl.d, dl.rs = dl.read(t)
 	dl.pods = dl.rsPods(t)
+	dl.startAutoscaler(t)
 	dl.w = workload.Attach(l.client, dl.ns, exchange, dl.queueOf(dl.pods[0]))
 	producer := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "producer", Namespace: dl.ns},
@@ -114,6 +116,49 @@ func (l *lab) startDeployment(t testing.TB, changes ...func(*appsv1.Deployment))
 		waitApplied(t, dl.w, pod, 20)
 	}
 	return dl
+}
+
+// startAutoscaler puts a HorizontalPodAutoscaler (2 to 4 replicas) on the
+// Deployment and waits until the controller has read its scale: a
+// migration must leave what it reads — the Deployment's scale and its
+// pods — as it was, so it never scales (checkUnchanged). The lab has no
+// metrics server, so it could not scale on load either: what is proven is
+// that a migration gives it nothing to act on.
+func (dl *deploymentLab) startAutoscaler(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: "consumer", Namespace: dl.ns},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "consumer"},
+			MinReplicas:    ptr.To[int32](2), MaxReplicas: 4,
+			Metrics: []autoscalingv2.MetricSpec{{Type: autoscalingv2.ResourceMetricSourceType, Resource: &autoscalingv2.ResourceMetricSource{
+				Name: corev1.ResourceCPU, Target: autoscalingv2.MetricTarget{Type: autoscalingv2.UtilizationMetricType, AverageUtilization: ptr.To[int32](80)},
+			}}},
+		},
+	}
+	if _, err := dl.client.AutoscalingV2().HorizontalPodAutoscalers(dl.ns).Create(ctx, hpa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		h, err := dl.client.AutoscalingV2().HorizontalPodAutoscalers(dl.ns).Get(ctx, "consumer", metav1.GetOptions{})
+		return err == nil && h.Status.CurrentReplicas == 2, nil
+	}); err != nil {
+		t.Fatalf("the HorizontalPodAutoscaler never read the Deployment's scale: %v", err)
+	}
+}
+
+// checkAutoscaler: the HorizontalPodAutoscaler still sees 2 replicas and
+// never scaled.
+func (dl *deploymentLab) checkAutoscaler(t testing.TB) {
+	t.Helper()
+	h, err := dl.client.AutoscalingV2().HorizontalPodAutoscalers(dl.ns).Get(context.Background(), "consumer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Status.CurrentReplicas != 2 || h.Status.LastScaleTime != nil || (h.Status.DesiredReplicas != 0 && h.Status.DesiredReplicas != 2) {
+		t.Fatalf("the HorizontalPodAutoscaler was disturbed: %+v", h.Status)
+	}
 }
 
 func (dl *deploymentLab) queueOf(pod string) string { return "work-" + dl.id + "-" + pod }
@@ -189,6 +234,7 @@ func (dl *deploymentLab) checkUnchanged(t testing.TB, want map[string]string) {
 		rs.Labels[appsv1.DefaultDeploymentUniqueLabelKey] != dl.rs.Labels[appsv1.DefaultDeploymentUniqueLabelKey] || *rs.Spec.Replicas != 2 {
 		t.Fatalf("the Deployment or its ReplicaSet changed: generation %d → %d, replicas %d", dl.d.Generation, d.Generation, *rs.Spec.Replicas)
 	}
+	dl.checkAutoscaler(t)
 	// The ReplicaSet settles (a source it deleted is gone) within a poll.
 	names := slices.Sorted(maps.Keys(want))
 	var got []string
