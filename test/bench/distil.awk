@@ -1,10 +1,10 @@
 # Distils `go test -bench -v` output into the generated docs/bench files:
-# each benchmark's name, then one metric per line (Go prints them all on one
-# line, too wide to read), and the benchmark's own log lines with the
-# figures of every run. ns/op is dropped: one iteration is many migrations.
+# each benchmark's name once, its log lines with the figures of every run
+# (as # lines), then one metric per line (Go prints them all on one line,
+# too wide to read). ns/op is dropped: one iteration is many migrations.
 /^Benchmark/ {
 	name = $1; sub(/-[0-9]+$/, "", name)
-	print ""; print name
+	if (name != last) { print ""; print name; last = name }
 	for (i = 5; i < NF; i += 2) printf "  %12s  %s\n", $i, $(i + 1)
 	next
 }
