@@ -82,15 +82,15 @@ func (m *Migration) checkVolumeSize(ctx context.Context) error {
 	}
 	res, err := m.Packer.SnapshotVolumes(ctx, m.SourceNode, agent.SnapshotRequest{PodUID: string(m.Source.UID), Volumes: volumes, MaxBytes: m.maxVolumeBytes()})
 	if err != nil {
-		return m.volumeError(err)
+		return m.volumeError(err, volumes)
 	}
 	m.progress(report.Preflight, fmt.Sprintf("emptyDir %s: %d file(s), %s, move with the pod", strings.Join(volumes, ", "), res.Files, bytesText(res.Bytes)))
 	return nil
 }
 
-func (m *Migration) volumeError(err error) error {
+func (m *Migration) volumeError(err error, volumes []string) error {
 	if strings.Contains(err.Error(), agent.ErrTooLarge.Error()) {
-		return fmt.Errorf("%v (--max-volume-data is %s): raise it, or keep that data out of the migrated containers' emptyDir volumes", err, bytesText(m.maxVolumeBytes()))
+		return fmt.Errorf("the emptyDir volumes %s hold more than --max-volume-data (%s) on %s: raise it, or keep that data out of the migrated containers' emptyDir volumes", strings.Join(volumes, ", "), bytesText(m.maxVolumeBytes()), m.SourceNode)
 	}
 	return fmt.Errorf("snapshot the emptyDir volumes on %s: %w", m.SourceNode, err)
 }
@@ -111,7 +111,7 @@ func (m *Migration) snapshotVolumes(ctx context.Context, volumes []string) error
 	start := time.Now()
 	res, err := m.Packer.SnapshotVolumes(ctx, m.SourceNode, agent.SnapshotRequest{PodUID: string(m.Source.UID), Volumes: volumes, Archive: archive, MaxBytes: m.maxVolumeBytes()})
 	if err != nil {
-		return m.volumeError(err)
+		return m.volumeError(err, volumes)
 	}
 	m.step(report.VolumeSnapshot, "", start, res.Bytes)
 	msg := fmt.Sprintf("emptyDir %s → %s (%d file(s), %s)", strings.Join(volumes, ", "), archive, res.Files, bytesText(res.Bytes))

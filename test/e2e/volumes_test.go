@@ -73,7 +73,7 @@ func TestEmptyDirOverTheLimitIsRefused(t *testing.T) {
 	}
 	_, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--max-volume-data", "100")
 	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 3 || !strings.Contains(stderr, "--max-volume-data is 100") {
+	if !errors.As(err, &exit) || exit.ExitCode() != 3 || !strings.Contains(stderr, "hold more than --max-volume-data (100)") {
 		t.Fatalf("want exit 3 naming --max-volume-data, got %v:\n%s", err, stderr)
 	}
 	pods, err := l.client.CoreV1().Pods(w.Namespace).List(context.Background(), metav1.ListOptions{})
