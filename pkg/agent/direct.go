@@ -359,16 +359,7 @@ func (d *Direct) publish(f *os.File, n int64, blobs, ref, container string) erro
 	if err := os.Rename(f.Name(), layerPath); err != nil {
 		return err
 	}
-	layer := image.FileLayer{Path: layerPath, Hash: digest, Len: n}
-	var img v1.Image
-	if container == VolumesKey {
-		var self string
-		if self, err = os.Executable(); err == nil {
-			img, err = image.VolumeImage(self, layer)
-		}
-	} else {
-		img, err = image.CheckpointImageOf(layer, container)
-	}
+	img, err := imageOf(image.FileLayer{Path: layerPath, Hash: digest, Len: n}, container)
 	if err != nil {
 		return err
 	}

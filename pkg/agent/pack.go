@@ -73,12 +73,16 @@ func Pack(ctx context.Context, req PackRequest, reg image.Registry) (PackResult,
 		}
 		return res, removeAfterPush(req, res.Image)
 	}
-	fi, err := os.Stat(req.Archive)
+	start := time.Now()
+	layer, err := image.ArchiveLayer(req.Archive)
 	if err != nil {
 		return PackResult{}, fmt.Errorf("checkpoint archive: %w", err)
 	}
-	start := time.Now()
-	img, err := packedImage(req.Archive, req.Container)
+	size, err := layer.Size()
+	if err != nil {
+		return PackResult{}, err
+	}
+	img, err := imageOf(layer, req.Container)
 	if err != nil {
 		return PackResult{}, err
 	}
@@ -90,7 +94,7 @@ func Pack(ctx context.Context, req PackRequest, reg image.Registry) (PackResult,
 	}
 	res := PackResult{
 		Image:        ref,
-		ArchiveBytes: fi.Size(),
+		ArchiveBytes: size,
 		BuildMillis:  built.Sub(start).Milliseconds(),
 		PushMillis:   time.Since(built).Milliseconds(),
 	}
@@ -156,15 +160,16 @@ func InstallSelf(dir string) (string, error) {
 	return "installed " + dest, nil
 }
 
-// packedImage is the image of an archive: a container's checkpoint image,
-// or for VolumesKey the image that refills the emptyDir volumes.
-func packedImage(archive, container string) (v1.Image, error) {
+// imageOf is the image of an archive's layer, packed here or received by a
+// direct transfer: a container's checkpoint image, or for VolumesKey the
+// image that refills the emptyDir volumes with this binary as its tool.
+func imageOf(layer v1.Layer, container string) (v1.Image, error) {
 	if container != VolumesKey {
-		return image.CheckpointImage(archive, container)
+		return image.CheckpointImageOf(layer, container)
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	return image.VolumeImageOf(self, archive)
+	return image.VolumeImage(self, layer)
 }

@@ -31,11 +31,21 @@ const (
 // kubelet writes it) as a one-layer OCI image for container. The image's
 // platform is the one this process runs on, which is the node's.
 func CheckpointImage(archivePath, container string) (v1.Image, error) {
-	fi, err := os.Stat(archivePath)
+	layer, err := ArchiveLayer(archivePath)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint archive %s: %w", archivePath, err)
 	}
-	return CheckpointImageOf(&streamedLayer{path: archivePath, size: fi.Size()}, container)
+	return CheckpointImageOf(layer, container)
+}
+
+// ArchiveLayer is the archive (a tar) at path as an uncompressed layer,
+// hashed as it is pushed.
+func ArchiveLayer(path string) (v1.Layer, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	return &streamedLayer{path: path, size: fi.Size()}, nil
 }
 
 // FileLayer is an uncompressed layer in a file whose hash is known (it was

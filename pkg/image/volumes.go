@@ -41,13 +41,3 @@ func VolumeImage(toolPath string, data v1.Layer) (v1.Image, error) {
 		cfg.Config.Entrypoint = []string{VolumeTool, "fill-volumes", VolumesRoot, VolumeMounts}
 	}, tool, data)
 }
-
-// VolumeImageOf is VolumeImage of the snapshot archive at path, hashed as it
-// is pushed.
-func VolumeImageOf(toolPath, path string) (v1.Image, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("read volume snapshot %s: %w", path, err)
-	}
-	return VolumeImage(toolPath, &streamedLayer{path: path, size: fi.Size()})
-}
