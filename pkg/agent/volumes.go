@@ -234,10 +234,8 @@ func copyTree(from, to *os.Root) (int, error) {
 		if st, ok := ownerOf(info); ok {
 			_ = to.Lchown(rel, st.uid, st.gid) // only root may; others own what they copy
 		}
-		if !mode.IsDir() || rel != "." {
-			if mode&fs.ModeSymlink == 0 {
-				_ = to.Chmod(rel, mode.Perm())
-			}
+		if rel != "." && mode&fs.ModeSymlink == 0 { // the mount point keeps its own mode
+			_ = to.Chmod(rel, mode.Perm())
 		}
 		return nil
 	})

@@ -192,8 +192,6 @@ func (m *Migration) nextStage(stage string, from *corev1.Pod, name, node string,
 	}
 }
 
-// save writes the journal; every step that changes the cluster calls it
-// first, so a process that dies leaves a journal naming what it changed.
 // journaled sets *flag to value and saves the journal before the step the
 // flag announces, so a process that dies during the step leaves a journal
 // that names it; a save that fails takes the flag back, as the step never
@@ -208,6 +206,8 @@ func (m *Migration) journaled(ctx context.Context, flag *bool, value bool) error
 	return nil
 }
 
+// save writes the journal; every step that changes the cluster calls it
+// first, so a process that dies leaves a journal naming what it changed.
 func (m *Migration) save(ctx context.Context) error {
 	if m.journal == nil {
 		return nil

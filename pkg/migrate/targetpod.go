@@ -186,7 +186,7 @@ func TargetPod(source *corev1.Pod, name, node, migrationID string, images map[st
 		pod.Spec.Containers = append(pod.Spec.Containers, c)
 	}
 	if img := images[agent.VolumesKey]; img != "" {
-		pod.Spec.InitContainers = []corev1.Container{volumeInit(source, img, func(c string) bool { _, ok := images[c]; return ok })}
+		pod.Spec.InitContainers = []corev1.Container{volumeInit(source, img, slices.Collect(maps.Keys(images)))}
 	}
 	for _, v := range spec.Volumes {
 		if usedVolumes[v.Name] {

@@ -34,9 +34,9 @@ const DefaultMaxVolumeBytes = 1 << 30
 // emptyDir volumes.
 const volumeInitContainer = "ms2m-volumes"
 
-// carriedVolumes are the emptyDir volumes of pod that the containers in
-// migrated mount: their data moves with them.
-func carriedVolumes(pod *corev1.Pod, migrated func(container string) bool) []string {
+// CarriedVolumes are the emptyDir volumes of pod that its containers named
+// in containers mount: a migration of those carries their data.
+func CarriedVolumes(pod *corev1.Pod, containers []string) []string {
 	empty := map[string]bool{}
 	for _, v := range pod.Spec.Volumes {
 		if v.EmptyDir != nil {
@@ -45,7 +45,7 @@ func carriedVolumes(pod *corev1.Pod, migrated func(container string) bool) []str
 	}
 	var names []string
 	for _, c := range pod.Spec.Containers {
-		if !migrated(c.Name) {
+		if !slices.Contains(containers, c.Name) {
 			continue
 		}
 		for _, vm := range c.VolumeMounts {
@@ -58,17 +58,11 @@ func carriedVolumes(pod *corev1.Pod, migrated func(container string) bool) []str
 	return names
 }
 
-// CarriedVolumes are the emptyDir volumes of pod whose data a migration of
-// its containers carries.
-func CarriedVolumes(pod *corev1.Pod, containers []string) []string {
-	return carriedVolumes(pod, func(c string) bool { return slices.Contains(containers, c) })
-}
-
 func (m *Migration) carriedVolumes() []string {
 	if m.Source == nil {
 		return nil
 	}
-	return carriedVolumes(m.Source, func(c string) bool { return slices.Contains(m.Migrated, c) })
+	return CarriedVolumes(m.Source, m.Migrated)
 }
 
 func (c Config) maxVolumeBytes() int64 { return cmp.Or(c.MaxVolumeBytes, DefaultMaxVolumeBytes) }
@@ -150,18 +144,18 @@ func (m *Migration) unpauseSource(ctx context.Context) error {
 // volumeInit is the init container that fills the carried emptyDir
 // volumes of source's migrated containers from volumeImage, running as the
 // first of them runs, so the files it writes are the application's.
-func volumeInit(source *corev1.Pod, volumeImage string, migrated func(container string) bool) corev1.Container {
+func volumeInit(source *corev1.Pod, volumeImage string, migrated []string) corev1.Container {
 	init := corev1.Container{
 		Name: volumeInitContainer, Image: volumeImage, ImagePullPolicy: corev1.PullIfNotPresent,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 	for _, c := range source.Spec.Containers {
-		if migrated(c.Name) && c.SecurityContext != nil {
+		if slices.Contains(migrated, c.Name) && c.SecurityContext != nil {
 			init.SecurityContext = c.SecurityContext.DeepCopy()
 			break
 		}
 	}
-	for _, name := range carriedVolumes(source, migrated) {
+	for _, name := range CarriedVolumes(source, migrated) {
 		init.VolumeMounts = append(init.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: image.VolumeMounts + "/" + name})
 	}
 	return init
