@@ -1,0 +1,325 @@
+// Package ociruntime is the OCI runtime behind kubectl-migrate's
+// RuntimeClass, for nodes whose container runtime no longer restores
+// checkpoints through the CRI (containerd 2.4 removed it; CRI-O can be set
+// to checkpoint only). It hands every command to the node's runc, except
+// the create of a container for which a migration's agent staged a
+// checkpoint: that create becomes a CRIU restore (runc restore) into the new
+// container's bundle, as CRI-O and containerd do inside, and the start that
+// follows has nothing left to do. To the shim and the kubelet the container
+// is like any other: its pid file, stdio, state, kill, exec and delete are
+// runc's. A container with no staged checkpoint, and every later restart,
+// starts as it would under runc.
+package ociruntime
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/untar"
+)
+
+// Where the runtime finds and keeps things on a node.
+const (
+	// StageDir is where a migration's target agent puts each checkpoint,
+	// extracted, as StageDir/NAMESPACE/POD/CONTAINER. Only root reads it:
+	// a checkpoint is a process's memory.
+	StageDir = "/var/lib/kubectl-migrate/restore"
+	// StateDir remembers, until their start, the containers created by a
+	// restore (they run already); it is on the node's tmpfs, as runc's own
+	// state is, so a reboot forgets both.
+	StateDir = "/run/kubectl-migrate/restored"
+	// ConfigFile names the runc every command goes to; without it, runc
+	// from PATH.
+	ConfigFile = "/etc/kubectl-migrate/runtime.json"
+	// BinaryName is the name the agent's binary runs under as this runtime.
+	BinaryName = "kubectl-migrate-runtime"
+	// HandlerName is the runtime handler node-setup registers, and the
+	// RuntimeClass that selects it.
+	HandlerName = "kubectl-migrate"
+)
+
+// Config is ConfigFile's content.
+type Config struct {
+	// Runc is the OCI runtime every command goes to: the one the node's
+	// default handler uses.
+	Runc string `json:"runc"`
+}
+
+// Runtime runs one invocation.
+type Runtime struct {
+	Runc  string
+	Stage string
+	State string
+	// Stdio of the invocation: a restore hands them to runc as they are,
+	// so CRIU reattaches the restored process's stdio to the shim's pipes.
+	Stdin          *os.File
+	Stdout, Stderr *os.File
+}
+
+// New is the runtime as a node has it: ConfigFile, StageDir, StateDir.
+func New() (Runtime, error) {
+	r := Runtime{Stage: StageDir, State: StateDir, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+	raw, err := os.ReadFile(ConfigFile)
+	switch {
+	case err == nil:
+		var c Config
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return r, fmt.Errorf("%s: %w", ConfigFile, err)
+		}
+		r.Runc = c.Runc
+	case !errors.Is(err, fs.ErrNotExist):
+		return r, err
+	}
+	if r.Runc == "" {
+		if r.Runc, err = exec.LookPath("runc"); err != nil {
+			return r, fmt.Errorf("no runc on PATH and none named in %s: %w", ConfigFile, err)
+		}
+	}
+	return r, nil
+}
+
+// invocation is runc's command line: global flags, the command, its flags
+// and the container's ID last.
+type invocation struct {
+	global  []string
+	command string
+	flags   []string
+	id      string
+}
+
+// globalWithValue are runc's global flags that take a value.
+var globalWithValue = map[string]bool{"--root": true, "--log": true, "--log-format": true, "--criu": true, "--rootless": true}
+
+func parse(args []string) invocation {
+	var inv invocation
+	i := 0
+	for ; i < len(args) && strings.HasPrefix(args[i], "-"); i++ {
+		inv.global = append(inv.global, args[i])
+		if globalWithValue[args[i]] && i+1 < len(args) {
+			i++
+			inv.global = append(inv.global, args[i])
+		}
+	}
+	if i < len(args) {
+		inv.command = args[i]
+		rest := args[i+1:]
+		if len(rest) > 0 && !strings.HasPrefix(rest[len(rest)-1], "-") {
+			inv.id, rest = rest[len(rest)-1], rest[:len(rest)-1]
+		}
+		inv.flags = rest
+	}
+	return inv
+}
+
+// value is the value of flag (any of names) in flags, as "--f v" or "--f=v".
+func value(flags []string, names ...string) (string, bool) {
+	for i, f := range flags {
+		for _, n := range names {
+			if f == n && i+1 < len(flags) {
+				return flags[i+1], true
+			}
+			if v, ok := strings.CutPrefix(f, n+"="); ok {
+				return v, true
+			}
+		}
+	}
+	return "", false
+}
+
+// Run does what the runtime changes: the create of a container with a
+// staged checkpoint restores it; the start of a restored container does
+// nothing (it runs). passThrough means the invocation is runc's as it is:
+// the caller then calls Exec.
+func (r Runtime) Run(args []string) (passThrough bool, err error) {
+	inv := parse(args)
+	switch inv.command {
+	case "create":
+		staged, err := r.claim(inv)
+		if err != nil || staged == "" {
+			return staged == "" && err == nil, err
+		}
+		return false, r.restore(inv, staged)
+	case "start":
+		marker := filepath.Join(r.State, inv.id)
+		if inv.id != "" && os.Remove(marker) == nil {
+			return false, nil // restored at create: it runs already
+		}
+	case "delete":
+		if inv.id != "" {
+			_ = os.Remove(filepath.Join(r.State, inv.id))
+		}
+	}
+	return true, nil
+}
+
+// bundleSpec is the part of a bundle's config.json the runtime reads.
+type bundleSpec struct {
+	Root struct {
+		Path string `json:"path"`
+	} `json:"root"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+// Identity is a container's place in the cluster, from the annotations its
+// CRI runtime puts into its bundle.
+type Identity struct{ Namespace, Pod, Container string }
+
+// identityOf reads containerd's or CRI-O's annotations; a sandbox (the
+// pod's pause container) has none to restore.
+func identityOf(a map[string]string) (Identity, bool) {
+	if a["io.kubernetes.cri.container-type"] == "container" {
+		return Identity{a["io.kubernetes.cri.sandbox-namespace"], a["io.kubernetes.cri.sandbox-name"], a["io.kubernetes.cri.container-name"]}, true
+	}
+	if a["io.kubernetes.cri-o.ContainerType"] == "container" {
+		return Identity{a["io.kubernetes.pod.namespace"], a["io.kubernetes.pod.name"], a["io.kubernetes.container.name"]}, true
+	}
+	return Identity{}, false
+}
+
+// StagePath is where container of pod in namespace is staged under stage.
+func StagePath(stage string, id Identity) string {
+	return filepath.Join(stage, id.Namespace, id.Pod, id.Container)
+}
+
+// Valid refuses an identity whose parts could leave the stage directory.
+func (id Identity) Valid() error {
+	for _, p := range []string{id.Namespace, id.Pod, id.Container} {
+		if p == "" || p == "." || p == ".." || strings.ContainsAny(p, `/\`) {
+			return fmt.Errorf("%q cannot name a pod's checkpoint", p)
+		}
+	}
+	return nil
+}
+
+// claim takes the checkpoint staged for the container being created, if
+// any, out of the stage (one create restores it, once) into a directory of
+// the container's own, returned.
+func (r Runtime) claim(inv invocation) (string, error) {
+	bundle, _ := value(inv.flags, "--bundle", "-b")
+	if bundle == "" {
+		bundle = "."
+	}
+	raw, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return "", nil // runc will say
+	}
+	var spec bundleSpec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return "", nil
+	}
+	id, ok := identityOf(spec.Annotations)
+	if !ok || id.Valid() != nil || inv.id == "" || strings.ContainsAny(inv.id, `/\`) {
+		return "", nil
+	}
+	staged := StagePath(r.Stage, id)
+	if _, err := os.Stat(staged); err != nil {
+		return "", nil
+	}
+	if err := os.MkdirAll(r.State, 0o700); err != nil {
+		return "", err
+	}
+	claimed := filepath.Join(r.State, inv.id+".checkpoint")
+	_ = os.RemoveAll(claimed)
+	// The stage and the state directory are on different filesystems on
+	// most nodes (disk and tmpfs): a rename across them fails, so the
+	// checkpoint is claimed by a rename within the stage first.
+	within := staged + ".claimed-" + inv.id
+	if err := os.Rename(staged, within); err != nil {
+		return "", fmt.Errorf("claim the checkpoint staged for %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
+	}
+	rootfs := spec.Root.Path
+	if !filepath.IsAbs(rootfs) {
+		rootfs = filepath.Join(bundle, rootfs)
+	}
+	if err := applyRootfsChanges(within, rootfs); err != nil {
+		_ = os.RemoveAll(within)
+		return "", fmt.Errorf("restore %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
+	}
+	return within, nil
+}
+
+// applyRootfsChanges makes the new container's root filesystem what the
+// checkpointed one was: the files it had changed (rootfs-diff.tar) written,
+// those it had deleted (deleted.files) removed.
+func applyRootfsChanges(checkpoint, rootfs string) error {
+	if f, err := os.Open(filepath.Join(checkpoint, "rootfs-diff.tar")); err == nil {
+		_, err = untar.Extract(f, rootfs, untar.Options{Owners: true})
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("apply the container's file changes: %w", err)
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(checkpoint, "deleted.files"))
+	if err != nil {
+		return nil
+	}
+	var deleted []string
+	if err := json.Unmarshal(raw, &deleted); err != nil {
+		return fmt.Errorf("deleted.files: %w", err)
+	}
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, d := range deleted {
+		if err := root.RemoveAll(strings.TrimPrefix(filepath.Clean("/"+d), "/")); err != nil {
+			return fmt.Errorf("remove %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// createToRestore maps create's flags to restore's; the rest restore has
+// no use for.
+var createToRestore = map[string]bool{"--bundle": true, "-b": true, "--console-socket": true, "--pid-file": true}
+
+func restoreArgs(inv invocation, checkpoint string) []string {
+	args := append(append([]string{}, inv.global...), "restore", "--detach",
+		"--image-path", filepath.Join(checkpoint, "checkpoint"), "--work-path", checkpoint)
+	for i := 0; i < len(inv.flags); i++ {
+		f := inv.flags[i]
+		name, _, hasValue := strings.Cut(f, "=")
+		switch {
+		case f == "--no-pivot":
+			args = append(args, f)
+		case createToRestore[name] && hasValue:
+			args = append(args, f)
+		case createToRestore[name] && i+1 < len(inv.flags):
+			args = append(args, f, inv.flags[i+1])
+			i++
+		case f == "--preserve-fds" && i+1 < len(inv.flags):
+			i++
+		}
+	}
+	return append(args, inv.id)
+}
+
+// restore runs runc restore for the create, and remembers the container
+// as restored for its start. The checkpoint goes either way: a failed
+// restore leaves the container to fail as any create would, and a restart
+// starts the container afresh.
+func (r Runtime) restore(inv invocation, checkpoint string) error {
+	defer os.RemoveAll(checkpoint)
+	cmd := exec.Command(r.Runc, restoreArgs(inv, checkpoint)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.Stdin, r.Stdout, r.Stderr
+	if err := cmd.Run(); err != nil {
+		if log, readErr := os.ReadFile(filepath.Join(checkpoint, "restore.log")); readErr == nil {
+			fmt.Fprintf(r.Stderr, "CRIU's restore log:\n%s\n", tail(log, 20))
+		}
+		return fmt.Errorf("runc restore: %w", err)
+	}
+	return os.WriteFile(filepath.Join(r.State, inv.id), nil, 0o600)
+}
+
+// tail is the last n lines of b.
+func tail(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

@@ -1,0 +1,194 @@
+package ociruntime
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// fakeRunc is an OCI runtime that records each command line it gets, one
+// per line, and fails when told to.
+const fakeRunc = `#!/bin/sh
+echo "$*" >> "$FAKE_RUNC_LOG"
+cat > /dev/null
+if [ -n "$FAKE_RUNC_FAIL" ]; then echo "criu failed" >&2; exit 1; fi
+`
+
+type world struct {
+	r      Runtime
+	log    string
+	bundle string
+	rootfs string
+}
+
+func newWorld(t *testing.T, annotations map[string]string) world {
+	t.Helper()
+	dir := t.TempDir()
+	w := world{log: filepath.Join(dir, "runc.log"), bundle: filepath.Join(dir, "bundle"), rootfs: filepath.Join(dir, "rootfs")}
+	runc := filepath.Join(dir, "runc")
+	must(t, os.WriteFile(runc, []byte(fakeRunc), 0o755))
+	t.Setenv("FAKE_RUNC_LOG", w.log)
+	must(t, os.MkdirAll(w.bundle, 0o755))
+	must(t, os.MkdirAll(filepath.Join(w.rootfs, "etc"), 0o755))
+	must(t, os.WriteFile(filepath.Join(w.rootfs, "etc", "gone"), []byte("x"), 0o644))
+	spec, _ := json.Marshal(map[string]any{"root": map[string]any{"path": w.rootfs}, "annotations": annotations})
+	must(t, os.WriteFile(filepath.Join(w.bundle, "config.json"), spec, 0o644))
+	devNull, err := os.Open(os.DevNull)
+	must(t, err)
+	t.Cleanup(func() { devNull.Close() })
+	w.r = Runtime{Runc: runc, Stage: filepath.Join(dir, "stage"), State: filepath.Join(dir, "state"), Stdin: devNull, Stdout: os.Stdout, Stderr: os.Stderr}
+	return w
+}
+
+// stage puts a checkpoint for id where an agent would: CRIU's images, the
+// container's file changes and deletions.
+func (w world) stage(t *testing.T, id Identity) string {
+	t.Helper()
+	dir := StagePath(w.r.Stage, id)
+	must(t, os.MkdirAll(filepath.Join(dir, "checkpoint"), 0o700))
+	must(t, os.WriteFile(filepath.Join(dir, "checkpoint", "pages-1.img"), []byte("memory"), 0o600))
+	var diff bytes.Buffer
+	tw := tar.NewWriter(&diff)
+	must(t, tw.WriteHeader(&tar.Header{Name: "var/", Typeflag: tar.TypeDir, Mode: 0o755}))
+	must(t, tw.WriteHeader(&tar.Header{Name: "var/state", Typeflag: tar.TypeReg, Mode: 0o640, Size: 5}))
+	_, _ = tw.Write([]byte("moved"))
+	must(t, tw.Close())
+	must(t, os.WriteFile(filepath.Join(dir, "rootfs-diff.tar"), diff.Bytes(), 0o600))
+	must(t, os.WriteFile(filepath.Join(dir, "deleted.files"), []byte(`["/etc/gone"]`), 0o600))
+	return dir
+}
+
+func (w world) calls(t *testing.T) []string {
+	t.Helper()
+	raw, err := os.ReadFile(w.log)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	must(t, err)
+	return strings.Split(strings.TrimSpace(string(raw)), "\n")
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var (
+	crioContainer = map[string]string{"io.kubernetes.cri-o.ContainerType": "container", "io.kubernetes.pod.namespace": "shop", "io.kubernetes.pod.name": "consumer-2", "io.kubernetes.container.name": "app"}
+	containerdApp = map[string]string{"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "shop", "io.kubernetes.cri.sandbox-name": "consumer-2", "io.kubernetes.cri.container-name": "app"}
+	app           = Identity{"shop", "consumer-2", "app"}
+)
+
+// The shims' command lines (containerd's runc shim, then CRI-O's conmon).
+func createArgs(bundle string) []string {
+	return []string{"--root", "/run/containerd/runc/k8s.io", "--log", "/run/x/log.json", "--log-format", "json", "create", "--bundle", bundle, "--pid-file", "/run/x/init.pid", "--no-new-keyring", "ctr1"}
+}
+
+func TestACreateWithAStagedCheckpointRestores(t *testing.T) {
+	for name, annotations := range map[string]map[string]string{"cri-o": crioContainer, "containerd": containerdApp} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, annotations)
+			staged := w.stage(t, app)
+			pass, err := w.r.Run(createArgs(w.bundle))
+			if err != nil || pass {
+				t.Fatalf("create: pass %v, err %v; want a restore", pass, err)
+			}
+			claimed := staged + ".claimed-ctr1"
+			want := "--root /run/containerd/runc/k8s.io --log /run/x/log.json --log-format json restore --detach --image-path " +
+				filepath.Join(claimed, "checkpoint") + " --work-path " + claimed + " --bundle " + w.bundle + " --pid-file /run/x/init.pid ctr1"
+			if got := w.calls(t); !slices.Equal(got, []string{want}) {
+				t.Fatalf("runc got\n%q\nwant\n%q", got, want)
+			}
+			if b, err := os.ReadFile(filepath.Join(w.rootfs, "var", "state")); err != nil || string(b) != "moved" {
+				t.Errorf("the container's changed file: %q, %v", b, err)
+			}
+			if _, err := os.Stat(filepath.Join(w.rootfs, "etc", "gone")); !os.IsNotExist(err) {
+				t.Errorf("a file the container deleted is back: %v", err)
+			}
+			for _, left := range []string{staged, claimed} {
+				if _, err := os.Stat(left); !os.IsNotExist(err) {
+					t.Errorf("the checkpoint is left at %s", left)
+				}
+			}
+			// Its start finds it running: nothing for runc to do, once.
+			if pass, err := w.r.Run([]string{"--root", "/r", "start", "ctr1"}); pass || err != nil {
+				t.Fatalf("start of the restored container: pass %v, err %v", pass, err)
+			}
+			if pass, _ := w.r.Run([]string{"--root", "/r", "start", "ctr1"}); !pass {
+				t.Error("a second start was not runc's")
+			}
+			for _, cmd := range [][]string{{"state", "ctr1"}, {"kill", "ctr1", "KILL"}, {"delete", "--force", "ctr1"}, {"exec", "--process", "/p.json", "ctr1"}} {
+				if pass, err := w.r.Run(cmd); !pass || err != nil {
+					t.Errorf("%v is runc's: pass %v, err %v", cmd, pass, err)
+				}
+			}
+		})
+	}
+}
+
+func TestACreateWithoutACheckpointIsRuncs(t *testing.T) {
+	cases := map[string]map[string]string{
+		"nothing staged": crioContainer,
+		"the sandbox":    {"io.kubernetes.cri-o.ContainerType": "sandbox", "io.kubernetes.pod.namespace": "shop", "io.kubernetes.pod.name": "consumer-2", "io.kubernetes.container.name": "app"},
+		"another namespace's pod of that name": {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "attacker", "io.kubernetes.cri.sandbox-name": "consumer-2", "io.kubernetes.cri.container-name": "app"},
+		"a name that leaves the stage": {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "..", "io.kubernetes.cri.sandbox-name": "shop", "io.kubernetes.cri.container-name": "consumer-2"},
+	}
+	for name, annotations := range cases {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, annotations)
+			if name != "nothing staged" {
+				w.stage(t, app)
+			}
+			pass, err := w.r.Run(createArgs(w.bundle))
+			if !pass || err != nil {
+				t.Fatalf("pass %v, err %v: want runc's own create", pass, err)
+			}
+			if calls := w.calls(t); calls != nil {
+				t.Errorf("runc was called for a pass-through: %q", calls)
+			}
+			if name != "nothing staged" {
+				if _, err := os.Stat(StagePath(w.r.Stage, app)); err != nil {
+					t.Errorf("the staged checkpoint was touched: %v", err)
+				}
+			}
+			if pass, _ := w.r.Run([]string{"start", "ctr1"}); !pass {
+				t.Error("the start of a created container is runc's")
+			}
+		})
+	}
+}
+
+func TestAFailedRestoreFailsTheCreateAndLeavesNothing(t *testing.T) {
+	w := newWorld(t, containerdApp)
+	staged := w.stage(t, app)
+	t.Setenv("FAKE_RUNC_FAIL", "1")
+	pass, err := w.r.Run(createArgs(w.bundle))
+	if pass || err == nil {
+		t.Fatalf("pass %v, err %v: want the restore's error", pass, err)
+	}
+	if _, err := os.Stat(staged + ".claimed-ctr1"); !os.IsNotExist(err) {
+		t.Error("the checkpoint is left after a failed restore")
+	}
+	if pass, _ := w.r.Run([]string{"start", "ctr1"}); !pass {
+		t.Error("a start after a failed restore must be runc's (which refuses it)")
+	}
+}
+
+func TestParse(t *testing.T) {
+	inv := parse([]string{"--systemd-cgroup", "--root", "/r", "create", "--bundle=/b", "--console-socket", "/s", "--preserve-fds", "2", "id"})
+	if inv.command != "create" || inv.id != "id" || !slices.Equal(inv.global, []string{"--systemd-cgroup", "--root", "/r"}) {
+		t.Fatalf("%+v", inv)
+	}
+	got := restoreArgs(inv, "/c")
+	want := []string{"--systemd-cgroup", "--root", "/r", "restore", "--detach", "--image-path", "/c/checkpoint", "--work-path", "/c", "--bundle=/b", "--console-socket", "/s", "id"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("restore args\n%q\nwant\n%q", got, want)
+	}
+}
