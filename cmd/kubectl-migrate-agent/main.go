@@ -24,7 +24,7 @@ import (
 )
 
 const usage = `usage:
-  kubectl-migrate-agent serve [--idle 15m] [--direct DIR] (HTTP on port 8090, or 8091 with --direct: pack and remove as asked)
+  kubectl-migrate-agent serve [--idle 15m] [--direct DIR [--stage DIR]] (HTTP on port 8090, or 8091 with --direct: pack and remove as asked)
   kubectl-migrate-agent pack --archive PATH --container NAME --image REF [--insecure] [--keep-archive]
   kubectl-migrate-agent remove PATH...
   kubectl-migrate-agent install DIR   (copy this static binary into DIR)
@@ -88,6 +88,7 @@ func run(ctx context.Context, args []string) (string, error) {
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 		idle := fs.Duration("idle", 15*time.Minute, "end after this long without a request")
 		direct := fs.String("direct", "", "also receive checkpoints (over TLS, on the node's network, port 8093) and serve them to this node (port 8091) from this directory; the push token in $"+agent.TokenEnv)
+		stage := fs.String("stage", "", "with --direct, extract checkpoints sent for staging into this directory (the node's "+ociruntime.StageDir+"), where the kubectl-migrate runtime restores them")
 		if err := fs.Parse(args[1:]); err != nil {
 			return "", err
 		}
@@ -105,6 +106,7 @@ func run(ctx context.Context, args []string) (string, error) {
 			if d, err = agent.NewDirect(*direct, token, receive); err != nil {
 				return "", err
 			}
+			d.StageDir = *stage
 			port = agent.DirectPort
 		}
 		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", port))

@@ -34,6 +34,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
 
 // A transfer without a registry: the source node's agent streams the
@@ -72,6 +73,9 @@ type Direct struct {
 	Token string
 	// Port is the one the agent's registry listens on; 0 means DirectPort.
 	Port int
+	// StageDir, if set, is where checkpoints sent for staging
+	// (PackRequest.StageAs) are extracted: ociruntime.StageDir, mounted.
+	StageDir string
 	// Receive is the listener senders reach (DirectReceivePort on the
 	// node's network); Serve speaks TLS on it with cert.
 	Receive net.Listener
@@ -244,6 +248,15 @@ func (d *Direct) guard(next http.Handler) http.Handler {
 func (d *Direct) receive(w http.ResponseWriter, r *http.Request, blobs string, publishing *publishing) {
 	q := r.URL.Query()
 	repository, tag, container := q.Get("repository"), q.Get("tag"), q.Get("container")
+	var stageAs *ociruntime.Identity
+	if s := q.Get("stage"); s != "" {
+		id, err := parseStageQuery(s)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		stageAs = &id
+	}
 	if repository == "" || tag == "" || container == "" {
 		http.Error(w, "receive needs repository, tag and container", http.StatusBadRequest)
 		return
@@ -263,7 +276,12 @@ func (d *Direct) receive(w http.ResponseWriter, r *http.Request, blobs string, p
 	}
 	defer conn.Close()
 	start := time.Now()
-	res, err := d.store(conn, buffered.Reader, r.ContentLength, blobs, repository+":"+tag, container, publishing)
+	var res PackResult
+	if stageAs != nil {
+		res, err = d.stage(conn, buffered.Reader, r.ContentLength, *stageAs)
+	} else {
+		res, err = d.store(conn, buffered.Reader, r.ContentLength, blobs, repository+":"+tag, container, publishing)
+	}
 	if err != nil {
 		answer(conn, http.StatusInternalServerError, "text/plain; charset=utf-8", []byte(err.Error()+"\n"))
 		return
@@ -448,6 +466,9 @@ func send(ctx context.Context, req PackRequest) (PackResult, error) {
 		return PackResult{}, err
 	}
 	q := url.Values{"repository": {req.Repository}, "tag": {req.Tag}, "container": {req.Container}}
+	if req.StageAs != nil {
+		q.Set("stage", stageQuery(*req.StageAs))
+	}
 	if req.CertSHA256 == "" {
 		return PackResult{}, errors.New("a direct transfer needs the target agent's certificate fingerprint to send to")
 	}

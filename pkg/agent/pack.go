@@ -11,6 +11,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
 
 // CheckpointDir is where the kubelet writes checkpoint archives.
@@ -38,6 +39,10 @@ type PackRequest struct {
 	// pins.
 	Token      string `json:"token,omitempty"`
 	CertSHA256 string `json:"certSHA256,omitempty"`
+	// StageAs has the target's agent stage the checkpoint for the
+	// kubectl-migrate runtime to restore as this container, instead of
+	// serving it as an image.
+	StageAs *ociruntime.Identity `json:"stageAs,omitempty"`
 }
 
 // PackResult is what the agent reports back, as JSON in its termination
@@ -47,6 +52,8 @@ type PackResult struct {
 	ArchiveBytes int64  `json:"archiveBytes"`
 	BuildMillis  int64  `json:"buildMillis"`
 	PushMillis   int64  `json:"pushMillis"`
+	// Staged is where the target's agent staged the checkpoint (StageAs).
+	Staged string `json:"staged,omitempty"`
 }
 
 // ValidateArchive refuses paths outside CheckpointDir: the agent runs as root
@@ -116,8 +123,11 @@ func removeAfterPush(req PackRequest, ref string) error {
 // Remove deletes a checkpoint archive (rollback and cleanup), or every
 // archive a pattern matches (ArchivePattern: a checkpoint whose path the
 // migration never learnt, because the process running it died during the
-// kubelet's call).
+// kubelet's call), or a checkpoint staged for the runtime (StagedPath).
 func Remove(path string) error {
+	if id, ok := stagedIdentity(path); ok {
+		return os.RemoveAll(ociruntime.StagePath(stageDir, id))
+	}
 	if err := ValidateArchive(path); err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
 
 // Serving holds the serving agents a Launcher started, one per node.
@@ -71,6 +72,11 @@ type WarmOptions struct {
 	// can snapshot a migrated pod's emptyDir volumes (SnapshotVolumes); an
 	// agent is given it only for a migration that carries such volumes.
 	Volumes bool
+	// Stage makes a direct transfer's target extract each checkpoint it
+	// receives into the node's ociruntime.StageDir, where the
+	// kubectl-migrate runtime restores it, instead of serving it as an
+	// image: the restore path that needs no CRI restore.
+	Stage bool
 }
 
 // directDir is where a direct-transfer agent keeps what it receives.
@@ -93,6 +99,14 @@ func (l Launcher) Warm(ctx context.Context, podName, node string, opts WarmOptio
 	if opts.DirectToken != "" {
 		port = DirectPort
 		directPod(pod, opts.DirectToken)
+		if opts.Stage {
+			c := &pod.Spec.Containers[0]
+			c.Args = append(c.Args, "--stage", ociruntime.StageDir)
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "stage", MountPath: ociruntime.StageDir})
+			pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "stage", VolumeSource: corev1.VolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: ociruntime.StageDir, Type: ptr.To(corev1.HostPathDirectoryOrCreate)},
+			}})
+		}
 	}
 	if opts.RuntimeSocket != "" {
 		c := &pod.Spec.Containers[0]

@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/untar"
+)
+
+// Staging: for the restore path that needs no CRI restore, the target's
+// agent extracts a received checkpoint straight from the connection into
+// the node's ociruntime.StageDir, where the kubectl-migrate runtime finds
+// it at the target container's create. No image is made, pushed or pulled,
+// and the archive is written to the node's disk once.
+
+// stageDir is ociruntime.StageDir; tests point it at a temporary directory.
+var stageDir = ociruntime.StageDir
+
+// StagedPath is how a migration names a staged checkpoint: what Remove
+// takes to delete it.
+func StagedPath(id ociruntime.Identity) string { return ociruntime.StagePath(ociruntime.StageDir, id) }
+
+// stagedIdentity reads a StagedPath.
+func stagedIdentity(path string) (ociruntime.Identity, bool) {
+	rest, ok := strings.CutPrefix(filepath.Clean(path), ociruntime.StageDir+"/")
+	if !ok {
+		return ociruntime.Identity{}, false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 {
+		return ociruntime.Identity{}, false
+	}
+	id := ociruntime.Identity{Namespace: parts[0], Pod: parts[1], Container: parts[2]}
+	return id, id.Valid() == nil
+}
+
+// stageQuery is the receive query's spelling of an identity.
+func stageQuery(id ociruntime.Identity) string { return id.Namespace + "/" + id.Pod + "/" + id.Container }
+
+func parseStageQuery(s string) (ociruntime.Identity, error) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 {
+		return ociruntime.Identity{}, fmt.Errorf("stage %q is not NAMESPACE/POD/CONTAINER", s)
+	}
+	id := ociruntime.Identity{Namespace: parts[0], Pod: parts[1], Container: parts[2]}
+	return id, id.Valid()
+}
+
+// stage extracts the size bytes of the archive from conn (those already
+// read first) under the stage, for id. A checkpoint staged for id before
+// (a retried transfer) is replaced; one being extracted is never seen by
+// the runtime: it appears whole, by a rename.
+func (d *Direct) stage(conn net.Conn, buffered *bufio.Reader, size int64, id ociruntime.Identity) (PackResult, error) {
+	if d.StageDir == "" {
+		return PackResult{}, fmt.Errorf("this agent stages no checkpoints (it was started without --stage)")
+	}
+	final := ociruntime.StagePath(d.StageDir, id)
+	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
+		return PackResult{}, err
+	}
+	suffix := make([]byte, 6)
+	_, _ = rand.Read(suffix)
+	tmp := final + ".receiving-" + hex.EncodeToString(suffix)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return PackResult{}, err
+	}
+	archive := &countingReader{r: io.LimitReader(io.MultiReader(io.LimitReader(buffered, int64(buffered.Buffered())), deadlineReader{conn}), size)}
+	_, err := untar.Extract(archive, tmp, untar.Options{MaxBytes: size, Owners: true})
+	if err == nil {
+		// What follows tar's end marker (padding) is the sender's too.
+		_, err = io.Copy(io.Discard, archive)
+	}
+	if err == nil && archive.n < size {
+		err = fmt.Errorf("received %d of %d bytes: %w", archive.n, size, io.ErrUnexpectedEOF)
+	}
+	if err == nil {
+		_ = os.RemoveAll(final)
+		err = os.Rename(tmp, final)
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return PackResult{}, fmt.Errorf("stage the checkpoint for %s: %w", stageQuery(id), err)
+	}
+	return PackResult{ArchiveBytes: size, Staged: StagedPath(id)}, nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// deadlineReader reads a hijacked connection, each read bounded: a sender
+// silent this long is gone.
+type deadlineReader struct{ conn net.Conn }
+
+func (r deadlineReader) Read(p []byte) (int, error) {
+	_ = r.conn.SetReadDeadline(time.Now().Add(receiveIdle))
+	return r.conn.Read(p)
+}
