@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -33,6 +34,10 @@ const podExample = `  # Move pod consumer to node-b with MS2M; broker and regist
   # No registry: the checkpoint goes straight from node to node
   kubectl migrate pod consumer --to node-b --transfer direct
 
+  # A target whose runtime does not restore (containerd 2.4): the
+  # kubectl-migrate runtime restores, from no image at all
+  kubectl migrate pod consumer --to node-b --restore runtime
+
   # Machine-readable result
   kubectl migrate pod consumer --to node-b -o json`
 
@@ -57,6 +62,7 @@ type PodOptions struct {
 
 	TargetName string
 	Transfer   string
+	Restore    string
 	ReplayMax  time.Duration
 	Cutoff     time.Duration
 }
@@ -78,8 +84,10 @@ func NewCmdPod(root *RootOptions) *cobra.Command {
 	f.StringVar(&o.TargetName, "target-name", "", "name of the restored pod (default: the original name plus the migration ID)")
 	f.DurationVar(&o.ReplayMax, "replay-max", 0, "threshold cutoff: keep replay within this; the source stops T_cutoff = replay-max·μ/λ after the replay queue is bound (λ, μ measured)")
 	f.DurationVar(&o.Cutoff, "cutoff", 0, "stop the source this long after the replay queue is bound, whatever the rates (overrides the computed T_cutoff)")
-	f.StringVar(&o.Transfer, "transfer", string(migrate.ViaRegistry), "registry: push checkpoint images to --registry; direct: stream them from the source node's agent to the target node's, no registry (the target node's runtime must pull from localhost:8091 over plain HTTP)")
+	f.StringVar(&o.Transfer, "transfer", "", "registry (the default): push checkpoint images to --registry; direct (the default with --restore runtime): stream them from the source node's agent to the target node's, no registry (with --restore cri the target node's runtime must pull from localhost:8091 over plain HTTP)")
 	_ = cmd.RegisterFlagCompletionFunc("transfer", cobra.FixedCompletions([]string{"registry", "direct"}, cobra.ShellCompDirectiveNoFileComp))
+	f.StringVar(&o.Restore, "restore", string(migrate.RestoreAuto), "cri: the target's container runtime restores from a checkpoint image; runtime: the kubectl-migrate runtime (kubectl migrate node-setup) restores from the checkpoint sent node to node, no image (containerd 2.4+); auto: cri where the runtime restores, else runtime where installed")
+	_ = cmd.RegisterFlagCompletionFunc("restore", cobra.FixedCompletions([]string{"auto", "cri", "runtime"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -103,7 +111,14 @@ func (o *PodOptions) toConfig(pod *corev1.Pod, id string) (migrate.Config, error
 	if c.TargetName == "" && pod != nil {
 		c.TargetName = targetName(pod, id)
 	}
-	c.Transfer = migrate.Transfer(o.Transfer)
+	c.Transfer = migrate.Transfer(cmp.Or(o.Transfer, string(migrate.ViaRegistry)))
+	c.Restore = migrate.Restore(o.Restore)
+	if c.Restore == migrate.RestoreRuntime {
+		if c.Transfer == migrate.ViaRegistry && o.Transfer != "" {
+			return c, fmt.Errorf("--restore runtime sends the checkpoint node to node, with no registry: drop --transfer %s", o.Transfer)
+		}
+		c.Transfer = migrate.Direct
+	}
 	if c.Transfer == migrate.Direct {
 		c.ImageRepository = "" // no registry is used
 	}

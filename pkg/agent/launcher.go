@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -113,7 +114,11 @@ func (l Launcher) Remove(ctx context.Context, podName, node string, archives []s
 		_, err := l.call(ctx, warm, http.MethodPost, removePath, removeRequest{Archives: archives})
 		return err
 	}
-	_, err := l.run(ctx, podName, node, append([]string{"remove"}, archives...))
+	pod := l.PodSpec(podName, node, append([]string{"remove"}, archives...))
+	if slices.ContainsFunc(archives, func(a string) bool { _, staged := stagedIdentity(a); return staged }) {
+		mountStage(pod)
+	}
+	_, err := l.runPod(ctx, pod)
 	return err
 }
 

@@ -44,7 +44,9 @@ func stagedIdentity(path string) (ociruntime.Identity, bool) {
 }
 
 // stageQuery is the receive query's spelling of an identity.
-func stageQuery(id ociruntime.Identity) string { return id.Namespace + "/" + id.Pod + "/" + id.Container }
+func stageQuery(id ociruntime.Identity) string {
+	return id.Namespace + "/" + id.Pod + "/" + id.Container
+}
 
 func parseStageQuery(s string) (ociruntime.Identity, error) {
 	parts := strings.Split(s, "/")

@@ -100,12 +100,8 @@ func (l Launcher) Warm(ctx context.Context, podName, node string, opts WarmOptio
 		port = DirectPort
 		directPod(pod, opts.DirectToken)
 		if opts.Stage {
-			c := &pod.Spec.Containers[0]
-			c.Args = append(c.Args, "--stage", ociruntime.StageDir)
-			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "stage", MountPath: ociruntime.StageDir})
-			pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "stage", VolumeSource: corev1.VolumeSource{
-				HostPath: &corev1.HostPathVolumeSource{Path: ociruntime.StageDir, Type: ptr.To(corev1.HostPathDirectoryOrCreate)},
-			}})
+			pod.Spec.Containers[0].Args = append(pod.Spec.Containers[0].Args, "--stage", ociruntime.StageDir)
+			mountStage(pod)
 		}
 	}
 	if opts.RuntimeSocket != "" {
@@ -160,6 +156,16 @@ func directPod(pod *corev1.Pod, token string) {
 	c.Ports = append(c.Ports, corev1.ContainerPort{ContainerPort: DirectReceivePort, HostPort: DirectReceivePort})
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "direct", MountPath: directDir})
 	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "direct", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+}
+
+// mountStage gives an agent pod the node's stage (ociruntime.StageDir),
+// made root-only if it is new.
+func mountStage(pod *corev1.Pod) {
+	c := &pod.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "stage", MountPath: ociruntime.StageDir})
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "stage", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: ociruntime.StageDir, Type: ptr.To(corev1.HostPathDirectoryOrCreate)},
+	}})
 }
 
 // Release deletes every pod of the launcher's migration (its labels): the

@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -98,6 +99,27 @@ func (m *Migration) removeArchives(ctx context.Context) error {
 	return nil
 }
 
+// removeStaged deletes the checkpoints staged on the target node for the
+// kubectl-migrate runtime (RestoreRuntime): unlike a direct transfer's
+// images, they do not go with the target's agent. One the runtime restored
+// is gone already.
+func (m *Migration) removeStaged(ctx context.Context) error {
+	var staged []string
+	for c, ref := range m.Images {
+		if ref == agent.StagedPath(m.staged(c)) {
+			staged = append(staged, ref)
+		}
+	}
+	if len(staged) == 0 {
+		return nil
+	}
+	slices.Sort(staged)
+	if err := m.Packer.Remove(ctx, m.nextAgentPod(), m.TargetNode, staged); err != nil {
+		return fmt.Errorf("remove the checkpoints staged on %s %v: %w", m.TargetNode, staged, err)
+	}
+	return nil
+}
+
 // packImages packs each archive as a checkpoint image and pushes it, from a
 // short-lived agent pod on the source node; the agent deletes each archive
 // once pushed.
@@ -124,9 +146,14 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 		m.stepTook(report.Pack, c, start, time.Duration(res.BuildMillis)*time.Millisecond, res.ArchiveBytes)
 		m.stepTook(report.Push, c, built, time.Duration(res.PushMillis)*time.Millisecond, res.ArchiveBytes)
 		delete(m.Archives, c)
-		m.Images[c] = res.Image
+		m.Images[c] = cmp.Or(res.Image, res.Staged)
 		if err := m.save(ctx); err != nil {
 			return err
+		}
+		if res.Staged != "" {
+			m.Record.ArchiveBytes += res.ArchiveBytes
+			m.progress(report.Image, fmt.Sprintf("container %s staged on %s for the kubectl-migrate runtime (%d KiB, sent in %d ms)", c, m.TargetNode, res.ArchiveBytes/1024, res.PushMillis))
+			continue
 		}
 		m.Record.Images = append(m.Record.Images, res.Image)
 		m.Record.ArchiveBytes += res.ArchiveBytes
@@ -146,6 +173,9 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 func (packImages) Rollback(ctx context.Context, m *Migration) error {
 	// The archives first: they are on the node, which is up.
 	if err := m.removeArchives(ctx); err != nil {
+		return err
+	}
+	if err := m.removeStaged(ctx); err != nil {
 		return err
 	}
 	var left []string

@@ -75,6 +75,29 @@ const (
 // Transfers lists the valid transfers.
 var Transfers = []Transfer{ViaRegistry, Direct}
 
+// Restore is how the target node restores a checkpoint.
+type Restore string
+
+// Restores.
+const (
+	// RestoreAuto is RestoreCRI where the target node's container runtime
+	// restores, otherwise RestoreRuntime where the kubectl-migrate runtime
+	// is installed (kubectl migrate node-setup).
+	RestoreAuto Restore = "auto"
+	// RestoreCRI has the container runtime restore from a checkpoint image
+	// (CRI-O; containerd 2.1–2.3).
+	RestoreCRI Restore = "cri"
+	// RestoreRuntime has the kubectl-migrate runtime (RuntimeClass
+	// kubectl-migrate) restore the target container from the checkpoint
+	// its agent staged on the node: no image anywhere, and the checkpoint
+	// goes node to node (the direct transfer). For runtimes without CRI
+	// restore, such as containerd 2.4.
+	RestoreRuntime Restore = "runtime"
+)
+
+// Restores lists the valid restores.
+var Restores = []Restore{RestoreAuto, RestoreCRI, RestoreRuntime}
+
 // BrokerConfig locates the workload's queues.
 type BrokerConfig struct {
 	URL      string
@@ -99,6 +122,7 @@ type Config struct {
 	Mode        StatefulSetMode
 
 	Transfer         Transfer
+	Restore          Restore // "" is RestoreAuto
 	ImageRepository  string // where checkpoint images are pushed (ViaRegistry)
 	RegistrySecret   string // dockerconfigjson secret for push and pull
 	InsecureRegistry bool
@@ -189,6 +213,12 @@ func (c Config) ValidateChoices() error {
 	}
 	if c.Transfer != "" && !slices.Contains(Transfers, c.Transfer) {
 		errs = append(errs, fmt.Errorf("--transfer must be one of %v, not %q", Transfers, c.Transfer))
+	}
+	if c.Restore != "" && !slices.Contains(Restores, c.Restore) {
+		errs = append(errs, fmt.Errorf("--restore must be one of %v, not %q", Restores, c.Restore))
+	}
+	if c.Restore == RestoreRuntime && c.StatefulSet != "" {
+		errs = append(errs, errors.New("--restore runtime applies to kubectl migrate pod for now: a StatefulSet pod's rollback restores its source from a checkpoint image; use a node whose runtime restores (--restore cri)"))
 	}
 	if c.Transfer == Direct && c.StatefulSet != "" {
 		errs = append(errs, errors.New("--transfer direct applies to kubectl migrate pod: a StatefulSet pod's rollback restores its source from the checkpoint image, which must then be pullable on the source node too; use a registry"))

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -181,7 +182,8 @@ func (j Journal) verify(r *report.Record) error {
 			}
 		}
 		for ctr, ref := range s.Images {
-			if !isImageOf(ref, c.CheckpointImageOf(pod, ctr, tag)) {
+			staged := agent.StagedPath(ociruntime.Identity{Namespace: c.Namespace, Pod: c.TargetName, Container: ctr})
+			if ref != staged && !isImageOf(ref, c.CheckpointImageOf(pod, ctr, tag)) {
 				return fmt.Errorf("image %s", ref)
 			}
 		}

@@ -26,6 +26,9 @@ type State struct {
 	SourceNode  string      `json:"sourceNode,omitempty"`
 	Migrated    []string    `json:"migrated,omitempty"` // the containers migrated
 	SourceState ms2m.State  `json:"sourceState"`
+	// RestoreVia is how the target restores, as preflight chose it
+	// (RestoreCRI or RestoreRuntime).
+	RestoreVia Restore `json:"restoreVia,omitempty"`
 	// DirectTo is the target node's agent (host:port) and DirectToken its
 	// push credential, in a transfer without a registry. The token stays in
 	// this process's memory: pushes precede the commit point, and a
@@ -47,7 +50,9 @@ type State struct {
 	// checkpoint was asked for but not answered maps to the pattern of its
 	// archives.
 	Archives map[string]string `json:"archives,omitempty"`
-	// Images maps each container to its pushed checkpoint image.
+	// Images maps each container to its pushed checkpoint image, or with
+	// RestoreRuntime to the checkpoint staged on the target node
+	// (agent.StagedPath).
 	Images map[string]string `json:"images,omitempty"`
 	// TargetRequested is set before the target pod is created, so a journal
 	// saved by a process that died during the create still names it.

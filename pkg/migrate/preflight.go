@@ -23,6 +23,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/runtimesupport"
 )
@@ -207,10 +208,51 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 	if s := runtimesupport.Parse(source.Status.NodeInfo.ContainerRuntimeVersion); !s.Checkpoint {
 		return fmt.Errorf("source node %s cannot checkpoint: %s", m.SourceNode, s.Why)
 	}
-	if s := runtimesupport.Parse(target.Status.NodeInfo.ContainerRuntimeVersion); !s.Restore {
-		return fmt.Errorf("target node %s cannot restore checkpoints: %s", m.TargetNode, s.Why)
+	via, err := m.pickRestore(runtimesupport.Parse(target.Status.NodeInfo.ContainerRuntimeVersion))
+	if err != nil {
+		return err
+	}
+	m.RestoreVia = via
+	if via == RestoreRuntime {
+		// The checkpoint goes to the target's agent, which stages it.
+		m.Transfer = Direct
 	}
 	return nil
+}
+
+// pickRestore chooses how the target restores: through its container
+// runtime where that restores (s), through the kubectl-migrate runtime
+// where node-setup installed it; a node with neither is refused with both
+// remedies.
+func (m *Migration) pickRestore(s runtimesupport.Support) (Restore, error) {
+	_, installed := m.targetNode.Labels[ociruntime.NodeLabel]
+	runtimeRemedy := fmt.Sprintf("install the kubectl-migrate runtime there (kubectl migrate node-setup %s) and pass --restore runtime", m.TargetNode)
+	if m.StatefulSet != "" {
+		runtimeRemedy = "move the pod to a node whose runtime restores"
+	}
+	switch m.Restore {
+	case RestoreCRI:
+		if !s.Restore {
+			return "", fmt.Errorf("target node %s cannot restore checkpoints through its runtime: %s; or %s", m.TargetNode, s.Why, runtimeRemedy)
+		}
+		return RestoreCRI, nil
+	case RestoreRuntime:
+		if !installed {
+			return "", fmt.Errorf("target node %s has no kubectl-migrate runtime (no %s label): run kubectl migrate node-setup %s", m.TargetNode, ociruntime.NodeLabel, m.TargetNode)
+		}
+		if len(m.carriedVolumes()) > 0 {
+			return "", fmt.Errorf("pod %s has emptyDir volumes, which --restore runtime does not carry yet; use --restore cri on a node whose runtime restores", m.Pod)
+		}
+		return RestoreRuntime, nil
+	}
+	switch {
+	case s.Restore:
+		return RestoreCRI, nil
+	case installed && m.StatefulSet == "" && len(m.carriedVolumes()) == 0:
+		m.progress(report.Preflight, fmt.Sprintf("node %s's runtime does not restore (%s): restoring through the kubectl-migrate runtime", m.TargetNode, s.Why))
+		return RestoreRuntime, nil
+	}
+	return "", fmt.Errorf("target node %s cannot restore checkpoints: %s; or %s", m.TargetNode, s.Why, runtimeRemedy)
 }
 
 // checkVolumes refuses volumes whose data cannot follow the migrated
@@ -518,6 +560,7 @@ func (m *Migration) startAgents(ctx context.Context) error {
 			return err
 		}
 		targetOpts.DirectToken = m.DirectToken
+		targetOpts.Stage = m.RestoreVia == RestoreRuntime
 	}
 	warm := func(pod, node string, opts agent.WarmOptions) error {
 		if err := m.Packer.Warm(ctx, pod, node, opts); err != nil {
@@ -581,6 +624,9 @@ func (m *Migration) startAgents(ctx context.Context) error {
 // with the setting to change. A runtime that does not say keeps the
 // verdict its version gave.
 func (m *Migration) checkTargetRestores(ctx context.Context) error {
+	if m.RestoreVia == RestoreRuntime {
+		return nil // the container runtime only runs the containers
+	}
 	version := m.targetNode.Status.NodeInfo.ContainerRuntimeVersion
 	if agent.RuntimeSocket(version) == "" {
 		return nil

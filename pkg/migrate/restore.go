@@ -63,6 +63,9 @@ func (restore) Run(ctx context.Context, m *Migration) error {
 // checkpointed container.
 func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.Pod, ms2m.State, error) {
 	pod := TargetPod(m.Source, name, node, m.ID, m.Images, m.RegistrySecret)
+	if m.RestoreVia == RestoreRuntime {
+		ForRuntimeRestore(pod, m.Source)
+	}
 	if m.StatefulSet != "" {
 		// Per-pod Services select this label: the StatefulSet's own name has
 		// it, a shadow copy must not.

@@ -9,7 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"k8s.io/utils/ptr"
+
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
 
 // Annotations the plugin reads from a workload's pod and writes on the
@@ -94,10 +97,19 @@ func (m *Migration) packRequest(container string) agent.PackRequest {
 	if m.Transfer == Direct {
 		req.SendTo, req.Token, req.CertSHA256 = m.DirectTo, m.DirectToken, m.DirectCert
 		req.Repository, req.Tag = m.Namespace+"/"+m.Pod, container+"-"+m.tag()
+		if m.RestoreVia == RestoreRuntime {
+			req.StageAs = ptr.To(m.staged(container))
+		}
 		return req
 	}
 	req.Image, req.Insecure = m.CheckpointImageOf(m.Pod, container, m.tag()), m.InsecureRegistry
 	return req
+}
+
+// staged is the checkpoint of container staged for the kubectl-migrate
+// runtime on the target node, restored as that container of the target pod.
+func (m *Migration) staged(container string) ociruntime.Identity {
+	return ociruntime.Identity{Namespace: m.Namespace, Pod: m.TargetName, Container: container}
 }
 
 // TargetPod builds the restored pod: the source's identity labels and
@@ -194,4 +206,25 @@ func TargetPod(source *corev1.Pod, name, node, migrationID string, images map[st
 		}
 	}
 	return pod
+}
+
+// ForRuntimeRestore makes target (TargetPod's) a pod the kubectl-migrate
+// runtime restores: under its RuntimeClass, each container as the source
+// ran it (the image it ran, by digest, with its command and environment),
+// which the runtime's create turns into the restore of the checkpoint
+// staged for it. A later restart of the container starts it from that spec,
+// afresh, as any restart does.
+func ForRuntimeRestore(target, source *corev1.Pod) {
+	target.Spec.RuntimeClassName = ptr.To(ociruntime.HandlerName)
+	bases := BaseImages(source)
+	for i, c := range target.Spec.Containers {
+		j := slices.IndexFunc(source.Spec.Containers, func(s corev1.Container) bool { return s.Name == c.Name })
+		if j < 0 {
+			continue
+		}
+		full := *source.Spec.Containers[j].DeepCopy()
+		full.Image = bases[c.Name]
+		full.VolumeMounts = c.VolumeMounts
+		target.Spec.Containers[i] = full
+	}
 }

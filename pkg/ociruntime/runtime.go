@@ -42,6 +42,9 @@ const (
 	// HandlerName is the runtime handler node-setup registers, and the
 	// RuntimeClass that selects it.
 	HandlerName = "kubectl-migrate"
+	// NodeLabel marks a node where node-setup installed the runtime; the
+	// RuntimeClass selects such nodes, and preflight reads it.
+	NodeLabel = "kubectl-migrate.io/runtime"
 )
 
 // Config is ConfigFile's content.

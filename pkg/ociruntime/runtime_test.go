@@ -135,10 +135,10 @@ func TestACreateWithAStagedCheckpointRestores(t *testing.T) {
 
 func TestACreateWithoutACheckpointIsRuncs(t *testing.T) {
 	cases := map[string]map[string]string{
-		"nothing staged": crioContainer,
-		"the sandbox":    {"io.kubernetes.cri-o.ContainerType": "sandbox", "io.kubernetes.pod.namespace": "shop", "io.kubernetes.pod.name": "consumer-2", "io.kubernetes.container.name": "app"},
+		"nothing staged":                       crioContainer,
+		"the sandbox":                          {"io.kubernetes.cri-o.ContainerType": "sandbox", "io.kubernetes.pod.namespace": "shop", "io.kubernetes.pod.name": "consumer-2", "io.kubernetes.container.name": "app"},
 		"another namespace's pod of that name": {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "attacker", "io.kubernetes.cri.sandbox-name": "consumer-2", "io.kubernetes.cri.container-name": "app"},
-		"a name that leaves the stage": {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "..", "io.kubernetes.cri.sandbox-name": "shop", "io.kubernetes.cri.container-name": "consumer-2"},
+		"a name that leaves the stage":         {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "..", "io.kubernetes.cri.sandbox-name": "shop", "io.kubernetes.cri.container-name": "consumer-2"},
 	}
 	for name, annotations := range cases {
 		t.Run(name, func(t *testing.T) {
