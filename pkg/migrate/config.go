@@ -123,8 +123,8 @@ type Config struct {
 
 	Transfer         Transfer
 	Restore          Restore // "" is RestoreAuto
-	ImageRepository  string // where checkpoint images are pushed (ViaRegistry)
-	RegistrySecret   string // dockerconfigjson secret for push and pull
+	ImageRepository  string  // where checkpoint images are pushed (ViaRegistry)
+	RegistrySecret   string  // dockerconfigjson secret for push and pull
 	InsecureRegistry bool
 	AgentImage       string
 	// AgentNamespace is where the agents run (agent.DefaultNamespace).
