@@ -20,6 +20,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/nodesetup"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
 
@@ -28,6 +29,7 @@ const usage = `usage:
   kubectl-migrate-agent pack --archive PATH --container NAME --image REF [--insecure] [--keep-archive]
   kubectl-migrate-agent remove PATH...
   kubectl-migrate-agent install DIR   (copy this static binary into DIR)
+  kubectl-migrate-agent node-setup --runtime containerd|cri-o [--uninstall] [--restart auto|systemd|signal]
   kubectl-migrate-agent noop          (exit 0: run from another image to pull it)
   kubectl-migrate-agent fill-volumes SNAPSHOT MOUNTS (a target pod's init container: copy each SNAPSHOT/NAME into MOUNTS/NAME)
   kubectl-migrate-agent canary        (kubectl migrate check's stand-in workload: state on port 8092)`
@@ -114,6 +116,23 @@ func run(ctx context.Context, args []string) (string, error) {
 			return "", err
 		}
 		return "served", agent.Serve(ctx, ln, *idle, d, os.Getenv(agent.ControlTokenEnv))
+	case "node-setup":
+		fs := flag.NewFlagSet("node-setup", flag.ContinueOnError)
+		o := nodesetup.Options{}
+		fs.StringVar(&o.Runtime, "runtime", "", "the node's container runtime: containerd or cri-o")
+		fs.BoolVar(&o.Uninstall, "uninstall", false, "remove what node-setup installed")
+		fs.StringVar(&o.Restart, "restart", nodesetup.RestartAuto, "how to restart the runtime: auto, systemd or signal")
+		if err := fs.Parse(args[1:]); err != nil {
+			return "", err
+		}
+		o.Socket = nodesetup.SocketUnder(nodesetup.HostRun, o.Runtime)
+		o.Handlers = func(ctx context.Context) ([]string, error) { return agent.RuntimeHandlers(ctx, o.Socket) }
+		self, err := os.Executable()
+		if err != nil {
+			return "", err
+		}
+		o.Self = self
+		return nodesetup.Run(ctx, o)
 	case "noop":
 		return "ok", nil
 	case "fill-volumes":

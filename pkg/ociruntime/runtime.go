@@ -36,7 +36,7 @@ const (
 	StateDir = "/run/kubectl-migrate/restored"
 	// ConfigFile names the runc every command goes to; without it, runc
 	// from PATH.
-	ConfigFile = "/etc/kubectl-migrate/runtime.json"
+	ConfigFile = "/opt/kubectl-migrate/runtime.json"
 	// BinaryName is the name the agent's binary runs under as this runtime.
 	BinaryName = "kubectl-migrate-runtime"
 	// HandlerName is the runtime handler node-setup registers, and the

@@ -59,9 +59,18 @@ func (rt nodeRuntime) argv() []string {
 	return []string{"/opt/lab/bin/crio", "--log-level", "info"}
 }
 
-// startRuntime starts a node's runtime and waits for its socket.
+// superviseRuntime runs a runtime as systemd's Restart=always would: it
+// starts the runtime again whenever it exits (kubectl migrate node-setup
+// --restart signal stops it to load a new handler), and stops it when
+// stopped itself.
+const superviseRuntime = `trap 'kill -TERM $child 2>/dev/null; wait $child; exit 0' TERM INT
+while :; do "$@" & child=$!; wait $child; sleep 1; done`
+
+// startRuntime starts a node's runtime, supervised, and waits for its
+// socket.
 func (d dirs) startRuntime(rt nodeRuntime, n labNode, env []string) error {
-	if err := d.start(rt.daemon(n), d.inNode(n, rt.argv()...), env); err != nil {
+	argv := append([]string{"/bin/sh", "-c", superviseRuntime, "supervise"}, rt.argv()...)
+	if err := d.start(rt.daemon(n), d.inNode(n, argv...), env); err != nil {
 		return err
 	}
 	return waitFor(n.Name+" "+rt.name+" socket", time.Minute, func() error {
@@ -118,6 +127,8 @@ plugin_dirs = ["/usr/lib/cni"]
 // lab's pause image, registries and runc wrapper.
 func containerdConfig(restore bool) string {
 	return fmt.Sprintf(`version = 3
+# As containerd's default configuration: node-setup's drop-in goes here.
+imports = ["/etc/containerd/conf.d/*.toml"]
 root = "/var/lib/containerd"
 state = "/run/containerd"
 

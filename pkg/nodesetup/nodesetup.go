@@ -1,0 +1,429 @@
+// Package nodesetup installs the kubectl-migrate runtime on a node and
+// removes it again, from the agent pod that kubectl migrate node-setup runs
+// there: the runtime's binary (the agent's own), the file naming the runc
+// it hands commands to, a drop-in file registering the kubectl-migrate
+// handler with the node's container runtime (containerd 2.x or CRI-O), and
+// a restart of that runtime so it loads the handler, checked through the
+// CRI: the runtime lists the handler, or no longer does. Only files of its
+// own are written or removed; the runtime's own configuration is read,
+// never changed.
+package nodesetup
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
+)
+
+// Files node-setup owns on a node.
+const (
+	Dir    = "/opt/kubectl-migrate" // the binary and runtime.json
+	BinDir = Dir + "/bin"
+	// HostRun is where the agent sees the node's /run: the runtime's
+	// socket (a restarted runtime makes a new one, which a mount of the
+	// socket itself would not show) and systemd's.
+	HostRun        = "/host/run"
+	ContainerdDir  = "/etc/containerd"
+	CRIODir        = "/etc/crio"
+	containerdFile = ContainerdDir + "/conf.d/kubectl-migrate.toml"
+	crioFile       = CRIODir + "/crio.conf.d/99-kubectl-migrate.conf"
+)
+
+// Runtime names as nodes report them (nodeInfo.containerRuntimeVersion).
+const (
+	Containerd = "containerd"
+	CRIO       = "cri-o"
+)
+
+// Restarts.
+const (
+	// RestartAuto is RestartSystemd where systemd runs the node, else
+	// RestartSignal.
+	RestartAuto = "auto"
+	// RestartSystemd asks systemd over D-Bus to restart the runtime's unit
+	// (containerd.service, crio.service), as systemctl restart does:
+	// running containers keep running, their shims and monitors do not
+	// depend on the daemon.
+	RestartSystemd = "systemd"
+	// RestartSignal stops the runtime with SIGTERM and waits for whatever
+	// supervises it to start it again: for service managers that always
+	// restart it.
+	RestartSignal = "signal"
+)
+
+// Options say what to do on this node.
+type Options struct {
+	Runtime   string // Containerd or CRIO
+	Uninstall bool
+	Restart   string
+	// Socket is the runtime's CRI socket as the agent sees it
+	// (SocketUnder).
+	Socket string
+	// Root prefixes every host path (tests); "" in the agent, where the
+	// host's paths are mounted at their own.
+	Root string
+	// Self is the binary installed as the runtime (the running agent).
+	Self string
+	// Handlers lists the runtime's handlers over CRI (tests replace it).
+	Handlers func(ctx context.Context) ([]string, error)
+	// Timeout bounds the wait for the restarted runtime (default 2 min).
+	Timeout time.Duration
+
+	restartHook func(context.Context) error // tests: instead of a restart
+}
+
+func (o Options) host(path string) string { return filepath.Join(o.Root, path) }
+
+// Run installs or uninstalls, and says what it did in one line.
+func Run(ctx context.Context, o Options) (string, error) {
+	dropIn, content, err := o.dropIn()
+	if err != nil {
+		return "", err
+	}
+	if o.Uninstall {
+		return o.uninstall(ctx, dropIn)
+	}
+	if err := o.installFiles(dropIn, content); err != nil {
+		return "", err
+	}
+	if err := o.restart(ctx, true); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("installed: %s lists handler %s", o.Runtime, ociruntime.HandlerName), nil
+}
+
+func (o Options) uninstall(ctx context.Context, dropIn string) (string, error) {
+	err := os.Remove(o.host(dropIn))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	if err == nil {
+		if err := o.restart(ctx, false); err != nil {
+			return "", err
+		}
+	}
+	for _, p := range []string{filepath.Join(BinDir, ociruntime.BinaryName), ociruntime.ConfigFile} {
+		if err := os.Remove(o.host(p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+	}
+	for _, d := range []string{BinDir, Dir} {
+		_ = os.Remove(o.host(d)) // only if empty
+	}
+	return fmt.Sprintf("uninstalled: %s no longer lists handler %s", o.Runtime, ociruntime.HandlerName), nil
+}
+
+// installFiles writes the binary, its runc file and the drop-in, each
+// whole (a rename): a runtime reading one mid-write sees the old or the new.
+func (o Options) installFiles(dropIn, content string) error {
+	self, err := os.Open(o.Self)
+	if err != nil {
+		return err
+	}
+	defer self.Close()
+	if err := writeAtomic(o.host(filepath.Join(BinDir, ociruntime.BinaryName)), self, 0o755); err != nil {
+		return fmt.Errorf("install the runtime: %w", err)
+	}
+	return writeAtomic(o.host(dropIn), strings.NewReader(content), 0o644)
+}
+
+func writeAtomic(path string, r io.Reader, perm os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".new"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, r)
+	if closeErr := f.Close(); err == nil {
+		err = closeErr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, perm)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
+}
+
+// dropIn is the runtime's drop-in file and its content, made from the
+// runtime's default handler (its runc, cgroup driver, monitor), which the
+// kubectl-migrate runtime hands every command to. It also writes
+// ociruntime.ConfigFile when installing.
+func (o Options) dropIn() (path, content string, err error) {
+	switch o.Runtime {
+	case Containerd:
+		return o.containerdDropIn()
+	case CRIO:
+		return o.crioDropIn()
+	}
+	return "", "", fmt.Errorf("runtime %q: node-setup knows containerd 2.x and CRI-O", o.Runtime)
+}
+
+func (o Options) containerdDropIn() (string, string, error) {
+	main := filepath.Join(ContainerdDir, "config.toml")
+	var cfg struct {
+		Version int                       `toml:"version"`
+		Imports []string                  `toml:"imports"`
+		Plugins map[string]toml.Primitive `toml:"plugins"`
+	}
+	md, err := toml.DecodeFile(o.host(main), &cfg)
+	if err != nil {
+		return "", "", fmt.Errorf("read %s: %w", main, err)
+	}
+	if !slices.ContainsFunc(cfg.Imports, func(p string) bool { ok, _ := filepath.Match(p, containerdFile); return ok }) {
+		return "", "", fmt.Errorf(`%s does not import %s: add imports = ["%s/conf.d/*.toml"] (containerd's default configuration has it) and run node-setup again`, main, containerdFile, ContainerdDir)
+	}
+	plugin := "io.containerd.cri.v1.runtime" // version 3
+	if cfg.Version < 3 {
+		plugin = "io.containerd.grpc.v1.cri"
+	}
+	var cri struct {
+		Containerd struct {
+			Default  string `toml:"default_runtime_name"`
+			Runtimes map[string]struct {
+				Type    string `toml:"runtime_type"`
+				Options struct {
+					BinaryName    string `toml:"BinaryName"`
+					SystemdCgroup bool   `toml:"SystemdCgroup"`
+				} `toml:"options"`
+			} `toml:"runtimes"`
+		} `toml:"containerd"`
+	}
+	if p, ok := cfg.Plugins[plugin]; ok {
+		if err := md.PrimitiveDecode(p, &cri); err != nil {
+			return "", "", fmt.Errorf("read %s's %s: %w", main, plugin, err)
+		}
+	}
+	def := cri.Containerd.Runtimes[cmp.Or(cri.Containerd.Default, "runc")]
+	if def.Type != "" && def.Type != "io.containerd.runc.v2" {
+		return "", "", fmt.Errorf("containerd's default handler runs %s; the kubectl-migrate runtime wraps runc (io.containerd.runc.v2)", def.Type)
+	}
+	if err := o.writeRuncConfig(def.Options.BinaryName); err != nil {
+		return "", "", err
+	}
+	table := fmt.Sprintf(`plugins.%q.containerd.runtimes.%s`, plugin, ociruntime.HandlerName)
+	content := fmt.Sprintf(`# Written by kubectl migrate node-setup; removed by node-setup --uninstall.
+version = %d
+[%s]
+  runtime_type = "io.containerd.runc.v2"
+  [%s.options]
+    BinaryName = %q
+    SystemdCgroup = %t
+`, max(cfg.Version, 2), table, table, filepath.Join(BinDir, ociruntime.BinaryName), def.Options.SystemdCgroup)
+	return containerdFile, content, nil
+}
+
+func (o Options) crioDropIn() (string, string, error) {
+	// CRI-O reads crio.conf, then the drop-ins in name order, the later
+	// winning: the default handler is the last word on it.
+	files := []string{filepath.Join(CRIODir, "crio.conf")}
+	dropIns, _ := filepath.Glob(o.host(filepath.Join(CRIODir, "crio.conf.d", "*.conf")))
+	for _, d := range dropIns {
+		if rel := strings.TrimPrefix(d, o.Root); rel != crioFile {
+			files = append(files, rel)
+		}
+	}
+	type handler struct {
+		Path    string `toml:"runtime_path"`
+		Type    string `toml:"runtime_type"`
+		Monitor string `toml:"monitor_path"`
+	}
+	defaultRuntime := "crun" // CRI-O's default since 1.31
+	handlers := map[string]handler{}
+	for _, f := range files {
+		var cfg struct {
+			Crio struct {
+				Runtime struct {
+					Default  string             `toml:"default_runtime"`
+					Runtimes map[string]handler `toml:"runtimes"`
+				} `toml:"runtime"`
+			} `toml:"crio"`
+		}
+		if _, err := toml.DecodeFile(o.host(f), &cfg); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return "", "", fmt.Errorf("read %s: %w", f, err)
+		}
+		if d := cfg.Crio.Runtime.Default; d != "" {
+			defaultRuntime = d
+		}
+		for name, h := range cfg.Crio.Runtime.Runtimes {
+			handlers[name] = h
+		}
+	}
+	def := handlers[defaultRuntime]
+	if def.Type != "" && def.Type != "oci" {
+		return "", "", fmt.Errorf("CRI-O's default handler %s is of type %s; the kubectl-migrate runtime wraps an OCI runtime (runtime_type oci)", defaultRuntime, def.Type)
+	}
+	if err := o.writeRuncConfig(cmp.Or(def.Path, defaultRuntime)); err != nil {
+		return "", "", err
+	}
+	content := fmt.Sprintf(`# Written by kubectl migrate node-setup; removed by node-setup --uninstall.
+[crio.runtime.runtimes.%s]
+runtime_path = %q
+runtime_type = "oci"
+`, ociruntime.HandlerName, filepath.Join(BinDir, ociruntime.BinaryName))
+	if def.Monitor != "" {
+		content += fmt.Sprintf("monitor_path = %q\n", def.Monitor)
+	}
+	return crioFile, content, nil
+}
+
+// writeRuncConfig names the runtime commands go to; a bare name is looked
+// up on the PATH the shim runs the runtime with.
+func (o Options) writeRuncConfig(runc string) error {
+	if o.Uninstall {
+		return nil
+	}
+	content := fmt.Sprintf("{\"runc\": %q}\n", runc)
+	if runc == "" {
+		content = "{}\n" // runc from PATH
+	}
+	return writeAtomic(o.host(ociruntime.ConfigFile), strings.NewReader(content), 0o644)
+}
+
+// restart restarts the runtime and waits until it answers over CRI with
+// the handler listed (installed) or not (uninstalled).
+func (o Options) restart(ctx context.Context, installed bool) error {
+	how := o.Restart
+	if how == "" || how == RestartAuto {
+		how = RestartSignal
+		if _, err := os.Stat(o.host(HostRun + "/systemd/system")); err == nil {
+			how = RestartSystemd
+		}
+	}
+	var err error
+	switch {
+	case o.restartHook != nil:
+		err = o.restartHook(ctx)
+	case how == RestartSystemd:
+		err = restartUnit(ctx, o.host(HostRun+"/systemd/private"), map[string]string{Containerd: "containerd.service", CRIO: "crio.service"}[o.Runtime])
+	case how == RestartSignal:
+		err = o.signalRuntime(ctx)
+	default:
+		err = fmt.Errorf("--restart %q: use auto, systemd or signal", o.Restart)
+	}
+	if err != nil {
+		return fmt.Errorf("restart %s: %w", o.Runtime, err)
+	}
+	var last error
+	waitErr := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, cmp.Or(o.Timeout, 2*time.Minute), true, func(ctx context.Context) (bool, error) {
+		handlers, err := o.Handlers(ctx)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		last = nil
+		return slices.Contains(handlers, ociruntime.HandlerName) == installed, nil
+	})
+	if waitErr != nil {
+		want := "lists"
+		if !installed {
+			want = "no longer lists"
+		}
+		return fmt.Errorf("%s restarted but never %s handler %s (%v); see its log", o.Runtime, want, ociruntime.HandlerName, cmp.Or(last, waitErr))
+	}
+	return nil
+}
+
+// signalRuntime stops the node's runtime with SIGTERM and waits for its
+// process to end. The runtime is the process (the agent sees the host's)
+// whose root holds the very socket mounted into the agent: on a machine
+// running several nodes' runtimes, this node's.
+func (o Options) signalRuntime(ctx context.Context) error {
+	mounted, err := os.Stat(o.Socket)
+	if err != nil {
+		return err
+	}
+	names := map[string]string{Containerd: "containerd", CRIO: "crio"}
+	procs, _ := filepath.Glob(o.host("/proc/[0-9]*"))
+	pid := 0
+	var others []string // the runtime's processes of other nodes (or errors)
+	for _, p := range procs {
+		exe, err := os.Readlink(filepath.Join(p, "exe"))
+		if err != nil || filepath.Base(exe) != names[o.Runtime] {
+			continue
+		}
+		st, err := statIn(filepath.Join(p, "root"), o.runtimeSocketOnHost())
+		if err == nil && os.SameFile(st, mounted) {
+			fmt.Sscanf(filepath.Base(p), "%d", &pid)
+			break
+		}
+		others = append(others, fmt.Sprintf("%s: %v", filepath.Base(p), err))
+	}
+	if pid == 0 {
+		return fmt.Errorf("no %s process serves %s here (among %d processes; %d of %s: %v)", names[o.Runtime], o.runtimeSocketOnHost(), len(procs), len(others), names[o.Runtime], others)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return syscall.Kill(pid, 0) != nil, nil
+	})
+}
+
+// statIn stats path as the process whose root is root sees it: symbolic
+// links on the way (/var/run → /run) resolve in that root, not in the
+// agent's (os.Root refuses absolute ones).
+func statIn(root, path string) (os.FileInfo, error) {
+	resolved := "/"
+	rest := strings.Split(strings.Trim(path, "/"), "/")
+	for hops := 0; len(rest) > 0; {
+		next := filepath.Join(resolved, rest[0])
+		rest = rest[1:]
+		info, err := os.Lstat(filepath.Join(root, next))
+		if err != nil {
+			return nil, err
+		}
+		if info.Mode()&fs.ModeSymlink == 0 {
+			resolved = next
+			continue
+		}
+		if hops++; hops > 40 {
+			return nil, fmt.Errorf("%s: too many links", path)
+		}
+		link, err := os.Readlink(filepath.Join(root, next))
+		if err != nil {
+			return nil, err
+		}
+		if !filepath.IsAbs(link) {
+			link = filepath.Join(resolved, link)
+		}
+		rest = append(strings.Split(strings.Trim(filepath.Clean(link), "/"), "/"), rest...)
+		resolved = "/"
+	}
+	return os.Stat(filepath.Join(root, resolved))
+}
+
+// SocketUnder is where the runtime's socket is, under run (the node's
+// /run, mounted): /var/run is /run on every node.
+func SocketUnder(run, runtime string) string {
+	return filepath.Join(run, strings.TrimPrefix(map[string]string{Containerd: "/run/containerd/containerd.sock", CRIO: "/run/crio/crio.sock"}[runtime], "/run"))
+}
+
+// runtimeSocketOnHost is the socket's path on the node.
+func (o Options) runtimeSocketOnHost() string {
+	return map[string]string{Containerd: "/run/containerd/containerd.sock", CRIO: "/var/run/crio/crio.sock"}[o.Runtime]
+}

@@ -1,0 +1,236 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/nodesetup"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
+)
+
+const nodeSetupExample = `  # Install the kubectl-migrate runtime on two nodes
+  kubectl migrate node-setup node-a node-b
+
+  # On every node; then migrate onto nodes whose runtime cannot restore
+  kubectl migrate node-setup --all
+  kubectl migrate pod consumer --to node-b --restore runtime
+
+  # Remove it again: the nodes are as they were
+  kubectl migrate node-setup --all --uninstall`
+
+const nodeSetupLong = `Install the kubectl-migrate runtime on nodes, for runtimes that no longer
+restore checkpoints through the CRI (containerd 2.4 removed it; CRI-O can be
+set to checkpoint only). On each node, one at a time, a privileged agent pod
+installs the runtime's binary under /opt/kubectl-migrate, registers the
+kubectl-migrate handler in a drop-in file of the node's runtime (containerd
+2.x: /etc/containerd/conf.d, which its config.toml must import; CRI-O:
+/etc/crio/crio.conf.d), and restarts the runtime (through systemd, or with
+SIGTERM where a supervisor restarts it; running containers keep running),
+then checks that the runtime lists the handler. The node gets the label
+kubectl-migrate.io/runtime, and the RuntimeClass kubectl-migrate selects
+such nodes. --uninstall undoes each step.
+
+More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/runtime.md`
+
+// NodeSetupOptions are the options of kubectl migrate node-setup.
+type NodeSetupOptions struct {
+	*RootOptions
+	All            bool
+	Uninstall      bool
+	Restart        string
+	AgentImage     string
+	AgentNamespace string
+
+	nodes []string
+}
+
+// NewCmdNodeSetup returns kubectl migrate node-setup.
+func NewCmdNodeSetup(root *RootOptions) *cobra.Command {
+	o := &NodeSetupOptions{RootOptions: root}
+	cmd := &cobra.Command{
+		Use:     "node-setup [NODE...] [--all]",
+		Short:   "Install the kubectl-migrate runtime on nodes (or --uninstall it)",
+		Long:    nodeSetupLong,
+		Example: nodeSetupExample,
+		RunE:    runE(o),
+	}
+	f := cmd.Flags()
+	f.BoolVar(&o.All, "all", false, "every node of the cluster")
+	f.BoolVar(&o.Uninstall, "uninstall", false, "remove the runtime, its handler and label; the RuntimeClass once no node has it")
+	f.StringVar(&o.Restart, "restart", nodesetup.RestartAuto, "how the node's container runtime is restarted: systemd (its unit, over D-Bus), signal (SIGTERM, for supervisors that restart it), auto (systemd where it runs the node)")
+	_ = cmd.RegisterFlagCompletionFunc("restart", cobra.FixedCompletions([]string{nodesetup.RestartAuto, nodesetup.RestartSystemd, nodesetup.RestartSignal}, cobra.ShellCompDirectiveNoFileComp))
+	f.StringVar(&o.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent, whose binary is the runtime")
+	f.StringVar(&o.AgentNamespace, "agent-namespace", agent.DefaultNamespace, "namespace the setup pods run in")
+	return cmd
+}
+
+// Complete takes the node names.
+func (o *NodeSetupOptions) Complete(args []string) error {
+	o.nodes = args
+	return nil
+}
+
+// Validate checks the flags.
+func (o *NodeSetupOptions) Validate() error {
+	switch {
+	case o.All && len(o.nodes) > 0:
+		return errors.New("name nodes or pass --all, not both")
+	case !o.All && len(o.nodes) == 0:
+		return errors.New("name the nodes to set up, or pass --all: kubectl migrate node-setup NODE... ")
+	case !slices.Contains([]string{nodesetup.RestartAuto, nodesetup.RestartSystemd, nodesetup.RestartSignal}, o.Restart):
+		return fmt.Errorf("--restart must be auto, systemd or signal, not %q", o.Restart)
+	}
+	return nil
+}
+
+// Run sets up each node, one at a time: a runtime restarting on one node
+// at a time leaves the others undisturbed.
+func (o *NodeSetupOptions) Run(ctx context.Context) error {
+	client, err := o.NewClient()
+	if err != nil {
+		return err
+	}
+	var nodes []corev1.Node
+	if o.All {
+		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		nodes = list.Items
+	} else {
+		for _, name := range o.nodes {
+			n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("node %s not found; list nodes with kubectl get nodes", name)
+			}
+			if err != nil {
+				return err
+			}
+			nodes = append(nodes, *n)
+		}
+	}
+	id := "setup-" + rand.String(5)
+	launcher := agent.Launcher{
+		Client:    client,
+		Image:     o.AgentImage,
+		Namespace: o.AgentNamespace,
+		ID:        id,
+		Labels:    map[string]string{"app.kubernetes.io/name": "kubectl-migrate-agent", migrate.MigrationLabel: id},
+	}
+	defer func() { _ = launcher.Release(context.WithoutCancel(ctx)) }()
+	if !o.Uninstall {
+		if err := ensureRuntimeClass(ctx, client); err != nil {
+			return err
+		}
+	}
+	for _, n := range nodes {
+		runtime, _, _ := strings.Cut(n.Status.NodeInfo.ContainerRuntimeVersion, "://")
+		args := []string{"--restart", o.Restart}
+		if o.Uninstall {
+			args = append(args, "--uninstall")
+			// First the label: nothing new is restored there meanwhile.
+			if err := labelNode(ctx, client, n.Name, false); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(o.ErrOut, "%s (%s): ", n.Name, n.Status.NodeInfo.ContainerRuntimeVersion)
+		msg, err := launcher.NodeSetup(ctx, "kubectl-migrate-"+id+"-"+n.Name, n.Name, runtime, args)
+		if err != nil {
+			fmt.Fprintln(o.ErrOut, "failed")
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		fmt.Fprintln(o.ErrOut, msg)
+		// The kubelet reports the node NotReady while its runtime restarts:
+		// the next node's turn comes once this one is back.
+		if err := waitNodeReady(ctx, client, n.Name); err != nil {
+			return err
+		}
+		if !o.Uninstall {
+			if err := labelNode(ctx, client, n.Name, true); err != nil {
+				return err
+			}
+		}
+	}
+	if o.Uninstall {
+		return dropRuntimeClassIfUnused(ctx, client)
+	}
+	return nil
+}
+
+// waitNodeReady waits until node reports Ready again, and its runtime's
+// version.
+func waitNodeReady(ctx context.Context, client kubernetes.Interface, node string) error {
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		return err == nil && migrate.NodeReady(n) && !strings.HasSuffix(n.Status.NodeInfo.ContainerRuntimeVersion, "://Unknown"), nil
+	})
+	if err != nil {
+		return fmt.Errorf("node %s did not report Ready again after its runtime's restart: %w", node, err)
+	}
+	return nil
+}
+
+// ensureRuntimeClass creates the RuntimeClass that selects the runtime's
+// handler on the nodes labelled for it.
+func ensureRuntimeClass(ctx context.Context, client kubernetes.Interface) error {
+	rc := &nodev1.RuntimeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: ociruntime.HandlerName, Labels: map[string]string{"app.kubernetes.io/managed-by": "kubectl-migrate"}},
+		Handler:    ociruntime.HandlerName,
+		Scheduling: &nodev1.Scheduling{NodeSelector: map[string]string{ociruntime.NodeLabel: "installed"}},
+	}
+	_, err := client.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create RuntimeClass %s: %w", rc.Name, err)
+	}
+	return nil
+}
+
+// dropRuntimeClassIfUnused deletes the RuntimeClass once no node has the
+// runtime.
+func dropRuntimeClassIfUnused(ctx context.Context, client kubernetes.Interface) error {
+	left, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ociruntime.NodeLabel})
+	if err != nil {
+		return err
+	}
+	if len(left.Items) > 0 {
+		return nil
+	}
+	err = client.NodeV1().RuntimeClasses().Delete(ctx, ociruntime.HandlerName, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete RuntimeClass %s: %w", ociruntime.HandlerName, err)
+	}
+	return nil
+}
+
+// labelNode sets or removes the label saying the runtime is installed.
+func labelNode(ctx context.Context, client kubernetes.Interface, node string, installed bool) error {
+	value := `null`
+	if installed {
+		value = `"installed"`
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, ociruntime.NodeLabel, value)
+	if _, err := client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("label node %s: %w", node, err)
+	}
+	return nil
+}
