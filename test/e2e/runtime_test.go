@@ -3,12 +3,16 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
@@ -39,11 +43,80 @@ func (l *lab) nothingStaged(t testing.TB, node string) {
 	}
 }
 
-// TestRuntimeRestoreMigratesALivePod migrates the live consumer with
-// --restore runtime, as MS2M and as stop-and-copy: restored (same process,
-// state continued), every message applied exactly once, nothing staged
-// left and no image made.
-func TestRuntimeRestoreMigratesALivePod(t *testing.T) {
+// nodeFiles lists the files of node's root that node-setup may touch
+// (/etc, /opt), as "path mode size".
+func nodeFiles(t testing.TB, node string) []string {
+	t.Helper()
+	upper := filepath.Join(env(t, "LAB_RUN"), node, "upper")
+	var files []string
+	for _, dir := range []string{"etc", "opt"} {
+		_ = filepath.WalkDir(filepath.Join(upper, dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			info, err := d.Info()
+			if err != nil {
+				return nil
+			}
+			rel, _ := filepath.Rel(upper, path)
+			files = append(files, fmt.Sprintf("%s %v %d", rel, info.Mode(), info.Size()))
+			return nil
+		})
+	}
+	return files
+}
+
+// setUpRuntime installs the kubectl-migrate runtime on both nodes with
+// node-setup, and checks that it is there; the cleanup uninstalls it and
+// checks the nodes' files are as before.
+func (l *lab) setUpRuntime(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	before := map[string][]string{}
+	for _, n := range []string{"node-a", "node-b"} {
+		before[n] = nodeFiles(t, n)
+	}
+	agentImage := l.imagePrefix + "/kubectl-migrate-agent:lab"
+	out := l.kubectlMigrate(t, "node-setup", "--all", "--agent-image", agentImage)
+	t.Logf("node-setup:\n%s", out)
+	for _, n := range []string{"node-a", "node-b"} {
+		node, err := l.client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+		if err != nil || node.Labels[ociruntime.NodeLabel] != "installed" || !strings.Contains(out, n+" (") {
+			t.Fatalf("node %s not set up: labels %v, %v\n%s", n, node.Labels, err, out)
+		}
+	}
+	if _, err := l.client.NodeV1().RuntimeClasses().Get(ctx, ociruntime.HandlerName, metav1.GetOptions{}); err != nil {
+		t.Fatalf("RuntimeClass: %v", err)
+	}
+	t.Cleanup(func() {
+		out := l.kubectlMigrate(t, "node-setup", "--all", "--uninstall", "--agent-image", agentImage)
+		t.Logf("node-setup --uninstall:\n%s", out)
+		if _, err := l.client.NodeV1().RuntimeClasses().Get(ctx, ociruntime.HandlerName, metav1.GetOptions{}); !isNotFound(err) {
+			t.Errorf("RuntimeClass left: %v", err)
+		}
+		for _, n := range []string{"node-a", "node-b"} {
+			node, err := l.client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := node.Labels[ociruntime.NodeLabel]; ok {
+				t.Errorf("node %s keeps the label", n)
+			}
+			if after := nodeFiles(t, n); !slices.Equal(after, before[n]) {
+				t.Errorf("node %s's files differ after uninstall:\nbefore %v\nafter  %v", n, before[n], after)
+			}
+		}
+	})
+}
+
+// TestRuntimeRestore sets the runtime up with node-setup, migrates the
+// live consumer with --restore runtime as MS2M and as stop-and-copy
+// (restored: same process, state continued; every message applied exactly
+// once; nothing staged left, no image made), and uninstalls it: the nodes'
+// files are as before.
+func TestRuntimeRestore(t *testing.T) {
+	l := setup(t)
+	l.setUpRuntime(t)
 	for _, strategy := range []string{"ms2m", "stop-and-copy"} {
 		t.Run(strategy, func(t *testing.T) {
 			_, w, rec := migrateLivePod(t, "--restore", "runtime", "--strategy", strategy)
