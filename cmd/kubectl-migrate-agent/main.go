@@ -156,12 +156,12 @@ func run(ctx context.Context, args []string) (string, error) {
 func runtimeMain(args []string) int {
 	r, err := ociruntime.New()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, ociruntime.BinaryName+":", err)
+		ociruntime.LogError(args, err)
 		return 1
 	}
 	passThrough, err := r.Run(args)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, ociruntime.BinaryName+":", err)
+		ociruntime.LogError(args, err)
 		return 1
 	}
 	if passThrough {

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/runtimesupport"
 )
 
@@ -123,7 +125,13 @@ type checker struct {
 	archive       string
 	image         string
 	restored      string // pod name on To
+	restoring     bool   // its create was asked for
 	before        ms2m.State
+	// viaRuntime: To's runtime does not restore, the kubectl-migrate
+	// runtime does; the checkpoint is staged there (staged), not pushed.
+	viaRuntime bool
+	direct     agent.PackRequest // where and how to send the checkpoint
+	staged     string
 }
 
 // Run checks cfg's two nodes with deps (a migration's: client, kubelet,
@@ -131,6 +139,7 @@ type checker struct {
 // link as it ends. It cleans up whatever it created, whatever happens.
 func Run(ctx context.Context, cfg Config, deps migrate.Deps, hook func(Link)) Result {
 	c := &checker{cfg: cfg, deps: deps, result: Result{From: cfg.From, To: cfg.To}, hook: hook}
+	c.restored = "kubectl-migrate-canary-" + cfg.ID + "-restored"
 	start := time.Now()
 	c.link(LinkPermissions, func() (string, error) { return c.permissions(ctx) })
 	c.link(LinkNodes, func() (string, error) { return c.nodes(ctx) })
@@ -199,6 +208,7 @@ func (c *checker) nodes(ctx context.Context) (string, error) {
 		{c.cfg.From, "source", func(s runtimesupport.Support) bool { return s.Checkpoint }},
 		{c.cfg.To, "target", func(s runtimesupport.Support) bool { return s.Restore }},
 	} {
+		var installed bool
 		node, err := c.deps.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return "", fail("list nodes with kubectl get nodes", "node %s not found", n.name)
@@ -213,8 +223,19 @@ func (c *checker) nodes(ctx context.Context) (string, error) {
 			return "", fail("uncordon it or pick another node", "node %s is cordoned", n.name)
 		}
 		version := node.Status.NodeInfo.ContainerRuntimeVersion
+		_, installed = node.Labels[ociruntime.NodeLabel]
 		if s := runtimesupport.Parse(version); !n.need(s) {
-			return "", fail(s.Why, "%s node %s runs %s", n.role, n.name, version)
+			if n.role != "target" || !installed {
+				remedy := s.Why
+				if n.role == "target" {
+					remedy += "; or install the kubectl-migrate runtime there: kubectl migrate node-setup " + n.name
+				}
+				return "", fail(remedy, "%s node %s runs %s", n.role, n.name, version)
+			}
+			c.viaRuntime = true
+			if c.direct.SendTo, err = migrate.DirectAddress(node); err != nil {
+				return "", fail("give the node an InternalIP address", "%v", err)
+			}
 		}
 		seen = append(seen, n.name+" "+version)
 		c.targetRuntime = version // the target's comes last
@@ -230,7 +251,7 @@ func (c *checker) agents(ctx context.Context) (string, error) {
 		opts      agent.WarmOptions
 	}{
 		{c.cfg.From, c.nextPod(), agent.WarmOptions{}},
-		{c.cfg.To, c.nextPod(), agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(c.targetRuntime)}},
+		{c.cfg.To, c.nextPod(), c.targetAgent()},
 	} {
 		g.Go(func() error {
 			if err := c.deps.Packer.Warm(ctx, n.pod, n.node, n.opts); err != nil {
@@ -242,7 +263,26 @@ func (c *checker) agents(ctx context.Context) (string, error) {
 	if err := g.Wait(); err != nil {
 		return "", err
 	}
+	if c.viaRuntime {
+		cert, err := c.deps.Packer.DirectCert(ctx, c.cfg.To)
+		if err != nil {
+			return "", fmt.Errorf("the agent on %s that receives the checkpoint: %w", c.cfg.To, err)
+		}
+		c.direct.CertSHA256 = cert
+		return c.cfg.AgentImage + " runs on both nodes; the one on " + c.cfg.To + " receives the checkpoint over TLS", nil
+	}
 	return c.cfg.AgentImage + " runs on both nodes", nil
+}
+
+// targetAgent is how To's agent runs: with the kubectl-migrate runtime, it
+// receives the checkpoint and stages it.
+func (c *checker) targetAgent() agent.WarmOptions {
+	opts := agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(c.targetRuntime)}
+	if c.viaRuntime {
+		c.direct.Token = rand.String(32)
+		opts.DirectToken, opts.Stage = c.direct.Token, true
+	}
+	return opts
 }
 
 // agentRemedy tells a Pod Security refusal from an image the node cannot
@@ -256,6 +296,9 @@ func agentRemedy(err error, namespace string) string {
 
 func (c *checker) runtimeRestore(ctx context.Context) (string, error) {
 	version := c.targetRuntime
+	if c.viaRuntime {
+		return fmt.Sprintf("%s on %s does not restore; the kubectl-migrate runtime does (installed by node-setup)", version, c.cfg.To), nil
+	}
 	s := runtimesupport.Parse(version)
 	info, err := c.deps.Packer.Runtime(ctx, c.cfg.To)
 	if err != nil {
@@ -338,6 +381,18 @@ func checkpointRemedy(err error) string {
 }
 
 func (c *checker) push(ctx context.Context) (string, error) {
+	if c.viaRuntime {
+		req := c.direct
+		req.Archive, req.Container = c.archive, "canary"
+		req.Repository, req.Tag = c.canary.Namespace+"/"+c.canary.Name, "canary-"+c.cfg.ID
+		req.StageAs = &ociruntime.Identity{Namespace: c.cfg.Namespace, Pod: c.restored, Container: "canary"}
+		res, err := c.deps.Packer.Pack(ctx, c.nextPod(), c.cfg.From, req)
+		if err != nil {
+			return "", fail("let the source node reach the target node's port 8093 (TLS)", "the agent on %s could not send the checkpoint to %s: %v", c.cfg.From, c.cfg.To, err)
+		}
+		c.archive, c.staged = "", res.Staged
+		return fmt.Sprintf("staged on %s for the kubectl-migrate runtime (%d KiB, sent node to node over TLS; no image)", c.cfg.To, res.ArchiveBytes/1024), nil
+	}
 	ref := migrate.CheckpointImage(c.cfg.ImageRepository, c.canary.Namespace, c.canary.Name, "canary", c.cfg.ID)
 	res, err := c.deps.Packer.Pack(ctx, c.nextPod(), c.cfg.From, agent.PackRequest{Archive: c.archive, Container: "canary", Image: ref, Insecure: c.cfg.InsecureRegistry})
 	if err != nil {
@@ -366,8 +421,11 @@ func (c *checker) pull(ctx context.Context, restored chan<- restoreOutcome) (str
 	if err := c.deps.Packer.Prepull(ctx, c.nextPod(), c.cfg.To, []string{bases["canary"]}); err != nil {
 		return "", fail("pass --agent-image with an image the target node can pull", "node %s cannot pull the canary's base image %s: %v", c.cfg.To, bases["canary"], err)
 	}
-	c.restored = "kubectl-migrate-canary-" + c.cfg.ID + "-restored"
-	pod := migrate.TargetPod(source, c.restored, c.cfg.To, MigrationID(c.cfg.ID), map[string]string{"canary": c.image}, c.cfg.RegistrySecret)
+	pod := migrate.TargetPod(source, c.restored, c.cfg.To, MigrationID(c.cfg.ID), map[string]string{"canary": cmp.Or(c.image, c.staged)}, c.cfg.RegistrySecret)
+	if c.viaRuntime {
+		migrate.ForRuntimeRestore(pod, source)
+	}
+	c.restoring = true
 	pod.Labels = c.labels()
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
 	if _, err := c.deps.Client.CoreV1().Pods(c.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -404,6 +462,9 @@ func (c *checker) pull(ctx context.Context, restored chan<- restoreOutcome) (str
 		}
 		restored <- restoreOutcome{detail: fmt.Sprintf("%s running on %s after %s", c.restored, c.cfg.To, time.Since(start).Round(time.Millisecond)), err: err}
 	}()
+	if c.viaRuntime {
+		return fmt.Sprintf("%s has the canary's own image", c.cfg.To), nil
+	}
 	return fmt.Sprintf("%s pulled the checkpoint image", c.cfg.To), nil
 }
 
@@ -438,7 +499,11 @@ func (c *checker) sameProcess(ctx context.Context) (string, error) {
 // the agents.
 func (c *checker) cleanup(ctx context.Context) (string, error) {
 	var errs, left []string
-	for _, name := range []string{c.restored, canaryName(c.canary)} {
+	restored := ""
+	if c.restoring {
+		restored = c.restored
+	}
+	for _, name := range []string{restored, canaryName(c.canary)} {
 		if name == "" {
 			continue
 		}
@@ -449,6 +514,12 @@ func (c *checker) cleanup(ctx context.Context) (string, error) {
 	if c.archive != "" {
 		if err := c.deps.Packer.Remove(ctx, c.nextPod(), c.cfg.From, []string{c.archive}); err != nil {
 			errs, left = append(errs, err.Error()), append(left, c.archive+" on "+c.cfg.From)
+		}
+	}
+	if c.staged != "" {
+		// Restored, it is gone; a restore that never came leaves it.
+		if err := c.deps.Packer.Remove(ctx, c.nextPod(), c.cfg.To, []string{c.staged}); err != nil {
+			errs, left = append(errs, err.Error()), append(left, c.staged+" on "+c.cfg.To)
 		}
 	}
 	if c.image != "" {

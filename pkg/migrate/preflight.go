@@ -649,24 +649,29 @@ func checkRegistry(ctx context.Context, m *Migration) error {
 	return m.Registry.CheckPush(ctx, m.ImageRepository)
 }
 
+// DirectAddress is where the source's agent sends node's agent the
+// checkpoint: the node's InternalIP, DirectReceivePort.
+func DirectAddress(node *corev1.Node) (string, error) {
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return net.JoinHostPort(a.Address, strconv.Itoa(agent.DirectReceivePort)), nil
+		}
+	}
+	return "", fmt.Errorf("node %s has no InternalIP for the source's agent to send to; use a registry", node.Name)
+}
+
 // prepareDirect picks the target agent's address and token for a transfer
 // without a registry.
 func (m *Migration) prepareDirect() error {
-	var ip string
-	for _, a := range m.targetNode.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			ip = a.Address
-			break
-		}
-	}
-	if ip == "" {
-		return fmt.Errorf("node %s has no InternalIP for the source's agent to send to; use a registry", m.TargetNode)
+	to, err := DirectAddress(m.targetNode)
+	if err != nil {
+		return err
 	}
 	token := make([]byte, 24)
 	if _, err := rand.Read(token); err != nil {
 		return err
 	}
-	m.DirectTo = net.JoinHostPort(ip, strconv.Itoa(agent.DirectReceivePort))
+	m.DirectTo = to
 	m.DirectToken = hex.EncodeToString(token)
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/untar"
 )
@@ -161,6 +162,24 @@ func (r Runtime) Run(args []string) (passThrough bool, err error) {
 	return true, nil
 }
 
+// LogError records err where the caller reads runc's errors: the file of
+// runc's --log in its JSON format (containerd's shim reports its last
+// error line), and stderr (CRI-O's conmon reports it).
+func LogError(args []string, err error) {
+	fmt.Fprintln(os.Stderr, BinaryName+":", err)
+	path, ok := value(parse(args).global, "--log")
+	if !ok {
+		return
+	}
+	line, _ := json.Marshal(map[string]string{"level": "error", "msg": BinaryName + ": " + err.Error(), "time": time.Now().UTC().Format(time.RFC3339Nano)})
+	f, openErr := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if openErr != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.Write(append(line, '\n'))
+}
+
 // bundleSpec is the part of a bundle's config.json the runtime reads.
 type bundleSpec struct {
 	Root struct {
@@ -251,8 +270,13 @@ func (r Runtime) claim(inv invocation) (string, error) {
 // checkpointed one was: the files it had changed (rootfs-diff.tar) written,
 // those it had deleted (deleted.files) removed.
 func applyRootfsChanges(checkpoint, rootfs string) error {
+	// CRI-O writes a plain tar with deleted.files beside it; containerd
+	// the container's layer as an image layer (gzip, whiteouts).
 	if f, err := os.Open(filepath.Join(checkpoint, "rootfs-diff.tar")); err == nil {
-		_, err = untar.Extract(f, rootfs, untar.Options{Owners: true})
+		r, err := untar.Gunzipped(f)
+		if err == nil {
+			_, err = untar.Extract(r, rootfs, untar.Options{Owners: true, Whiteouts: true})
+		}
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("apply the container's file changes: %w", err)

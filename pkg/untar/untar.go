@@ -6,12 +6,15 @@ package untar
 
 import (
 	"archive/tar"
+	"bufio"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path"
+	"strings"
 	"time"
 )
 
@@ -22,6 +25,18 @@ type Options struct {
 	// Owners sets each entry's owner from the stream (root may; a process
 	// that may not gets an error).
 	Owners bool
+	// Whiteouts reads the stream as an OCI image layer: .wh.NAME removes
+	// NAME, .wh..wh..opq empties its directory.
+	Whiteouts bool
+}
+
+// Gunzipped is r, decompressed if it is gzip (an image layer may be).
+func Gunzipped(r io.Reader) (io.Reader, error) {
+	br := bufio.NewReader(r)
+	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
+		return gzip.NewReader(br)
+	}
+	return br, nil
 }
 
 // Stats is what an extraction wrote.
@@ -67,6 +82,12 @@ func Extract(r io.Reader, dir string, opts Options) (Stats, error) {
 			if err := root.MkdirAll(dirOf, 0o755); err != nil {
 				return st, fmt.Errorf("%s: %w", h.Name, err)
 			}
+		}
+		if base := path.Base(name); opts.Whiteouts && strings.HasPrefix(base, whiteoutPrefix) {
+			if err := whiteout(root, path.Dir(name), strings.TrimPrefix(base, whiteoutPrefix)); err != nil {
+				return st, fmt.Errorf("%s: %w", h.Name, err)
+			}
+			continue
 		}
 		mode := fs.FileMode(h.Mode).Perm() | fs.FileMode(h.Mode)&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)
 		switch h.Typeflag {
@@ -131,6 +152,41 @@ func Extract(r io.Reader, dir string, opts Options) (Stats, error) {
 		_ = root.Chtimes(dirs[i].name, dirs[i].mtime, dirs[i].mtime)
 	}
 	return st, nil
+}
+
+const (
+	whiteoutPrefix = ".wh."
+	opaque         = ".wh..opq" // after the prefix
+)
+
+// whiteout applies a layer's deletion of name in dir, or of all dir held
+// (opaque).
+func whiteout(root *os.Root, dir, name string) error {
+	if name != opaque {
+		err := root.RemoveAll(path.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	f, err := root.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	entries, err := f.ReadDir(-1)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := root.RemoveAll(path.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // replace removes what is at name unless it is a directory, as a later

@@ -64,6 +64,12 @@ var artifacts = []artifact{
 			"-o", filepath.Join(d.cache, "bin")+"/",
 			"github.com/containerd/containerd/v2/cmd/containerd", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2")
 	}, "containerd"},
+	{"containerd 2.4", "containerd-" + containerd24Version, func(d dirs, repo string) error {
+		return goBuild(filepath.Join(repo, "test/lab/containerd24"), nil,
+			"-ldflags", "-s -w -X github.com/containerd/containerd/v2/version.Version="+containerd24Version,
+			"-o", filepath.Join(d.cache, "bin", "containerd-"+containerd24Version)+"/",
+			"github.com/containerd/containerd/v2/cmd/containerd", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2")
+	}, "containerd-2.4"},
 	{"python", "python-trixie-pika", func(d dirs, repo string) error {
 		return script(repo, "python-rootfs.sh", d.pythonBase())
 	}, ""},

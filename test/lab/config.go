@@ -11,6 +11,8 @@ const (
 	etcdVersion       = "3.6.6"  // test/lab/etcd/go.mod pins the same
 	crioVersion       = "1.34.0"
 	containerdVersion = "2.3.7" // test/lab/containerd/go.mod pins the same
+	// containerd24Version is the containerd-2.4 lane's (test/lab/containerd24/go.mod).
+	containerd24Version = "2.4.2"
 )
 
 // Lab addresses. Everything lives in network namespaces the lab creates, on

@@ -51,7 +51,9 @@ func (d dirs) nodeUp(n labNode) error {
 }
 
 // nodeEnv is the environment of a node's daemons.
-var nodeEnv = []string{"PATH=/opt/lab/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"}
+const nodePath = "PATH=/opt/lab/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+var nodeEnv = []string{nodePath, "HOME=/root", "LANG=C.UTF-8"}
 
 func (d dirs) pidOf(name string) string {
 	pid, _ := d.running(name)
@@ -128,7 +130,7 @@ func mounted(path string) bool {
 func (d dirs) nodeDown(n labNode) []error {
 	var errs []error
 	// Both runtimes' names: down must work whatever the lab came up with.
-	for _, p := range []string{n.Name + "-kubelet", runtimes["crio"].daemon(n), runtimes["containerd"].daemon(n)} {
+	for _, p := range []string{n.Name + "-kubelet", runtimes["crio"].daemon(n), runtimes["containerd"].daemon(n), runtimes["containerd-2.4"].daemon(n)} {
 		if err := d.stop(p, 15*time.Second); err != nil {
 			errs = append(errs, err)
 		}

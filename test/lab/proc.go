@@ -74,7 +74,7 @@ type launch struct {
 func (d dirs) launchFile(name string) string { return d.pid(name) + ".launch" }
 
 // restartable are the daemons a test may stop and start again.
-var restartable = []string{"registry", "rabbitmq", "kube-apiserver", "node-a-kubelet", "node-b-kubelet", "node-a-crio", "node-b-crio", "node-a-containerd", "node-b-containerd"}
+var restartable = []string{"registry", "rabbitmq", "kube-apiserver", "node-a-kubelet", "node-b-kubelet", "node-a-crio", "node-b-crio", "node-a-containerd", "node-b-containerd", "node-a-containerd-2.4", "node-b-containerd-2.4"}
 
 // stopDaemon stops one of the lab's daemons, keeping how it was started.
 func (d dirs) stopDaemon(name string) error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"context"
 	"fmt"
 	"os"
@@ -18,13 +19,27 @@ import (
 // remembered until it goes down.
 type nodeRuntime struct {
 	name    string // LAB_RUNTIME's value, and the daemon's suffix
+	kind    string // crio or containerd
+	version string // containerd's release
 	socket  string // the CRI socket inside the node
 	storage string // where its container storage lives (a bind mount: overlayfs cannot host overlay storage)
 }
 
 var runtimes = map[string]nodeRuntime{
-	"crio":       {name: "crio", socket: "/run/crio/crio.sock", storage: "/var/lib/containers"},
-	"containerd": {name: "containerd", socket: "/run/containerd/containerd.sock", storage: "/var/lib/containerd"},
+	"crio":       {name: "crio", kind: "crio", socket: "/run/crio/crio.sock", storage: "/var/lib/containers"},
+	"containerd": {name: "containerd", kind: "containerd", version: containerdVersion, socket: "/run/containerd/containerd.sock", storage: "/var/lib/containerd"},
+	// The release without CRI restore: migrations restore through the
+	// kubectl-migrate runtime (node-setup) or are refused.
+	"containerd-2.4": {name: "containerd-2.4", kind: "containerd", version: containerd24Version, socket: "/run/containerd/containerd.sock", storage: "/var/lib/containerd"},
+}
+
+// binDir is where a runtime's binaries are inside a node: containerd 2.4's
+// beside 2.3's, each with its own shim.
+func (rt nodeRuntime) binDir() string {
+	if rt.name == "containerd-2.4" {
+		return "/opt/lab/bin/containerd-" + rt.version
+	}
+	return "/opt/lab/bin"
 }
 
 // runtime is the lab's runtime: the one it came up with while it is up,
@@ -43,7 +58,7 @@ func (d dirs) runtime() (nodeRuntime, error) {
 	}
 	rt, ok := runtimes[name]
 	if !ok {
-		return nodeRuntime{}, fmt.Errorf("LAB_RUNTIME=%s: use crio or containerd", name)
+		return nodeRuntime{}, fmt.Errorf("LAB_RUNTIME=%s: use crio, containerd or containerd-2.4", name)
 	}
 	return rt, nil
 }
@@ -53,8 +68,8 @@ func (rt nodeRuntime) daemon(n labNode) string { return n.Name + "-" + rt.name }
 
 // argv starts the runtime inside a node.
 func (rt nodeRuntime) argv() []string {
-	if rt.name == "containerd" {
-		return []string{"/opt/lab/bin/containerd", "--config", "/etc/containerd/config.toml"}
+	if rt.kind == "containerd" {
+		return []string{rt.binDir() + "/containerd", "--config", "/etc/containerd/config.toml"}
 	}
 	return []string{"/opt/lab/bin/crio", "--log-level", "info"}
 }
@@ -70,6 +85,9 @@ while :; do "$@" & child=$!; wait $child; sleep 1; done`
 // socket.
 func (d dirs) startRuntime(rt nodeRuntime, n labNode, env []string) error {
 	argv := append([]string{"/bin/sh", "-c", superviseRuntime, "supervise"}, rt.argv()...)
+	if rt.binDir() != "/opt/lab/bin" {
+		env = append(slices.Clone(env), "PATH="+rt.binDir()+":"+strings.TrimPrefix(nodePath, "PATH=")) // its own shim first
+	}
 	if err := d.start(rt.daemon(n), d.inNode(n, argv...), env); err != nil {
 		return err
 	}
@@ -83,7 +101,7 @@ func (d dirs) startRuntime(rt nodeRuntime, n labNode, env []string) error {
 // whose restore is opt-in has it on (containerd 2.2.7+/2.3.4+:
 // enable_experimental_restore_via_create).
 func (rt nodeRuntime) files(n labNode, restore bool) map[string]string {
-	if rt.name == "crio" {
+	if rt.kind == "crio" {
 		return map[string]string{"/etc/crio/crio.conf.d/10-lab.conf": crioConfig()}
 	}
 	files := map[string]string{"/etc/containerd/config.toml": containerdConfig(restore)}
@@ -177,6 +195,9 @@ func (d dirs) setRestore(nodeName, value string) error {
 		return err
 	}
 	if rt.name != "containerd" {
+		if rt.kind == "containerd" {
+			return fmt.Errorf("containerd %s has no restore to opt into; bring the lab up with LAB_RUNTIME=containerd (%s)", rt.version, containerdVersion)
+		}
 		return fmt.Errorf("the lab's CRI-O %s has no restore opt-in (its [crio.checkpoint_restore] came in later patch releases); bring the lab up with LAB_RUNTIME=containerd", crioVersion)
 	}
 	if value != "on" && value != "off" {
@@ -206,7 +227,7 @@ func (d dirs) setRestore(nodeName, value string) error {
 	if err != nil {
 		return err
 	}
-	want := "containerd://" + containerdVersion
+	want := "containerd://" + rt.version
 	return waitFor(nodeName+" reporting "+want, time.Minute, func() error {
 		n, err := client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
 		if err != nil {
