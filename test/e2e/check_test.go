@@ -57,6 +57,7 @@ func (l *lab) checkLeftNothing(t *testing.T, ns string, res check.Result) {
 		t.Fatalf("check left pods in %s: %v %v", ns, len(pods.Items), err)
 	}
 	for _, node := range []string{"node-a", "node-b"} {
+		l.nothingStaged(t, node)
 		archives, _ := filepath.Glob(filepath.Join(env(t, "LAB_RUN"), node, "kubelet", "checkpoints", "*_"+ns+"-*"))
 		if len(archives) != 0 {
 			t.Fatalf("check left archives on %s: %v", node, archives)

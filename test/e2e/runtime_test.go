@@ -9,11 +9,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/check"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
 
@@ -67,9 +70,10 @@ func nodeFiles(t testing.TB, node string) []string {
 }
 
 // setUpRuntime installs the kubectl-migrate runtime on both nodes with
-// node-setup, and checks that it is there; the cleanup uninstalls it and
-// checks the nodes' files are as before.
-func (l *lab) setUpRuntime(t *testing.T) {
+// node-setup, and checks that it is there. The function it returns (also
+// the test's cleanup, if not called before) uninstalls it and checks the
+// nodes' files are as before.
+func (l *lab) setUpRuntime(t *testing.T) (uninstall func()) {
 	t.Helper()
 	ctx := context.Background()
 	before := map[string][]string{}
@@ -88,25 +92,30 @@ func (l *lab) setUpRuntime(t *testing.T) {
 	if _, err := l.client.NodeV1().RuntimeClasses().Get(ctx, ociruntime.HandlerName, metav1.GetOptions{}); err != nil {
 		t.Fatalf("RuntimeClass: %v", err)
 	}
-	t.Cleanup(func() {
-		out := l.kubectlMigrate(t, "node-setup", "--all", "--uninstall", "--agent-image", agentImage)
-		t.Logf("node-setup --uninstall:\n%s", out)
-		if _, err := l.client.NodeV1().RuntimeClasses().Get(ctx, ociruntime.HandlerName, metav1.GetOptions{}); !isNotFound(err) {
-			t.Errorf("RuntimeClass left: %v", err)
-		}
-		for _, n := range []string{"node-a", "node-b"} {
-			node, err := l.client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
+	var once sync.Once
+	uninstall = func() {
+		once.Do(func() {
+			out := l.kubectlMigrate(t, "node-setup", "--all", "--uninstall", "--agent-image", agentImage)
+			t.Logf("node-setup --uninstall:\n%s", out)
+			if _, err := l.client.NodeV1().RuntimeClasses().Get(ctx, ociruntime.HandlerName, metav1.GetOptions{}); !isNotFound(err) {
+				t.Errorf("RuntimeClass left: %v", err)
 			}
-			if _, ok := node.Labels[ociruntime.NodeLabel]; ok {
-				t.Errorf("node %s keeps the label", n)
+			for _, n := range []string{"node-a", "node-b"} {
+				node, err := l.client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := node.Labels[ociruntime.NodeLabel]; ok {
+					t.Errorf("node %s keeps the label", n)
+				}
+				if after := nodeFiles(t, n); !slices.Equal(after, before[n]) {
+					t.Errorf("node %s's files differ after uninstall:\nbefore %v\nafter  %v", n, before[n], after)
+				}
 			}
-			if after := nodeFiles(t, n); !slices.Equal(after, before[n]) {
-				t.Errorf("node %s's files differ after uninstall:\nbefore %v\nafter  %v", n, before[n], after)
-			}
-		}
-	})
+		})
+	}
+	t.Cleanup(uninstall)
+	return uninstall
 }
 
 // TestRuntimeRestore sets the runtime up with node-setup, migrates the
@@ -123,5 +132,53 @@ func TestRuntimeRestore(t *testing.T) {
 			checkConservation(t, w, rec.TargetPod)
 			t.Logf("runtime restore, %s: critical path %d ms, total %d ms, downtime %d ms", strategy, rec.CriticalPathMillis(), rec.TotalMillis, rec.Downtime.Millis)
 		})
+	}
+}
+
+// TestTheRuntimeRestoresWhereContainerdCannot (containerd-2.4 lane):
+// containerd 2.4 has no CRI restore, so check fails and a migration is
+// refused in preflight, both naming node-setup, with the source untouched;
+// after node-setup both pass, the migration restoring through the runtime
+// without being told to (--restore auto); after node-setup --uninstall,
+// check fails again.
+func TestTheRuntimeRestoresWhereContainerdCannot(t *testing.T) {
+	if os.Getenv("LAB_RUNTIME") != "containerd-2.4" {
+		t.Skip("needs a runtime without CRI restore: run on the containerd-2.4 lane (LAB_RUNTIME=containerd-2.4)")
+	}
+	l := setup(t)
+	const remedy = "kubectl migrate node-setup node-b"
+	res, _, err := l.runCheck(t, "node-a", "node-b")
+	if bad := link(res, check.LinkNodes); err == nil || bad.Status != check.Failed || !strings.Contains(bad.Remedy, remedy) {
+		t.Fatalf("want the nodes link failed naming %q, got %v %+v", remedy, err, res.Links)
+	}
+	w := l.deploy(t, "10")
+	before := waitApplied(t, w, "consumer", 10)
+	_, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if last := lines[len(lines)-1]; err == nil || !strings.Contains(last, "preflight") || !strings.Contains(last, remedy) {
+		t.Fatalf("want one preflight error line naming %q, got %v:\n%s", remedy, err, stderr)
+	}
+	if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary || st.PendingRestore || st.Process != before.Process {
+		t.Fatalf("the source was disturbed: %+v", st)
+	}
+	l.nothingLeft(t, w)
+
+	uninstall := l.setUpRuntime(t)
+	if res, _, err := l.runCheck(t, "node-a", "node-b"); err != nil || !res.OK() {
+		t.Fatalf("check after node-setup: %v %+v", err, res.Links)
+	}
+	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
+	if err != nil {
+		t.Fatalf("migration after node-setup: %v\n%s", err, stderr)
+	}
+	if target, err := l.client.CoreV1().Pods(w.Namespace).Get(context.Background(), rec.TargetPod, metav1.GetOptions{}); err != nil || !runtimeRestored(target) {
+		t.Fatalf("the target was not restored through the runtime: %v", err)
+	}
+	l.checkMigrated(t, w, rec, before)
+	checkConservation(t, w, rec.TargetPod)
+
+	uninstall()
+	if res, _, err := l.runCheck(t, "node-a", "node-b"); err == nil || link(res, check.LinkNodes).Status != check.Failed {
+		t.Fatalf("check after node-setup --uninstall: %v %+v", err, res.Links)
 	}
 }

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"slices"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
