@@ -4,7 +4,7 @@
 LAB_CACHE ?= /var/cache/kubectl-migrate-lab
 KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
-.PHONY: help build lint unit integration e2e e2e-containerd eval-quick bench eval eval-figures slow-faults soak crash-matrix test demo bench-transfer lab-up lab-down services-up services-down release-check krew-manifest python-image
+.PHONY: help build lint unit integration e2e e2e-containerd e2e-containerd24 eval-quick bench eval eval-figures slow-faults soak crash-matrix test demo bench-transfer lab-up lab-down services-up services-down release-check krew-manifest python-image
 
 # The linter, pinned, installed into the checkout's bin/ from the module proxy.
 STATICCHECK_VERSION := v0.8.2
@@ -57,6 +57,17 @@ e2e-containerd: ## the core e2e and the restore opt-in on the containerd lane (r
 	go run ./test/lab down
 	LAB_RUNTIME=containerd go run ./test/lab up
 	eval "$$(go run ./test/lab env)" && go test -tags e2e -count=1 -v -timeout 30m -run '$(E2E_CONTAINERD)' ./test/e2e
+	go run ./test/lab down
+
+# containerd 2.4 (no CRI restore): check and preflight name node-setup;
+# after it, migrations restore through the kubectl-migrate runtime; after
+# --uninstall the nodes are as before. Brought up with
+# LAB_RUNTIME=containerd-2.4 and left down.
+E2E_CONTAINERD24 := ^(TestTheRuntimeRestoresWhereContainerdCannot|TestRuntimeRestore)$$
+e2e-containerd24: ## the runtime-level restore on containerd 2.4 nodes (root)
+	go run ./test/lab down
+	LAB_RUNTIME=containerd-2.4 go run ./test/lab up
+	eval "$$(go run ./test/lab env)" && go test -tags e2e -count=1 -v -timeout 20m -run '$(E2E_CONTAINERD24)' ./test/e2e
 	go run ./test/lab down
 
 # The lab benchmarks (not timed tests): strategies at 4, 10 and 16 msg/s,
@@ -143,7 +154,7 @@ krew-manifest: $(KUBECTL)
 	KUBECTL=$(KUBECTL) RELEASE_TOOLS=$(LAB_CACHE)/tools KREW_MANIFEST_OUT=$(CURDIR)/krew/migrate.yaml bash test/release/check.sh
 
 # Everything; needs root (the lab). Stop the lab afterwards with make lab-down.
-test: integration release-check e2e eval-quick e2e-containerd ## everything .ci/run runs (root)
+test: integration release-check e2e eval-quick e2e-containerd e2e-containerd24 ## everything .ci/run runs (root)
 
 # The Python consumer's image is Debian's python3 and pika, not a Go binary:
 # ko cannot build it, so a release pushes it with this (root, debootstrap).

@@ -182,10 +182,14 @@ func TestStopAndCopyMigratesALivePod(t *testing.T) {
 // catch up in 1 ms) after checkpoint, image and restore have changed the
 // cluster: everything must be undone and the source must keep serving.
 func TestFailedMigrationRollsBack(t *testing.T) {
-	l := setup(t)
+	failedMigrationRollsBack(t, setup(t))
+}
+
+// failedMigrationRollsBack is TestFailedMigrationRollsBack with flags.
+func failedMigrationRollsBack(t *testing.T, l *lab, flags ...string) {
 	w := l.deploy(t, "10")
 	before := waitApplied(t, w, "consumer", 20)
-	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--replay-timeout", "1ms")
+	rec, stderr, err := l.migrate(t, w, append([]string{"pod", "consumer", "--to", "node-b", "--replay-timeout", "1ms"}, flags...)...)
 	if err == nil {
 		t.Fatal("migration succeeded with a 1 ms replay timeout")
 	}

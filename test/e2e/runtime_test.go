@@ -133,6 +133,14 @@ func TestRuntimeRestore(t *testing.T) {
 			t.Logf("runtime restore, %s: critical path %d ms, total %d ms, downtime %d ms", strategy, rec.CriticalPathMillis(), rec.TotalMillis, rec.Downtime.Millis)
 		})
 	}
+	// A migration that fails after the restore rolls back: the source
+	// serves, nothing is staged, every message is applied once.
+	t.Run("rollback", func(t *testing.T) {
+		failedMigrationRollsBack(t, l, "--restore", "runtime")
+		for _, n := range []string{"node-a", "node-b"} {
+			l.nothingStaged(t, n)
+		}
+	})
 }
 
 // TestTheRuntimeRestoresWhereContainerdCannot (containerd-2.4 lane):
