@@ -4,7 +4,7 @@
 LAB_CACHE ?= /var/cache/kubectl-migrate-lab
 KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
-.PHONY: help build lint unit integration e2e e2e-containerd e2e-containerd24 eval-quick bench eval eval-figures slow-faults soak crash-matrix test demo bench-transfer lab-up lab-down services-up services-down release-check krew-manifest python-image
+.PHONY: help build lint unit integration e2e e2e-containerd e2e-containerd24 bench-restore eval-quick bench eval eval-figures slow-faults soak crash-matrix test demo bench-transfer lab-up lab-down services-up services-down release-check krew-manifest python-image
 
 # The linter, pinned, installed into the checkout's bin/ from the module proxy.
 STATICCHECK_VERSION := v0.8.2
@@ -82,6 +82,18 @@ bench: ## the lab benchmarks: strategies, StatefulSet modes, state size, into do
 	  awk -f test/bench/distil.awk bin/bench.log; } > docs/bench/lab.txt
 	cat docs/bench/lab.txt
 BENCH ?= .
+
+# The restore through the container runtime (registry, direct) beside the
+# kubectl-migrate runtime's, MS2M and stop-and-copy at 10 msg/s, medians of
+# 5 alternated rounds (CRI-O lane; node-setup installs and removes the
+# runtime); a generated file.
+bench-restore: ## the restore paths side by side, into docs/bench/restore-paths.txt (lab, ~15 min)
+	go run ./test/lab up
+	mkdir -p bin docs/bench
+	(eval "$$(go run ./test/lab env)" && go test -tags e2e -run '^$$' -bench 'RestorePaths' -benchtime 1x -timeout 60m -v ./test/e2e 2>&1; echo $$? > bin/bench-restore.rc) | tee bin/bench-restore.log; exit $$(cat bin/bench-restore.rc)
+	{ echo "# make bench-restore, $$(date -u +%Y-%m-%d), commit $$(git rev-parse --short HEAD), $$(nproc) CPUs, $$(go run ./test/lab env | sed -n 's/^export LAB_RUNTIME=//p'); medians in ms unless the name says ratio"; \
+	  awk -f test/bench/distil.awk bin/bench-restore.log; } > docs/bench/restore-paths.txt
+	cat docs/bench/restore-paths.txt
 
 # The direct transfer's stream (TLS) beside a plain file → TCP → file copy,
 # 512 MiB over loopback, alternated, three times; a generated file.

@@ -378,3 +378,59 @@ func BenchmarkStatefulSetModes(b *testing.B) {
 	b.ReportMetric(median(totals["shadow"])/median(totals["sequential"]), "total-ratio")
 	b.Logf("%d rounds: totals %v, downtimes %v", rounds, fmt.Sprint(totals), fmt.Sprint(downs))
 }
+
+// BenchmarkRestorePaths compares, side by side in one run, the restore
+// through the container runtime (a checkpoint image through the registry,
+// and through the direct transfer) with the kubectl-migrate runtime's (the
+// archive staged on the node, no image), each as MS2M and as stop-and-copy
+// at 10 msg/s, alternating within each of E2E_EVAL_RUNS rounds (default 5),
+// and reports the medians of the critical path and the downtime, and the
+// runtime's ratio to each. node-setup installs the runtime first and
+// removes it at the end.
+//
+//	go test -tags e2e -run '^$' -bench RestorePaths -benchtime 1x ./test/e2e
+func BenchmarkRestorePaths(b *testing.B) {
+	rounds := 5
+	if n, err := strconv.Atoi(os.Getenv("E2E_EVAL_RUNS")); err == nil && n > 0 {
+		rounds = n
+	}
+	l := setup(b)
+	l.setUpRuntime(b)
+	paths := map[string][]string{
+		"registry": {"--restore", "cri"},
+		"direct":   {"--restore", "cri", "--transfer", "direct"},
+		"runtime":  {"--restore", "runtime"},
+	}
+	names := []string{"registry", "direct", "runtime"}
+	figures := map[string][]float64{}
+	for i := 0; i < rounds; i++ {
+		for _, strategy := range []string{"ms2m", "stop-and-copy"} {
+			for _, name := range names {
+				rec := benchMigrate(b, "10", name+"-"+strategy, append([]string{"--strategy", strategy}, paths[name]...)...)
+				if rec.Outcome != report.Succeeded || rec.Downtime == nil {
+					continue
+				}
+				key := name + "-" + strategy
+				figures[key+"-critical-path"] = append(figures[key+"-critical-path"], float64(rec.CriticalPathMillis()))
+				figures[key+"-downtime"] = append(figures[key+"-downtime"], float64(rec.Downtime.Millis))
+			}
+		}
+	}
+	for _, strategy := range []string{"ms2m", "stop-and-copy"} {
+		for _, name := range names {
+			for _, metric := range []string{"critical-path", "downtime"} {
+				if v := figures[name+"-"+strategy+"-"+metric]; len(v) > 0 {
+					b.ReportMetric(median(v), name+"-"+strategy+"-"+metric+"-ms")
+				}
+			}
+		}
+		for _, other := range []string{"registry", "direct"} {
+			for _, metric := range []string{"critical-path", "downtime"} {
+				r, o := figures["runtime-"+strategy+"-"+metric], figures[other+"-"+strategy+"-"+metric]
+				if len(r) > 0 && len(o) > 0 {
+					b.ReportMetric(median(r)/median(o), "runtime/"+other+"-"+strategy+"-"+metric+"-ratio")
+				}
+			}
+		}
+	}
+}

@@ -73,7 +73,7 @@ func nodeFiles(t testing.TB, node string) []string {
 // node-setup, and checks that it is there. The function it returns (also
 // the test's cleanup, if not called before) uninstalls it and checks the
 // nodes' files are as before.
-func (l *lab) setUpRuntime(t *testing.T) (uninstall func()) {
+func (l *lab) setUpRuntime(t testing.TB) (uninstall func()) {
 	t.Helper()
 	ctx := context.Background()
 	before := map[string][]string{}
