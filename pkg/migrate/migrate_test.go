@@ -18,6 +18,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -599,4 +600,80 @@ func TestRollbackLeavesAPodItDidNotCreate(t *testing.T) {
 	if err != nil || pod.Labels["app"] != "someone-else" {
 		t.Fatalf("the other pod was deleted or replaced: %v", err)
 	}
+}
+
+// TestRuntimeRestore: a target whose runtime does not restore (containerd
+// 2.4) is refused in preflight naming node-setup, with nothing changed;
+// once labelled as set up, the migration picks the kubectl-migrate runtime
+// by itself: the checkpoint is sent to the target's agent and staged there,
+// the target runs its own image under the RuntimeClass and is restored from
+// the staged checkpoint, and no image or registry is involved. A failure
+// after the staging removes the staged checkpoint.
+func TestRuntimeRestore(t *testing.T) {
+	ctx := context.Background()
+	setTarget := func(w *migratetest.World, installed bool) {
+		node, err := w.Client.CoreV1().Nodes().Get(ctx, "node-b", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Status.NodeInfo.ContainerRuntimeVersion = "containerd://2.4.2"
+		if installed {
+			node.Labels = map[string]string{ociruntime.NodeLabel: "installed"}
+		}
+		if _, err := w.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := migratetest.NewWorld(t)
+	setTarget(w, false)
+	_, err := migrate.Run(ctx, testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{})
+	if err == nil || !strings.Contains(err.Error(), "kubectl migrate node-setup node-b") {
+		t.Fatalf("want a refusal naming node-setup, got %v", err)
+	}
+	if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || len(w.Archives) != 0 {
+		t.Fatalf("something changed: %+v %v", src, w.Archives)
+	}
+
+	for _, strategy := range []migrate.Strategy{migrate.MS2M, migrate.StopAndCopy} {
+		t.Run(string(strategy), func(t *testing.T) {
+			w := migratetest.NewWorld(t)
+			setTarget(w, true)
+			rec, err := migrate.Run(ctx, testConfig(strategy), w.Deps(), migrate.Hooks{})
+			if err != nil || rec.Outcome != report.Succeeded {
+				t.Fatalf("%v %s", err, rec.Outcome)
+			}
+			calls := strings.Join(w.Calls, "\n")
+			for _, want := range []string{"send to 192.0.2.98:8093", "stage /var/lib/kubectl-migrate/restore/default/consumer-abcde/app"} {
+				if !strings.Contains(calls, want) {
+					t.Errorf("no %q in:\n%s", want, calls)
+				}
+			}
+			if strings.Contains(calls, "push") || strings.Contains(calls, "delete image") || len(rec.Images) != 0 {
+				t.Errorf("an image was made or deleted: %v\n%s", rec.Images, calls)
+			}
+			target, err := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-abcde", metav1.GetOptions{})
+			if err != nil || target.Spec.RuntimeClassName == nil || *target.Spec.RuntimeClassName != ociruntime.HandlerName || strings.Contains(target.Spec.Containers[0].Image, "8091") {
+				t.Fatalf("target %+v: %v", target.Spec, err)
+			}
+			if len(w.Staged) != 0 {
+				t.Fatalf("left staged: %v", w.Staged)
+			}
+		})
+	}
+
+	t.Run("rollback", func(t *testing.T) {
+		w := migratetest.NewWorld(t)
+		setTarget(w, true)
+		w.FailAt = report.Restore
+		rec, err := migrate.Run(ctx, testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{})
+		if err == nil || rec.Outcome != report.RolledBack {
+			t.Fatalf("%v %s", err, rec.Outcome)
+		}
+		if len(w.Staged) != 0 || !strings.Contains(strings.Join(w.Calls, "\n"), "remove [/var/lib/kubectl-migrate/restore/default/consumer-abcde/app] on node-b") {
+			t.Fatalf("the staged checkpoint was not removed: %v\n%s", w.Staged, strings.Join(w.Calls, "\n"))
+		}
+		if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
+			t.Fatalf("source not serving: %+v", src)
+		}
+	})
 }

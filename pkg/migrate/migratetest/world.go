@@ -33,6 +33,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -86,6 +87,9 @@ type World struct {
 	Apps      map[string]*ms2m.State
 	Archives  map[string]bool
 	Images    map[string]bool
+	// Staged are the checkpoints staged for the kubectl-migrate runtime
+	// (agent.StagedPath), until a pod under its RuntimeClass restores one.
+	Staged map[string]bool
 	snapshot  ms2m.State // the application's memory at the checkpoint
 	published uint64     // the last sequence published, which replay reaches
 	// Unanswered makes a pod's next state reads fail, as a restarting
@@ -142,7 +146,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 		T: t, Client: fake.NewClientset(objects...),
 		Queues:   map[string]bool{"work": true},
 		Apps:     map[string]*ms2m.State{"consumer": {Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
-		Archives: map[string]bool{}, Images: map[string]bool{}, reconnecting: map[string]bool{}, Unanswered: map[string]int{},
+		Archives: map[string]bool{}, Images: map[string]bool{}, Staged: map[string]bool{}, reconnecting: map[string]bool{}, Unanswered: map[string]int{},
 		failed: map[report.PhaseName]int{}, published: 100, deletedSets: map[types.UID]bool{},
 		acked: map[string]uint64{}, restored: map[string]bool{},
 	}
@@ -209,8 +213,14 @@ func (w *World) startKubelet() {
 				continue // it stays pending: no kubelet runs it
 			}
 			state := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+			underRuntime := pod.Spec.RuntimeClassName != nil && *pod.Spec.RuntimeClassName == ociruntime.HandlerName
+			staged := agent.StagedPath(ociruntime.Identity{Namespace: pod.Namespace, Pod: pod.Name, Container: pod.Spec.Containers[0].Name})
+			w.Mu.Lock()
+			hasCheckpoint := w.Staged[staged]
+			delete(w.Staged, staged) // the runtime claims it, restored or not
+			w.Mu.Unlock()
 			switch {
-			case pod.Annotations[freshAnnotation] != "":
+			case pod.Annotations[freshAnnotation] != "" || underRuntime && !hasCheckpoint:
 				w.Mu.Lock()
 				w.Apps[pod.Name] = &ms2m.State{Mode: ms2m.ModePrimary, Process: FreshProcess}
 				delete(w.restored, pod.Name)
@@ -361,6 +371,18 @@ func (f *fakePacker) Pack(_ context.Context, podName, node string, req agent.Pac
 		}
 		w.record("send to %s as %s:%s", req.SendTo, req.Repository, req.Tag)
 		req.Image = agent.DirectRegistry() + "/" + req.Repository + ":" + req.Tag
+		if req.StageAs != nil {
+			if err := w.fail(report.Image); err != nil {
+				return agent.PackResult{}, err
+			}
+			staged := agent.StagedPath(*req.StageAs)
+			w.record("stage %s", staged)
+			w.Mu.Lock()
+			defer w.Mu.Unlock()
+			delete(w.Archives, req.Archive)
+			w.Staged[staged] = true
+			return agent.PackResult{Staged: staged, ArchiveBytes: 2048}, nil
+		}
 	}
 	if err := w.fail(report.Image); err != nil {
 		return agent.PackResult{}, err
@@ -399,6 +421,7 @@ func (f *fakePacker) Remove(_ context.Context, podName, node string, archives []
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
 	for _, a := range archives {
+		delete(w.Staged, a)
 		for have := range w.Archives {
 			if ok, _ := path.Match(a, have); ok {
 				delete(w.Archives, have)
