@@ -81,15 +81,15 @@ type World struct {
 	// kubelet's answer: a test's process can die there.
 	AfterCheckpoint func()
 
-	Mu        sync.Mutex
-	Calls     []string
-	Queues    map[string]bool
-	Apps      map[string]*ms2m.State
-	Archives  map[string]bool
-	Images    map[string]bool
+	Mu       sync.Mutex
+	Calls    []string
+	Queues   map[string]bool
+	Apps     map[string]*ms2m.State
+	Archives map[string]bool
+	Images   map[string]bool
 	// Staged are the checkpoints staged for the kubectl-migrate runtime
 	// (agent.StagedPath), until a pod under its RuntimeClass restores one.
-	Staged map[string]bool
+	Staged    map[string]bool
 	snapshot  ms2m.State // the application's memory at the checkpoint
 	published uint64     // the last sequence published, which replay reaches
 	// Unanswered makes a pod's next state reads fail, as a restarting
