@@ -1,4 +1,4 @@
-// Command kubectl-migrate is the kubectl plugin: kubectl migrate pod|sts|node|check|conformance|recover|report|version.
+// Command kubectl-migrate is the kubectl plugin: kubectl migrate pod|sts|node|check|node-setup|conformance|recover|report|version|options.
 package main
 
 import (

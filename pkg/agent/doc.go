@@ -16,7 +16,11 @@
 //     archives it is given;
 //   - snapshots a migrated pod's emptyDir volumes into an archive packed
 //     like a checkpoint, and (fill-volumes, in the target pod's init
-//     container) copies them into the target's volumes.
+//     container) copies them into the target's volumes;
+//   - for the restore through the kubectl-migrate runtime, stages a
+//     received checkpoint on its node instead of serving it as an image;
+//     node-setup (NodeSetup) installs that runtime, which is this very
+//     binary run as kubectl-migrate-runtime (pkg/ociruntime).
 //
 // The canary of kubectl migrate check is here too: a tiny process with a
 // state and a TCP connection, checkpointed and restored to prove a pair of
