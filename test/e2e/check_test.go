@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/check"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
 
 // runCheck runs kubectl migrate check in a namespace of its own, with the
@@ -134,17 +135,7 @@ func TestRestoreOptIn(t *testing.T) {
 		t.Fatalf("want the runtime restore link failed naming %q, got %v %+v", setting, err, res.Links)
 	}
 
-	w := l.deploy(t, "10")
-	before := waitApplied(t, w, "consumer", 10)
-	_, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
-	lines := strings.Split(strings.TrimSpace(stderr), "\n")
-	if last := lines[len(lines)-1]; err == nil || !strings.Contains(last, "preflight") || !strings.Contains(last, setting) {
-		t.Fatalf("want one preflight error line naming %q, got %v:\n%s", setting, err, stderr)
-	}
-	if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary || st.PendingRestore || st.Process != before.Process {
-		t.Fatalf("the source was disturbed: %+v", st)
-	}
-	l.nothingLeft(t, w)
+	w, before := l.refusedInPreflight(t, setting)
 
 	labRestore(t, "node-b", "on")
 	if res, _, err := l.runCheck(t, "node-a", "node-b"); err != nil || !res.OK() {
@@ -156,6 +147,26 @@ func TestRestoreOptIn(t *testing.T) {
 	}
 	l.checkMigrated(t, w, rec, before)
 	checkConservation(t, w, rec.TargetPod)
+}
+
+// refusedInPreflight deploys the workload and has its migration to node-b
+// refused in preflight with one line naming remedy; the source must be
+// undisturbed and nothing of the migration left. It returns the workload
+// and the source's state before.
+func (l *lab) refusedInPreflight(t *testing.T, remedy string) (*workload.Workload, ms2m.State) {
+	t.Helper()
+	w := l.deploy(t, "10")
+	before := waitApplied(t, w, "consumer", 10)
+	_, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if last := lines[len(lines)-1]; err == nil || !strings.Contains(last, "preflight") || !strings.Contains(last, remedy) {
+		t.Fatalf("want one preflight error line naming %q, got %v:\n%s", remedy, err, stderr)
+	}
+	if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary || st.PendingRestore || st.Process != before.Process {
+		t.Fatalf("the source was disturbed: %+v", st)
+	}
+	l.nothingLeft(t, w)
+	return w, before
 }
 
 // labRestore turns a lab node's restore opt-in on or off.

@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/check"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
 
@@ -159,17 +158,7 @@ func TestTheRuntimeRestoresWhereContainerdCannot(t *testing.T) {
 	if bad := link(res, check.LinkNodes); err == nil || bad.Status != check.Failed || !strings.Contains(bad.Remedy, remedy) {
 		t.Fatalf("want the nodes link failed naming %q, got %v %+v", remedy, err, res.Links)
 	}
-	w := l.deploy(t, "10")
-	before := waitApplied(t, w, "consumer", 10)
-	_, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
-	lines := strings.Split(strings.TrimSpace(stderr), "\n")
-	if last := lines[len(lines)-1]; err == nil || !strings.Contains(last, "preflight") || !strings.Contains(last, remedy) {
-		t.Fatalf("want one preflight error line naming %q, got %v:\n%s", remedy, err, stderr)
-	}
-	if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary || st.PendingRestore || st.Process != before.Process {
-		t.Fatalf("the source was disturbed: %+v", st)
-	}
-	l.nothingLeft(t, w)
+	w, before := l.refusedInPreflight(t, remedy)
 
 	uninstall := l.setUpRuntime(t)
 	if res, _, err := l.runCheck(t, "node-a", "node-b"); err != nil || !res.OK() {
