@@ -236,6 +236,9 @@ func (f *migrationFlags) run(ctx context.Context, mc migrationCommand) error {
 		return err
 	}
 	if f.DryRun && err == nil {
+		if record.Restore != "" {
+			cfg.Restore = migrate.Restore(record.Restore) // as preflight chose
+		}
 		return f.printPlan(cfg, source, record.Prediction)
 	}
 	if printErr := f.printRecord(record); printErr != nil && err == nil {

@@ -118,7 +118,11 @@ func (o *migrationFlags) printPlan(c migrate.Config, source *corev1.Pod, predict
 		if len(migrate.CarriedVolumes(source, slices.Collect(maps.Keys(images)))) > 0 {
 			images[agent.VolumesKey] = "<" + c.CheckpointImageOf(c.Pod, agent.VolumesKey, c.ID) + ">"
 		}
-		return printData(o.Out, o.Output, migrate.TargetPod(source, c.TargetName, c.TargetNode, c.ID, images, c.RegistrySecret))
+		pod := migrate.TargetPod(source, c.TargetName, c.TargetNode, c.ID, images, c.RegistrySecret)
+		if c.Restore == migrate.RestoreRuntime {
+			migrate.ForRuntimeRestore(pod, source)
+		}
+		return printData(o.Out, o.Output, pod)
 	}
 	var b strings.Builder
 	how := string(c.Strategy)

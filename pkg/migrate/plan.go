@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
 
 // PlanStep is what a phase needs to describe itself: its stage's
@@ -62,6 +63,9 @@ func (checkpoint) Describe(s PlanStep) string {
 }
 
 func (packImages) Describe(s PlanStep) string {
+	if s.Restore == RestoreRuntime {
+		return fmt.Sprintf("stream the checkpoint archives from the agent on %s to the agent on %s (TLS, pinned), which stages them for the kubectl-migrate runtime (no image)", s.SourceNode, s.TargetNode)
+	}
 	images := s.CheckpointImageOf(s.Pod, "<container>", s.ID)
 	if s.Transfer == Direct {
 		return fmt.Sprintf("stream the checkpoint archives from the agent on %s to the agent on %s (no registry), which serves them to its node as %s", s.SourceNode, s.TargetNode, images)
@@ -83,6 +87,9 @@ func (detach) Describe(s PlanStep) string {
 func (restore) Describe(s PlanStep) string {
 	if s.StatefulSet != "" && !isMemberName(s.StatefulSet, s.TargetName) {
 		return fmt.Sprintf("restore shadow pod %s on %s (no member name, no pod-name label); it replays while %s serves", s.TargetName, s.TargetNode, s.Pod)
+	}
+	if s.Restore == RestoreRuntime {
+		return fmt.Sprintf("create pod %s on %s from its own images under RuntimeClass %s, whose runtime restores the staged checkpoints", s.TargetName, s.TargetNode, ociruntime.HandlerName)
 	}
 	return fmt.Sprintf("restore pod %s on %s", s.TargetName, s.TargetNode)
 }

@@ -212,7 +212,7 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 	if err != nil {
 		return err
 	}
-	m.RestoreVia = via
+	m.RestoreVia, m.Record.Restore = via, string(via)
 	if via == RestoreRuntime {
 		// The checkpoint goes to the target's agent, which stages it.
 		m.Transfer = Direct

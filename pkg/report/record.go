@@ -227,6 +227,10 @@ type Record struct {
 	Cutoff   *Cutoff   `json:"cutoff,omitempty"`
 	Shadow   *Shadow   `json:"shadow,omitempty"`
 	Images   []string  `json:"images,omitempty"`
+	// Restore is how the target restored: "cri" (its container runtime,
+	// from a checkpoint image) or "runtime" (the kubectl-migrate runtime,
+	// from the checkpoint staged on the node).
+	Restore string `json:"restore,omitempty"`
 	// ArchiveBytes is the total size of the checkpoint archives.
 	ArchiveBytes int64 `json:"archiveBytes,omitempty"`
 	// Leftovers are what a rollback could not remove although nothing

@@ -194,21 +194,27 @@ func TestRecoverPodAfterCrash(t *testing.T) {
 	}, false) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel() // each case has a namespace, queues and records of its own
-			l := setup(t)
-			w := l.deploy(t, "10")
-			before := waitApplied(t, w, "consumer", 20)
-			rec := l.crashAndRecover(t, w, tc, "pod", "consumer")
-			consumer := "consumer"
-			if rec.Outcome == report.Succeeded {
-				l.checkMigrated(t, w, rec, before)
-				consumer = rec.TargetPod
-			} else if st := state(t, w, "consumer"); st.Process != before.Process || st.Mode != ms2m.ModePrimary {
-				t.Fatalf("the source does not serve after recovery: %+v", st)
-			}
-			checkConservation(t, w, consumer)
-			l.nothingLeft(t, w)
+			setup(t).recoverPodAfterCrash(t, tc)
 		})
 	}
+}
+
+// recoverPodAfterCrash deploys the workload, crashes tc's migration of the
+// consumer, recovers it and checks the outcome, conservation and that
+// nothing is left.
+func (l *lab) recoverPodAfterCrash(t *testing.T, tc crashCase) {
+	w := l.deploy(t, "10")
+	before := waitApplied(t, w, "consumer", 20)
+	rec := l.crashAndRecover(t, w, tc, "pod", "consumer")
+	consumer := "consumer"
+	if rec.Outcome == report.Succeeded {
+		l.checkMigrated(t, w, rec, before)
+		consumer = rec.TargetPod
+	} else if st := state(t, w, "consumer"); st.Process != before.Process || st.Mode != ms2m.ModePrimary {
+		t.Fatalf("the source does not serve after recovery: %+v", st)
+	}
+	checkConservation(t, w, consumer)
+	l.nothingLeft(t, w)
 }
 
 func TestRecoverStatefulSetAfterCrash(t *testing.T) {

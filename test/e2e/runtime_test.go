@@ -17,6 +17,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/check"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
 // The restore path that needs no CRI restore: the kubectl-migrate runtime,
@@ -130,6 +131,20 @@ func TestRuntimeRestore(t *testing.T) {
 			_, w, rec := migrateLivePod(t, "--restore", "runtime", "--strategy", strategy)
 			checkConservation(t, w, rec.TargetPod)
 			t.Logf("runtime restore, %s: critical path %d ms, total %d ms, downtime %d ms", strategy, rec.CriticalPathMillis(), rec.TotalMillis, rec.Downtime.Millis)
+		})
+	}
+	// A migration whose process dies is recovered: rolled back with the
+	// checkpoint staged and not yet restored, completed after the target
+	// took over; nothing is staged after either.
+	for _, tc := range []crashCase{
+		{name: "crash/restore", args: []string{"--restore", "runtime", "--inject-crash", "restore"}, want: report.RolledBack},
+		{name: "crash/cleanup", args: []string{"--restore", "runtime", "--strategy", "stop-and-copy", "--inject-crash", "cleanup"}, want: report.Succeeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l.recoverPodAfterCrash(t, tc)
+			for _, n := range []string{"node-a", "node-b"} {
+				l.nothingStaged(t, n)
+			}
 		})
 	}
 	// A migration that fails after the restore rolls back: the source
