@@ -115,7 +115,10 @@ func (o Options) uninstall(ctx context.Context, dropIn string) (string, error) {
 			return "", err
 		}
 	}
-	for _, p := range []string{filepath.Join(BinDir, ociruntime.BinaryName), ociruntime.ConfigFile} {
+	if created, err := os.ReadFile(o.host(createdDirFile)); err == nil && string(created) == filepath.Dir(dropIn) {
+		_ = os.Remove(o.host(string(created))) // only if empty
+	}
+	for _, p := range []string{filepath.Join(BinDir, ociruntime.BinaryName), ociruntime.ConfigFile, createdDirFile} {
 		if err := os.Remove(o.host(p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return "", err
 		}
@@ -137,8 +140,17 @@ func (o Options) installFiles(dropIn, content string) error {
 	if err := writeAtomic(o.host(filepath.Join(BinDir, ociruntime.BinaryName)), self, 0o755); err != nil {
 		return fmt.Errorf("install the runtime: %w", err)
 	}
+	// A drop-in directory the node did not have goes again on uninstall.
+	if _, err := os.Stat(o.host(filepath.Dir(dropIn))); errors.Is(err, fs.ErrNotExist) {
+		if err := os.WriteFile(o.host(createdDirFile), []byte(filepath.Dir(dropIn)), 0o644); err != nil {
+			return err
+		}
+	}
 	return writeAtomic(o.host(dropIn), strings.NewReader(content), 0o644)
 }
+
+// createdDirFile names the drop-in directory install created, if it did.
+const createdDirFile = Dir + "/created-dir"
 
 func writeAtomic(path string, r io.Reader, perm os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

@@ -110,7 +110,7 @@ func TestInstallAndUninstallOnContainerd(t *testing.T) {
 	if _, err := Run(ctx, n.options(t, Containerd, true)); err != nil {
 		t.Fatal(err)
 	}
-	n.gone(t, containerdFile, filepath.Join(BinDir, ociruntime.BinaryName), ociruntime.ConfigFile, Dir)
+	n.gone(t, containerdFile, filepath.Join(BinDir, ociruntime.BinaryName), ociruntime.ConfigFile, Dir, filepath.Dir(containerdFile))
 	if n.restarts != 2 || slices.Contains(n.handlers, ociruntime.HandlerName) {
 		t.Fatalf("after uninstall: restarts %d, handlers %v", n.restarts, n.handlers)
 	}
