@@ -35,12 +35,8 @@ func stagedIdentity(path string) (ociruntime.Identity, bool) {
 	if !ok {
 		return ociruntime.Identity{}, false
 	}
-	parts := strings.Split(rest, "/")
-	if len(parts) != 3 {
-		return ociruntime.Identity{}, false
-	}
-	id := ociruntime.Identity{Namespace: parts[0], Pod: parts[1], Container: parts[2]}
-	return id, id.Valid() == nil
+	id, err := parseStageQuery(rest)
+	return id, err == nil
 }
 
 // stageQuery is the receive query's spelling of an identity.

@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
@@ -245,13 +244,17 @@ func (c *checker) nodes(ctx context.Context) (string, error) {
 
 func (c *checker) agents(ctx context.Context) (string, error) {
 	// Both at once: each takes seconds to start.
+	targetOpts, err := c.targetAgent()
+	if err != nil {
+		return "", err
+	}
 	var g errgroup.Group
 	for _, n := range []struct {
 		node, pod string
 		opts      agent.WarmOptions
 	}{
 		{c.cfg.From, c.nextPod(), agent.WarmOptions{}},
-		{c.cfg.To, c.nextPod(), c.targetAgent()},
+		{c.cfg.To, c.nextPod(), targetOpts},
 	} {
 		g.Go(func() error {
 			if err := c.deps.Packer.Warm(ctx, n.pod, n.node, n.opts); err != nil {
@@ -275,14 +278,18 @@ func (c *checker) agents(ctx context.Context) (string, error) {
 }
 
 // targetAgent is how To's agent runs: with the kubectl-migrate runtime, it
-// receives the checkpoint and stages it.
-func (c *checker) targetAgent() agent.WarmOptions {
+// receives the checkpoint (with a token of its own) and stages it.
+func (c *checker) targetAgent() (agent.WarmOptions, error) {
 	opts := agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(c.targetRuntime)}
 	if c.viaRuntime {
-		c.direct.Token = rand.String(32)
-		opts.DirectToken, opts.Stage = c.direct.Token, true
+		token, err := migrate.NewDirectToken()
+		if err != nil {
+			return opts, err
+		}
+		c.direct.Token = token
+		opts.DirectToken, opts.Stage = token, true
 	}
-	return opts
+	return opts, nil
 }
 
 // agentRemedy tells a Pod Security refusal from an image the node cannot

@@ -660,6 +660,16 @@ func DirectAddress(node *corev1.Node) (string, error) {
 	return "", fmt.Errorf("node %s has no InternalIP for the source's agent to send to; use a registry", node.Name)
 }
 
+// NewDirectToken is a direct-transfer agent's push token: random, from
+// crypto/rand, as it authenticates the sender.
+func NewDirectToken() (string, error) {
+	token := make([]byte, 24)
+	if _, err := rand.Read(token); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(token), nil
+}
+
 // prepareDirect picks the target agent's address and token for a transfer
 // without a registry.
 func (m *Migration) prepareDirect() error {
@@ -667,12 +677,11 @@ func (m *Migration) prepareDirect() error {
 	if err != nil {
 		return err
 	}
-	token := make([]byte, 24)
-	if _, err := rand.Read(token); err != nil {
+	token, err := NewDirectToken()
+	if err != nil {
 		return err
 	}
-	m.DirectTo = to
-	m.DirectToken = hex.EncodeToString(token)
+	m.DirectTo, m.DirectToken = to, token
 	return nil
 }
 

@@ -395,10 +395,8 @@ func statIn(root, path string) (os.FileInfo, error) {
 // SocketUnder is where the runtime's socket is, under run (the node's
 // /run, mounted): /var/run is /run on every node.
 func SocketUnder(run, runtime string) string {
-	return filepath.Join(run, strings.TrimPrefix(map[string]string{Containerd: "/run/containerd/containerd.sock", CRIO: "/run/crio/crio.sock"}[runtime], "/run"))
+	return filepath.Join(run, map[string]string{Containerd: "containerd/containerd.sock", CRIO: "crio/crio.sock"}[runtime])
 }
 
 // runtimeSocketOnHost is the socket's path on the node.
-func (o Options) runtimeSocketOnHost() string {
-	return map[string]string{Containerd: "/run/containerd/containerd.sock", CRIO: "/var/run/crio/crio.sock"}[o.Runtime]
-}
+func (o Options) runtimeSocketOnHost() string { return SocketUnder("/run", o.Runtime) }

@@ -246,8 +246,6 @@ func (r Runtime) claim(inv invocation) (string, error) {
 	if err := os.MkdirAll(r.State, 0o700); err != nil {
 		return "", err
 	}
-	claimed := filepath.Join(r.State, inv.id+".checkpoint")
-	_ = os.RemoveAll(claimed)
 	// The stage and the state directory are on different filesystems on
 	// most nodes (disk and tmpfs): a rename across them fails, so the
 	// checkpoint is claimed by a rename within the stage first.
