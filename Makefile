@@ -63,11 +63,11 @@ e2e-containerd: ## the core e2e and the restore opt-in on the containerd lane (r
 # after it, migrations restore through the kubectl-migrate runtime; after
 # --uninstall the nodes are as before. Brought up with
 # LAB_RUNTIME=containerd-2.4 and left down.
-E2E_CONTAINERD24 := ^(TestTheRuntimeRestoresWhereContainerdCannot|TestRuntimeRestore)$$
+E2E_CONTAINERD24 := ^(TestTheRuntimeRestoresWhereContainerdCannot|TestRuntimeRestore|TestEveryMoveThroughTheRuntime)$$
 e2e-containerd24: ## the runtime-level restore on containerd 2.4 nodes (root)
 	go run ./test/lab down
 	LAB_RUNTIME=containerd-2.4 go run ./test/lab up
-	eval "$$(go run ./test/lab env)" && go test -tags e2e -count=1 -v -timeout 20m -run '$(E2E_CONTAINERD24)' ./test/e2e
+	eval "$$(go run ./test/lab env)" && go test -tags e2e -count=1 -v -timeout 45m -run '$(E2E_CONTAINERD24)' ./test/e2e
 	go run ./test/lab down
 
 # The lab benchmarks (not timed tests): strategies at 4, 10 and 16 msg/s,

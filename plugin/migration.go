@@ -50,6 +50,7 @@ type migrationFlags struct {
 	KeepOnFailure     bool
 	KeepImage         bool
 	MaxVolumeData     string
+	Restore           string
 	DeleteImage       bool // before images were deleted by default
 	Labels            []string
 	Output            string
@@ -91,6 +92,8 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs.BoolVar(&f.KeepOnFailure, "keep-on-failure", false, "leave everything as it is when the migration fails, for debugging")
 	fs.BoolVar(&f.KeepImage, "keep-image", false, "keep the checkpoint images in the registry after success (they hold the process's memory, and are deleted by default)")
 	fs.StringVar(&f.MaxVolumeData, "max-volume-data", "1Gi", "the most emptyDir data the migrated containers' volumes may hold; it is copied to the target, and more is refused before any change")
+	fs.StringVar(&f.Restore, "restore", string(migrate.RestoreAuto), "cri: the target's container runtime restores from a checkpoint image; runtime: the kubectl-migrate runtime (kubectl migrate node-setup) restores from the checkpoint sent node to node, no image (containerd 2.4+); auto: cri where the runtime restores, else runtime where installed")
+	_ = cmd.RegisterFlagCompletionFunc("restore", cobra.FixedCompletions([]string{"auto", "cri", "runtime"}, cobra.ShellCompDirectiveNoFileComp))
 	fs.BoolVar(&f.DeleteImage, "delete-image", true, "")
 	_ = fs.MarkDeprecated("delete-image", "checkpoint images are deleted by default now; --keep-image keeps them")
 	fs.StringSliceVar(&f.Labels, "label", nil, "key=value labels stored with the record, to compare runs (e.g. rate=10)")
@@ -179,6 +182,7 @@ func (f *migrationFlags) toConfig(pod *corev1.Pod, id string) (migrate.Config, e
 		KubeletTimeout: f.KubeletTimeout,
 		KeepOnFailure:  f.KeepOnFailure, DryRun: f.DryRun, KeepImages: f.KeepImage,
 		Labels: f.labels, InjectFailure: f.InjectFailure,
+		Restore: migrate.Restore(f.Restore), Transfer: migrate.ViaRegistry,
 	}
 	if f.MaxVolumeData != "" {
 		q, err := resource.ParseQuantity(f.MaxVolumeData)
@@ -203,6 +207,18 @@ func (f *migrationFlags) toConfig(pod *corev1.Pod, id string) (migrate.Config, e
 		}
 	}
 	return c, nil
+}
+
+// withoutRegistry sends the checkpoint node to node where the
+// kubectl-migrate runtime restores it (which needs no image), and then
+// uses no registry.
+func withoutRegistry(c *migrate.Config) {
+	if c.Restore == migrate.RestoreRuntime {
+		c.Transfer = migrate.Direct
+	}
+	if c.Transfer == migrate.Direct {
+		c.ImageRepository = ""
+	}
 }
 
 // podQueue expands $(POD_NAME) in a queue name with the pod's name, so that

@@ -146,12 +146,12 @@ func (o *NodeOptions) configFor(mv drain.Move, id string) (migrate.Config, error
 	}
 	c, err := o.migrationFlags.toConfig(pod, id)
 	c.Namespace, c.Pod, c.TargetNode = mv.Pod.Namespace, mv.Pod.Name, mv.Target
-	c.Transfer = migrate.ViaRegistry
 	if mv.StatefulSet != "" {
 		c.StatefulSet, c.Mode, c.TargetName = mv.StatefulSet, migrate.StatefulSetMode(o.Mode), mv.Pod.Name
 	} else if pod != nil {
 		c.TargetName = targetName(pod, id)
 	}
+	withoutRegistry(&c)
 	return c, err
 }
 

@@ -62,7 +62,6 @@ type PodOptions struct {
 
 	TargetName string
 	Transfer   string
-	Restore    string
 	ReplayMax  time.Duration
 	Cutoff     time.Duration
 }
@@ -86,8 +85,6 @@ func NewCmdPod(root *RootOptions) *cobra.Command {
 	f.DurationVar(&o.Cutoff, "cutoff", 0, "stop the source this long after the replay queue is bound, whatever the rates (overrides the computed T_cutoff)")
 	f.StringVar(&o.Transfer, "transfer", "", "registry (the default): push checkpoint images to --registry; direct (the default with --restore runtime): stream them from the source node's agent to the target node's, no registry (with --restore cri the target node's runtime must pull from localhost:8091 over plain HTTP)")
 	_ = cmd.RegisterFlagCompletionFunc("transfer", cobra.FixedCompletions([]string{"registry", "direct"}, cobra.ShellCompDirectiveNoFileComp))
-	f.StringVar(&o.Restore, "restore", string(migrate.RestoreAuto), "cri: the target's container runtime restores from a checkpoint image; runtime: the kubectl-migrate runtime (kubectl migrate node-setup) restores from the checkpoint sent node to node, no image (containerd 2.4+); auto: cri where the runtime restores, else runtime where installed")
-	_ = cmd.RegisterFlagCompletionFunc("restore", cobra.FixedCompletions([]string{"auto", "cri", "runtime"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -112,16 +109,10 @@ func (o *PodOptions) toConfig(pod *corev1.Pod, id string) (migrate.Config, error
 		c.TargetName = targetName(pod, id)
 	}
 	c.Transfer = migrate.Transfer(cmp.Or(o.Transfer, string(migrate.ViaRegistry)))
-	c.Restore = migrate.Restore(o.Restore)
-	if c.Restore == migrate.RestoreRuntime {
-		if c.Transfer == migrate.ViaRegistry && o.Transfer != "" {
-			return c, fmt.Errorf("--restore runtime sends the checkpoint node to node, with no registry: drop --transfer %s", o.Transfer)
-		}
-		c.Transfer = migrate.Direct
+	if c.Restore == migrate.RestoreRuntime && c.Transfer == migrate.ViaRegistry && o.Transfer != "" {
+		return c, fmt.Errorf("--restore runtime sends the checkpoint node to node, with no registry: drop --transfer %s", o.Transfer)
 	}
-	if c.Transfer == migrate.Direct {
-		c.ImageRepository = "" // no registry is used
-	}
+	withoutRegistry(&c)
 	c.ReplayMax, c.Cutoff = o.ReplayMax, o.Cutoff
 	return c, nil
 }

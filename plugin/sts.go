@@ -22,7 +22,12 @@ const stsExample = `  # Move ordinal 0 of StatefulSet consumer to node-b, keepin
   kubectl migrate sts consumer-0 --to node-b --mode shadow
 
   # The stop-and-copy baseline
-  kubectl migrate sts consumer-0 --to node-b --strategy stop-and-copy`
+  kubectl migrate sts consumer-0 --to node-b --strategy stop-and-copy
+
+  # Nodes whose runtime cannot restore (containerd 2.4): set up the
+  # kubectl-migrate runtime on both, as a rollback restores on the source
+  kubectl migrate node-setup node-a node-b
+  kubectl migrate sts consumer-0 --to node-b --restore runtime`
 
 const stsLong = `Live-migrate one pod of a StatefulSet to another node, keeping its name,
 ordinal, labels and volume claims. While the name changes hands the
@@ -66,8 +71,8 @@ func NewCmdSts(root *RootOptions) *cobra.Command {
 	cmd.Flags().IntVar(&o.Ordinal, "ordinal", -1, "the pod's ordinal, with sts/NAME")
 	cmd.Flags().StringVar(&o.Mode, "mode", string(migrate.Sequential), "sequential (the source goes before its copy exists) or shadow (through a shadow copy, near-zero downtime)")
 	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{string(migrate.Sequential), string(migrate.Shadow)}, cobra.ShellCompDirectiveNoFileComp))
-	// Only the registry carries a StatefulSet pod's checkpoint: kept to
-	// say why, out of --help.
+	// Only the registry, or --restore runtime, carries a StatefulSet pod's
+	// checkpoint: kept to say why, out of --help.
 	cmd.Flags().StringVar(&o.transfer, "transfer", string(migrate.ViaRegistry), "")
 	_ = cmd.Flags().MarkHidden("transfer")
 	return cmd
@@ -86,7 +91,7 @@ func (o *StsOptions) Complete(args []string) error {
 // Validate checks the flags before anything talks to the cluster.
 func (o *StsOptions) Validate() error {
 	if o.transfer != string(migrate.ViaRegistry) {
-		return fmt.Errorf("--transfer %s is for bare pods: a StatefulSet pod's rollback restores its source from the checkpoint image on the source node, so the image must be in a registry both nodes pull from; give --registry", o.transfer)
+		return fmt.Errorf("--transfer %s is for bare pods: a StatefulSet pod's rollback restores its source from the checkpoint image on the source node, so the image must be in a registry both nodes pull from; give --registry, or --restore runtime (which sends it node to node)", o.transfer)
 	}
 	return o.validate(o)
 }
@@ -99,7 +104,7 @@ func (o *StsOptions) Run(ctx context.Context) error { return o.run(ctx, o) }
 func (o *StsOptions) toConfig(pod *corev1.Pod, id string) (migrate.Config, error) {
 	c, err := o.migrationFlags.toConfig(pod, id)
 	c.StatefulSet, c.Mode, c.TargetName = o.statefulSet, migrate.StatefulSetMode(o.Mode), o.pod
-	c.Transfer = migrate.ViaRegistry
+	withoutRegistry(&c)
 	return c, err
 }
 

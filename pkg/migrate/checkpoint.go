@@ -114,8 +114,37 @@ func (m *Migration) removeStaged(ctx context.Context) error {
 		return nil
 	}
 	slices.Sort(staged)
-	if err := m.Packer.Remove(ctx, m.nextAgentPod(), m.TargetNode, staged); err != nil {
-		return fmt.Errorf("remove the checkpoints staged on %s %v: %w", m.TargetNode, staged, err)
+	nodes := []string{m.TargetNode}
+	if m.keepsArchives() {
+		nodes = append(nodes, m.SourceNode) // where a rollback staged them again
+	}
+	for _, node := range nodes {
+		if err := m.Packer.Remove(ctx, m.nextAgentPod(), node, staged); err != nil {
+			return fmt.Errorf("remove the checkpoints staged on %s %v: %w", node, staged, err)
+		}
+	}
+	return nil
+}
+
+// stageOnSource sends the kept archives (keepsArchives) from the source
+// node's agent to itself, staged for the kubectl-migrate runtime to restore
+// the source there: a StatefulSet pod's rollback after its source was
+// deleted. The target's restore used the first copies.
+func (m *Migration) stageOnSource(ctx context.Context) error {
+	for _, c := range m.Migrated {
+		if _, kept := m.Archives[c]; !kept {
+			return fmt.Errorf("the checkpoint archive of container %s is no longer on %s", c, m.SourceNode)
+		}
+		req, err := m.packRequest(ctx, c, m.SourceNode)
+		if err != nil {
+			return err
+		}
+		res, err := m.Packer.Pack(ctx, m.nextAgentPod(), m.SourceNode, req)
+		if err != nil {
+			return fmt.Errorf("stage the checkpoint of container %s on %s: %w", c, m.SourceNode, err)
+		}
+		m.progress(report.Detach, fmt.Sprintf("container %s staged on %s for the kubectl-migrate runtime", c, m.SourceNode))
+		m.Images[c] = res.Staged
 	}
 	return nil
 }
@@ -136,8 +165,12 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 		packed = append(packed, agent.VolumesKey)
 	}
 	for _, c := range packed {
+		req, err := m.packRequest(ctx, c, m.TargetNode)
+		if err != nil {
+			return err
+		}
 		start := time.Now()
-		res, err := m.Packer.Pack(ctx, m.nextAgentPod(), m.SourceNode, m.packRequest(c))
+		res, err := m.Packer.Pack(ctx, m.nextAgentPod(), m.SourceNode, req)
 		if err != nil {
 			return err
 		}
@@ -145,7 +178,9 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 		built := start.Add(time.Duration(res.BuildMillis) * time.Millisecond)
 		m.stepTook(report.Pack, c, start, time.Duration(res.BuildMillis)*time.Millisecond, res.ArchiveBytes)
 		m.stepTook(report.Push, c, built, time.Duration(res.PushMillis)*time.Millisecond, res.ArchiveBytes)
-		delete(m.Archives, c)
+		if !req.KeepArchive {
+			delete(m.Archives, c)
+		}
 		m.Images[c] = cmp.Or(res.Image, res.Staged)
 		if err := m.save(ctx); err != nil {
 			return err

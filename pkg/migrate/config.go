@@ -217,11 +217,8 @@ func (c Config) ValidateChoices() error {
 	if c.Restore != "" && !slices.Contains(Restores, c.Restore) {
 		errs = append(errs, fmt.Errorf("--restore must be one of %v, not %q", Restores, c.Restore))
 	}
-	if c.Restore == RestoreRuntime && c.StatefulSet != "" {
-		errs = append(errs, errors.New("--restore runtime applies to kubectl migrate pod for now: a StatefulSet pod's rollback restores its source from a checkpoint image; use a node whose runtime restores (--restore cri)"))
-	}
-	if c.Transfer == Direct && c.StatefulSet != "" {
-		errs = append(errs, errors.New("--transfer direct applies to kubectl migrate pod: a StatefulSet pod's rollback restores its source from the checkpoint image, which must then be pullable on the source node too; use a registry"))
+	if c.Transfer == Direct && c.StatefulSet != "" && c.Restore != RestoreRuntime {
+		errs = append(errs, errors.New("a StatefulSet pod's checkpoint goes without a registry only with --restore runtime: its rollback restores the source from the checkpoint image, which must then be pullable on the source node too; use a registry"))
 	}
 	if c.ControlPort <= 0 || c.ControlPort > 65535 {
 		errs = append(errs, fmt.Errorf("--control-port %d is not a port", c.ControlPort))

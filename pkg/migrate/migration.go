@@ -27,17 +27,9 @@ type State struct {
 	Migrated    []string    `json:"migrated,omitempty"` // the containers migrated
 	SourceState ms2m.State  `json:"sourceState"`
 	// RestoreVia is how the target restores, as preflight chose it
-	// (RestoreCRI or RestoreRuntime).
+	// (RestoreCRI or RestoreRuntime); a StatefulSet pod's restores on its
+	// source node (rollback, move back) go the same way.
 	RestoreVia Restore `json:"restoreVia,omitempty"`
-	// DirectTo is the target node's agent (host:port) and DirectToken its
-	// push credential, in a transfer without a registry. The token stays in
-	// this process's memory: pushes precede the commit point, and a
-	// recovered migration that had not committed rolls back.
-	DirectTo    string `json:"directTo,omitempty"`
-	DirectToken string `json:"-"`
-	// DirectCert is the fingerprint of the target agent's TLS certificate,
-	// which the sender pins; read from that agent through the API server.
-	DirectCert string `json:"-"`
 
 	// MigrationQueue exists while the migration runs (ms2m.MigrationQueueName):
 	// a copy restored from a checkpoint holds only as long as it does.
@@ -111,8 +103,11 @@ type Migration struct {
 	// the fence.
 	leases *leases
 	fence  *fence
-	// targetNode is the target's Node as preflight read it.
-	targetNode *corev1.Node
+	// receivers are the nodes' agents a transfer without a registry sends
+	// to (direct.go); all stages share them.
+	receivers *receivers
+	// sourceNode and targetNode are the Nodes as preflight read them.
+	sourceNode, targetNode *corev1.Node
 	// final is the stage whose State is State.Final.
 	final *Migration
 	// shadowGap is the first switchover's gap in shadow mode, read from the
@@ -189,11 +184,11 @@ func (m *Migration) nextStage(stage string, from *corev1.Pod, name, node string,
 	cfg := m.Config
 	cfg.Pod, cfg.TargetName, cfg.TargetNode, cfg.Strategy = from.Name, name, node, strategy
 	if state == nil {
-		state = &State{Stage: stage, Source: from, SourceNode: from.Spec.NodeName, Migrated: m.Migrated, SourceState: m.SourceState}
+		state = &State{Stage: stage, Source: from, SourceNode: from.Spec.NodeName, Migrated: m.Migrated, SourceState: m.SourceState, RestoreVia: m.RestoreVia}
 	}
 	return &Migration{
 		Config: cfg, Deps: m.Deps, Hooks: m.Hooks, Record: m.Record, State: state,
-		journal: m.journal, broker: m.broker, fence: m.fence,
+		journal: m.journal, broker: m.broker, fence: m.fence, receivers: m.receivers,
 	}
 }
 

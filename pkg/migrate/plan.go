@@ -64,7 +64,11 @@ func (checkpoint) Describe(s PlanStep) string {
 
 func (packImages) Describe(s PlanStep) string {
 	if s.Restore == RestoreRuntime {
-		return fmt.Sprintf("stream the checkpoint archives from the agent on %s to the agent on %s (TLS, pinned), which stages them for the kubectl-migrate runtime (no image)", s.SourceNode, s.TargetNode)
+		kept := ""
+		if s.StatefulSet != "" && s.inPlace() {
+			kept = fmt.Sprintf("; the archives stay on %s until the migration ends, for a rollback to restore the source from", s.SourceNode)
+		}
+		return fmt.Sprintf("stream the checkpoint archives from the agent on %s to the agent on %s (TLS, pinned), which stages them for the kubectl-migrate runtime (no image)%s", s.SourceNode, s.TargetNode, kept)
 	}
 	images := s.CheckpointImageOf(s.Pod, "<container>", s.ID)
 	if s.Transfer == Direct {
@@ -129,6 +133,9 @@ func (cleanup) Describe(s PlanStep) string {
 	}
 	if !s.KeepImages && s.Transfer != Direct {
 		gone = append(gone, "the checkpoint images")
+	}
+	if s.Transfer == Direct && s.StatefulSet != "" && s.inPlace() {
+		gone = append(gone, "the checkpoint archives kept on "+s.SourceNode)
 	}
 	return "delete " + strings.Join(gone, " and ")
 }

@@ -3,12 +3,8 @@ package migrate
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -204,7 +200,7 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 	if target.Spec.Unschedulable {
 		return fmt.Errorf("node %s is cordoned; uncordon it or pick another node", m.TargetNode)
 	}
-	m.targetNode = target
+	m.sourceNode, m.targetNode = source, target
 	if s := runtimesupport.Parse(source.Status.NodeInfo.ContainerRuntimeVersion); !s.Checkpoint {
 		return fmt.Errorf("source node %s cannot checkpoint: %s", m.SourceNode, s.Why)
 	}
@@ -223,12 +219,23 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 // pickRestore chooses how the target restores: through its container
 // runtime where that restores (s), through the kubectl-migrate runtime
 // where node-setup installed it; a node with neither is refused with both
-// remedies.
+// remedies. A StatefulSet pod's rollback and its move back restore it on
+// the source node the same way, so there the runtime must be on both.
 func (m *Migration) pickRestore(s runtimesupport.Support) (Restore, error) {
-	_, installed := m.targetNode.Labels[ociruntime.NodeLabel]
-	runtimeRemedy := fmt.Sprintf("install the kubectl-migrate runtime there (kubectl migrate node-setup %s) and pass --restore runtime", m.TargetNode)
+	nodes := []*corev1.Node{m.targetNode}
 	if m.StatefulSet != "" {
-		runtimeRemedy = "move the pod to a node whose runtime restores"
+		nodes = append(nodes, m.sourceNode)
+	}
+	var missing []string
+	for _, n := range nodes {
+		if _, installed := n.Labels[ociruntime.NodeLabel]; !installed {
+			missing = append(missing, n.Name)
+		}
+	}
+	setup := "kubectl migrate node-setup " + strings.Join(missing, " ")
+	runtimeRemedy := fmt.Sprintf("install the kubectl-migrate runtime there (%s) and pass --restore runtime", setup)
+	if m.StatefulSet != "" {
+		runtimeRemedy = fmt.Sprintf("install the kubectl-migrate runtime on both nodes, as a StatefulSet pod's rollback restores it on %s (%s), and pass --restore runtime", m.SourceNode, setup)
 	}
 	switch m.Restore {
 	case RestoreCRI:
@@ -237,8 +244,8 @@ func (m *Migration) pickRestore(s runtimesupport.Support) (Restore, error) {
 		}
 		return RestoreCRI, nil
 	case RestoreRuntime:
-		if !installed {
-			return "", fmt.Errorf("target node %s has no kubectl-migrate runtime (no %s label): run kubectl migrate node-setup %s", m.TargetNode, ociruntime.NodeLabel, m.TargetNode)
+		if len(missing) > 0 {
+			return "", fmt.Errorf("node %s has no kubectl-migrate runtime (no %s label): run %s", strings.Join(missing, " and "), ociruntime.NodeLabel, setup)
 		}
 		if len(m.carriedVolumes()) > 0 {
 			return "", fmt.Errorf("pod %s has emptyDir volumes, which --restore runtime does not carry yet; use --restore cri on a node whose runtime restores", m.Pod)
@@ -248,7 +255,7 @@ func (m *Migration) pickRestore(s runtimesupport.Support) (Restore, error) {
 	switch {
 	case s.Restore:
 		return RestoreCRI, nil
-	case installed && m.StatefulSet == "" && len(m.carriedVolumes()) == 0:
+	case len(missing) == 0 && len(m.carriedVolumes()) == 0:
 		m.progress(report.Preflight, fmt.Sprintf("node %s's runtime does not restore (%s): restoring through the kubectl-migrate runtime", m.TargetNode, s.Why))
 		return RestoreRuntime, nil
 	}
@@ -554,13 +561,21 @@ func (m *Migration) startAgents(ctx context.Context) error {
 	// With emptyDir volumes to carry, either node's agent may snapshot them
 	// (shadow mode's final stage, and a move back, start on the target).
 	carries := len(m.carriedVolumes()) > 0
+	sourceOpts := agent.WarmOptions{Volumes: carries}
 	targetOpts := agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(m.targetNode.Status.NodeInfo.ContainerRuntimeVersion), Volumes: carries}
+	var toSource, toTarget receiver
 	if m.Transfer == Direct {
-		if err := m.prepareDirect(); err != nil {
+		var err error
+		if targetOpts, toTarget, err = m.receiverOptions(m.targetNode, targetOpts); err != nil {
 			return err
 		}
-		targetOpts.DirectToken = m.DirectToken
-		targetOpts.Stage = m.RestoreVia == RestoreRuntime
+		// A StatefulSet pod's rollback, and its move back, restore it on
+		// the source node.
+		if m.StatefulSet != "" {
+			if sourceOpts, toSource, err = m.receiverOptions(m.sourceNode, sourceOpts); err != nil {
+				return err
+			}
+		}
 	}
 	warm := func(pod, node string, opts agent.WarmOptions) error {
 		if err := m.Packer.Warm(ctx, pod, node, opts); err != nil {
@@ -575,10 +590,15 @@ func (m *Migration) startAgents(ctx context.Context) error {
 	var sourceReady, targetReady, pullStart, pulled time.Time // each goroutine writes its own
 	var g errgroup.Group
 	g.Go(func() error {
-		err := warm(sourceAgent, m.SourceNode, agent.WarmOptions{Volumes: carries})
+		err := warm(sourceAgent, m.SourceNode, sourceOpts)
 		sourceReady = time.Now()
 		if err != nil {
 			return err
+		}
+		if sourceOpts.DirectToken != "" {
+			if err := m.registerReceiver(ctx, m.SourceNode, toSource); err != nil {
+				return err
+			}
 		}
 		return m.checkVolumeSize(ctx)
 	})
@@ -591,11 +611,11 @@ func (m *Migration) startAgents(ctx context.Context) error {
 			return err
 		}
 		if m.Transfer == Direct {
-			cert, err := m.Packer.DirectCert(ctx, m.TargetNode)
-			if err != nil {
-				return fmt.Errorf("ask node %s's agent for the certificate the checkpoint is sent to: %w", m.TargetNode, err)
+			if err := m.registerReceiver(ctx, m.TargetNode, toTarget); err != nil {
+				return err
 			}
-			m.DirectCert = cert
+		}
+		if m.Transfer == Direct && m.RestoreVia != RestoreRuntime {
 			probe := agent.DirectRegistry() + "/" + agent.ProbeImage
 			if err := m.Packer.Prepull(ctx, probePuller, m.TargetNode, []string{probe}); err != nil {
 				return fmt.Errorf("node %s's runtime cannot pull from its agent at %s (%w); let it pull from there over plain HTTP (CRI-O: insecure_registries in [crio.image]; containerd: a hosts.toml for %[2]s in its config_path), or use a registry", m.TargetNode, agent.DirectRegistry(), err)
@@ -647,42 +667,6 @@ func checkRegistry(ctx context.Context, m *Migration) error {
 		return nil // the agents check their own way: see startAgents
 	}
 	return m.Registry.CheckPush(ctx, m.ImageRepository)
-}
-
-// DirectAddress is where the source's agent sends node's agent the
-// checkpoint: the node's InternalIP, DirectReceivePort.
-func DirectAddress(node *corev1.Node) (string, error) {
-	for _, a := range node.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			return net.JoinHostPort(a.Address, strconv.Itoa(agent.DirectReceivePort)), nil
-		}
-	}
-	return "", fmt.Errorf("node %s has no InternalIP for the source's agent to send to; use a registry", node.Name)
-}
-
-// NewDirectToken is a direct-transfer agent's push token: random, from
-// crypto/rand, as it authenticates the sender.
-func NewDirectToken() (string, error) {
-	token := make([]byte, 24)
-	if _, err := rand.Read(token); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(token), nil
-}
-
-// prepareDirect picks the target agent's address and token for a transfer
-// without a registry.
-func (m *Migration) prepareDirect() error {
-	to, err := DirectAddress(m.targetNode)
-	if err != nil {
-		return err
-	}
-	token, err := NewDirectToken()
-	if err != nil {
-		return err
-	}
-	m.DirectTo, m.DirectToken = to, token
-	return nil
 }
 
 func checkApp(ctx context.Context, m *Migration) error {

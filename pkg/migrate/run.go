@@ -32,7 +32,7 @@ func Phases(s Strategy, statefulSet bool, mode StatefulSetMode) []Phase {
 // newMigration builds the top-level migration of cfg around state and
 // record, with the journal that saves them.
 func newMigration(cfg Config, deps Deps, hooks Hooks, state *State, record *report.Record) *Migration {
-	m := &Migration{Config: cfg, Deps: deps, Hooks: hooks, State: state, Record: record, fence: newFence()}
+	m := &Migration{Config: cfg, Deps: deps, Hooks: hooks, State: state, Record: record, fence: newFence(), receivers: &receivers{}}
 	if !cfg.DryRun {
 		m.journal = &journal{config: cfg, state: state, record: record, store: deps.Records}
 	}

@@ -109,6 +109,11 @@ func (m *Migration) restoreSourceInPlace(ctx context.Context) error {
 	if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.Pod, nil); err != nil { // a source still terminating
 		return err
 	}
+	if m.RestoreVia == RestoreRuntime {
+		if err := m.stageOnSource(ctx); err != nil {
+			return err
+		}
+	}
 	if _, _, err := m.restoreAs(ctx, m.Pod, m.SourceNode); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -303,5 +304,102 @@ func TestShadowGapsComeFromThePodThatServed(t *testing.T) {
 	}
 	if rec.Shadow == nil || rec.Shadow.ToShadowMillis != 100 || rec.Shadow.ToFinalMillis != 2400 || rec.Downtime == nil || rec.Downtime.Millis != 2500 {
 		t.Fatalf("shadow gaps %+v, downtime %+v: want 100 ms read from the shadow, 2400 ms from the final pod", rec.Shadow, rec.Downtime)
+	}
+}
+
+// TestStatefulSetRuntimeRestore moves a StatefulSet pod between nodes whose
+// runtime does not restore, through the kubectl-migrate runtime on both, in
+// each mode: the checkpoint goes node to node and is staged, no image is
+// made, and nothing is left staged or archived; failed after the source was
+// deleted, the source comes back from its kept archive, staged on its own
+// node. Without the runtime on the source node it is refused, naming the
+// setup, as its rollback could not restore there.
+func TestStatefulSetRuntimeRestore(t *testing.T) {
+	ctx := context.Background()
+	runtimeOn := func(w *migratetest.World, nodes ...string) {
+		for _, name := range []string{"node-a", "node-b"} {
+			node, err := w.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			node.Status.NodeInfo.ContainerRuntimeVersion = "containerd://2.4.2"
+			if slices.Contains(nodes, name) {
+				node.Labels = map[string]string{ociruntime.NodeLabel: "installed"}
+			}
+			if _, err := w.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	noImages := func(t *testing.T, w *migratetest.World, rec *report.Record) {
+		t.Helper()
+		w.Mu.Lock()
+		defer w.Mu.Unlock()
+		calls := strings.Join(w.Calls, "\n")
+		if strings.Contains(calls, "push") || len(rec.Images) != 0 || len(w.Images) != 0 {
+			t.Errorf("an image was made: %v\n%s", rec.Images, calls)
+		}
+		if len(w.Staged) != 0 {
+			t.Errorf("left staged: %v", w.Staged)
+		}
+	}
+
+	w := migratetest.NewStatefulSetWorld(t)
+	runtimeOn(w, "node-b")
+	cfg := stsConfig(migrate.MS2M, migrate.Sequential)
+	if _, err := migrate.Run(ctx, cfg, w.Deps(), migrate.Hooks{}); err == nil || !strings.Contains(err.Error(), "kubectl migrate node-setup node-a") {
+		t.Fatalf("want a refusal naming node-setup node-a, got %v", err)
+	}
+
+	for _, tc := range []struct {
+		strategy migrate.Strategy
+		mode     migrate.StatefulSetMode
+		failures []report.PhaseName // each failed at its last run
+	}{
+		{migrate.MS2M, migrate.Sequential, []report.PhaseName{report.Restore, report.Replay}},
+		{migrate.StopAndCopy, migrate.Sequential, []report.PhaseName{report.Adopt}},
+		{migrate.MS2M, migrate.Shadow, []report.PhaseName{report.Replay}},
+	} {
+		name := string(tc.strategy) + "/" + string(tc.mode)
+		t.Run(name, func(t *testing.T) {
+			w := migratetest.NewStatefulSetWorld(t)
+			runtimeOn(w, "node-a", "node-b")
+			other := consumer1(t, w)
+			rec, err := migrate.Run(ctx, stsConfig(tc.strategy, tc.mode), w.Deps(), migrate.Hooks{})
+			if err != nil || rec.Restore != string(migrate.RestoreRuntime) {
+				t.Fatalf("%v, restore %q", err, rec.Restore)
+			}
+			checkStatefulSet(t, w, "node-b", other)
+			noImages(t, w, rec)
+			pod, _ := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-0", metav1.GetOptions{})
+			if pod.Spec.RuntimeClassName == nil || *pod.Spec.RuntimeClassName != ociruntime.HandlerName {
+				t.Fatalf("consumer-0 not restored through the runtime: %+v", pod.Spec)
+			}
+		})
+		for _, failed := range tc.failures {
+			t.Run(name+"/rollback/"+string(failed), func(t *testing.T) {
+				w := migratetest.NewStatefulSetWorld(t)
+				runtimeOn(w, "node-a", "node-b")
+				nth := 1
+				if tc.mode == migrate.Shadow {
+					nth = 2 // the final stage's, after the handover
+				}
+				if failed == report.Adopt {
+					nth = 0
+				}
+				w.FailOn(failed, nth)
+				other := consumer1(t, w)
+				rec, err := migrate.Run(ctx, stsConfig(tc.strategy, tc.mode), w.Deps(), migrate.Hooks{})
+				if err == nil || rec.Outcome != report.RolledBack {
+					t.Fatalf("want a rolled-back migration, got %v (%s)", err, rec.Outcome)
+				}
+				w.FailOn("", 0)
+				checkStatefulSet(t, w, "node-a", other)
+				noImages(t, w, rec)
+				if calls := strings.Join(w.Calls, "\n"); !strings.Contains(calls, "send to 192.0.2.") {
+					t.Fatalf("nothing sent node to node:\n%s", calls)
+				}
+			})
+		}
 	}
 }

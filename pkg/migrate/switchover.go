@@ -95,7 +95,8 @@ func (cleanup) Run(ctx context.Context, m *Migration) error {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(append(errs, m.removeReplayQueueAndImages(ctx))...)
+	// The archives a StatefulSet pod's rollback would have restored from.
+	return errors.Join(append(errs, m.removeArchives(ctx), m.removeReplayQueueAndImages(ctx))...)
 }
 
 // removeReplayQueueAndImages deletes the replay queue and (unless asked to

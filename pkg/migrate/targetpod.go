@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"slices"
@@ -92,18 +93,30 @@ func (c Config) CheckpointImageOf(pod, container, tag string) string {
 	return CheckpointImage(c.ImageRepository, c.Namespace, pod, container, tag)
 }
 
-func (m *Migration) packRequest(container string) agent.PackRequest {
-	req := agent.PackRequest{Archive: m.Archives[container], Container: container}
+func (m *Migration) packRequest(ctx context.Context, container, node string) (agent.PackRequest, error) {
+	req := agent.PackRequest{Archive: m.Archives[container], Container: container, KeepArchive: m.keepsArchives()}
 	if m.Transfer == Direct {
-		req.SendTo, req.Token, req.CertSHA256 = m.DirectTo, m.DirectToken, m.DirectCert
+		to, err := m.receiverOn(ctx, node)
+		if err != nil {
+			return req, err
+		}
+		req.SendTo, req.Token, req.CertSHA256 = to.address, to.token, to.cert
 		req.Repository, req.Tag = m.Namespace+"/"+m.Pod, container+"-"+m.tag()
 		if m.RestoreVia == RestoreRuntime {
 			req.StageAs = ptr.To(m.staged(container))
 		}
-		return req
+		return req, nil
 	}
 	req.Image, req.Insecure = m.CheckpointImageOf(m.Pod, container, m.tag()), m.InsecureRegistry
-	return req
+	return req, nil
+}
+
+// keepsArchives: a StatefulSet pod's checkpoint sent without a registry is
+// all its rollback can restore the deleted source from, so its archives
+// stay on the source node until the migration ends (cleanup or rollback
+// removes them).
+func (m *Migration) keepsArchives() bool {
+	return m.Transfer == Direct && m.StatefulSet != "" && m.Pod == m.TargetName
 }
 
 // staged is the checkpoint of container staged for the kubectl-migrate

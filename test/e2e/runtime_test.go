@@ -194,3 +194,49 @@ func TestTheRuntimeRestoresWhereContainerdCannot(t *testing.T) {
 		t.Fatalf("check after node-setup --uninstall: %v %+v", err, res.Links)
 	}
 }
+
+// TestEveryMoveThroughTheRuntime (containerd-2.4 lane): with the runtime
+// set up on both nodes and no flag, every kind of move restores through it,
+// since containerd 2.4 cannot: a StatefulSet pod sequentially, through a
+// shadow, and rolled back after its source was deleted (the source comes
+// back from its kept checkpoint, staged on its own node); the threshold
+// cutoff; and a drain of bare, Deployment and StatefulSet pods. Each ends
+// with the conservation check; nothing is left staged.
+func TestEveryMoveThroughTheRuntime(t *testing.T) {
+	if os.Getenv("LAB_RUNTIME") != "containerd-2.4" {
+		t.Skip("needs a runtime without CRI restore: run on the containerd-2.4 lane (LAB_RUNTIME=containerd-2.4)")
+	}
+	l := setup(t)
+	l.setUpRuntime(t)
+	for _, mode := range []string{"sequential", "shadow"} {
+		t.Run("sts/"+mode, func(t *testing.T) {
+			rec := migrateStatefulSet(t, nil, "--mode", mode)
+			if rec.Restore != "runtime" {
+				t.Fatalf("restored through %q", rec.Restore)
+			}
+			for _, n := range []string{"node-a", "node-b"} {
+				l.nothingStaged(t, n)
+			}
+		})
+	}
+	t.Run("sts/rollback", func(t *testing.T) {
+		rollBackStatefulSet(t, "--replay-timeout", "1ms")
+		for _, n := range []string{"node-a", "node-b"} {
+			l.nothingStaged(t, n)
+		}
+	})
+	t.Run("cutoff", func(t *testing.T) {
+		_, w, rec := migrateLivePodAt(t, "16", "--replay-max", "4s")
+		if rec.Restore != "runtime" || rec.Cutoff == nil || !rec.Cutoff.Fired {
+			t.Fatalf("restore %q, cutoff %+v", rec.Restore, rec.Cutoff)
+		}
+		checkConservation(t, w, rec.TargetPod)
+	})
+	t.Run("drain", func(t *testing.T) {
+		took, sum := l.drainNodeA(t)
+		t.Logf("drain through the runtime took %s; its migrations add up to %s", took, sum)
+		for _, n := range []string{"node-a", "node-b"} {
+			l.nothingStaged(t, n)
+		}
+	})
+}

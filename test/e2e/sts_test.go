@@ -152,7 +152,7 @@ func migrateStatefulSet(t *testing.T, change func(ns string, sts *appsv1.Statefu
 		t.Fatalf("record %+v", rec)
 	}
 	pod, st := l.checkStatefulSetAfter(t, b, "node-b")
-	if !strings.HasPrefix(pod.Spec.Containers[0].Image, l.registry+"/checkpoints/"+b.w.Namespace+"/") {
+	if !runtimeRestored(pod) && !strings.HasPrefix(pod.Spec.Containers[0].Image, l.registry+"/checkpoints/"+b.w.Namespace+"/") {
 		t.Fatalf("consumer-0 runs %s, not its checkpoint", pod.Spec.Containers[0].Image)
 	}
 	if mounts := pod.Spec.Containers[0].VolumeMounts; !slices.ContainsFunc(mounts, func(m corev1.VolumeMount) bool { return m.Name == "config" && m.MountPath == "/etc/consumer" }) {

@@ -379,7 +379,9 @@ func (f *fakePacker) Pack(_ context.Context, podName, node string, req agent.Pac
 			w.record("stage %s", staged)
 			w.Mu.Lock()
 			defer w.Mu.Unlock()
-			delete(w.Archives, req.Archive)
+			if !req.KeepArchive {
+				delete(w.Archives, req.Archive)
+			}
 			w.Staged[staged] = true
 			return agent.PackResult{Staged: staged, ArchiveBytes: 2048}, nil
 		}
@@ -389,7 +391,9 @@ func (f *fakePacker) Pack(_ context.Context, podName, node string, req agent.Pac
 	}
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
-	delete(w.Archives, req.Archive)
+	if !req.KeepArchive {
+		delete(w.Archives, req.Archive)
+	}
 	ref := req.Image + "@sha256:abc"
 	w.Images[ref] = true
 	return agent.PackResult{Image: ref, ArchiveBytes: 2048}, nil

@@ -1,0 +1,125 @@
+package migrate
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// A transfer without a registry (Direct) sends each checkpoint from the
+// agent on the node it was taken on to the warm agent of the node it is
+// restored on, which receives it over TLS pinned to its certificate and
+// with a push token of its own. The target's receiver is started in
+// preflight; a StatefulSet pod's source node gets one too, since its
+// rollback and a move back restore there; a recovery starts the receivers
+// it needs, as the tokens never leave the process that made them.
+
+// receiver is one node's receiving agent.
+type receiver struct {
+	address string // host:port the sending agent reaches
+	token   string
+	cert    string // SHA-256 of its TLS certificate, which the sender pins
+}
+
+// receivers are the migration's receiving agents by node; all stages share
+// them.
+type receivers struct {
+	mu     sync.Mutex
+	byNode map[string]receiver
+}
+
+func (r *receivers) get(node string) (receiver, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rcv, ok := r.byNode[node]
+	return rcv, ok
+}
+
+func (r *receivers) set(node string, rcv receiver) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byNode == nil {
+		r.byNode = map[string]receiver{}
+	}
+	r.byNode[node] = rcv
+}
+
+// DirectAddress is where the source's agent sends node's agent the
+// checkpoint: the node's InternalIP, DirectReceivePort.
+func DirectAddress(node *corev1.Node) (string, error) {
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return net.JoinHostPort(a.Address, strconv.Itoa(agent.DirectReceivePort)), nil
+		}
+	}
+	return "", fmt.Errorf("node %s has no InternalIP for the source's agent to send to; use a registry", node.Name)
+}
+
+// NewDirectToken is a direct-transfer agent's push token: random, from
+// crypto/rand, as it authenticates the sender.
+func NewDirectToken() (string, error) {
+	token := make([]byte, 24)
+	if _, err := rand.Read(token); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(token), nil
+}
+
+// receiverOptions are the warm options that make node's agent a receiver
+// (added to opts), and the receiver it will be once its certificate is
+// known (registerReceiver).
+func (m *Migration) receiverOptions(node *corev1.Node, opts agent.WarmOptions) (agent.WarmOptions, receiver, error) {
+	address, err := DirectAddress(node)
+	if err != nil {
+		return opts, receiver{}, err
+	}
+	token, err := NewDirectToken()
+	if err != nil {
+		return opts, receiver{}, err
+	}
+	opts.DirectToken, opts.Stage = token, m.RestoreVia == RestoreRuntime
+	return opts, receiver{address: address, token: token}, nil
+}
+
+// registerReceiver reads the certificate of node's receiver, started with
+// rcv's options, and keeps it for the transfers to node.
+func (m *Migration) registerReceiver(ctx context.Context, node string, rcv receiver) error {
+	cert, err := m.Packer.DirectCert(ctx, node)
+	if err != nil {
+		return fmt.Errorf("ask node %s's agent for the certificate the checkpoint is sent to: %w", node, err)
+	}
+	rcv.cert = cert
+	m.receivers.set(node, rcv)
+	return nil
+}
+
+// receiverOn is node's receiver, started now if the migration has none
+// there yet (a recovery, which starts with none).
+func (m *Migration) receiverOn(ctx context.Context, node string) (receiver, error) {
+	if rcv, ok := m.receivers.get(node); ok {
+		return rcv, nil
+	}
+	n, err := m.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return receiver{}, fmt.Errorf("get node %s: %w", node, err)
+	}
+	opts, rcv, err := m.receiverOptions(n, agent.WarmOptions{Volumes: len(m.carriedVolumes()) > 0})
+	if err != nil {
+		return receiver{}, err
+	}
+	m.progress(report.Image, "starting the agent on "+node+" that receives the checkpoint")
+	if err := m.Packer.Warm(ctx, m.nextAgentPod(), node, opts); err != nil {
+		return receiver{}, fmt.Errorf("node %s cannot run the agent that receives the checkpoint: %w", node, err)
+	}
+	return rcv, m.registerReceiver(ctx, node, rcv)
+}
