@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,9 +9,11 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -118,8 +121,71 @@ func (m *Migration) receiverOn(ctx context.Context, node string) (receiver, erro
 		return receiver{}, err
 	}
 	m.progress(report.Image, "starting the agent on "+node+" that receives the checkpoint")
-	if err := m.Packer.Warm(ctx, m.nextAgentPod(), node, opts); err != nil {
+	err = m.takeTurn(ctx, report.Image, node, func(int) error { return m.Packer.Warm(ctx, m.nextAgentPod(), node, opts) })
+	if err != nil {
 		return receiver{}, fmt.Errorf("node %s cannot run the agent that receives the checkpoint: %w", node, err)
 	}
 	return rcv, m.registerReceiver(ctx, node, rcv)
+}
+
+// takeTurn runs warm, which starts a receiver on node, once no other
+// migration's receiver holds the node's receive ports: they are the node's
+// own (host network), so migrations onto one node without a registry take
+// turns (a drain's parallel moves, two users at once). Of two that started
+// together, the kubelet refuses one; it waits for its turn again, and
+// warms again (attempt counts the tries, for a fresh pod name).
+func (m *Migration) takeTurn(ctx context.Context, phase report.PhaseName, node string, warm func(attempt int) error) error {
+	for attempt := 0; ; attempt++ {
+		holder, err := m.awaitFreeReceivePorts(ctx, phase, node)
+		if err != nil {
+			return fmt.Errorf("waiting for %s to end: %w", holder, err)
+		}
+		err = warm(attempt)
+		if err == nil {
+			return nil
+		}
+		if other, _ := m.otherReceiverOn(ctx, node); other == "" {
+			return err
+		}
+	}
+}
+
+// awaitFreeReceivePorts waits, up to the phase's time limit, until no other
+// migration's receiver runs on node; it names the one it waited for.
+func (m *Migration) awaitFreeReceivePorts(ctx context.Context, phase report.PhaseName, node string) (string, error) {
+	var waited string
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		other, err := m.otherReceiverOn(ctx, node)
+		if err != nil {
+			return false, err
+		}
+		if other != "" && waited == "" {
+			m.progress(phase, fmt.Sprintf("agent %s of another migration receives on %s's ports; waiting for it to end", other, node))
+		}
+		waited = cmp.Or(other, waited)
+		return other == "", nil
+	})
+	return waited, err
+}
+
+// otherReceiverOn names another migration's agent that holds node's
+// receive ports, if one runs.
+func (m *Migration) otherReceiverOn(ctx context.Context, node string) (string, error) {
+	pods, err := m.Client.CoreV1().Pods(m.AgentNamespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return "", fmt.Errorf("list the agents on %s: %w", node, err)
+	}
+	for _, p := range pods.Items {
+		if p.Labels[MigrationLabel] == m.ID || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for _, c := range p.Spec.Containers {
+			for _, port := range c.Ports {
+				if port.HostPort == agent.DirectReceivePort {
+					return p.Name, nil
+				}
+			}
+		}
+	}
+	return "", nil
 }

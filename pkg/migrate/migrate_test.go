@@ -6,15 +6,18 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
@@ -676,4 +679,50 @@ func TestRuntimeRestore(t *testing.T) {
 			t.Fatalf("source not serving: %+v", src)
 		}
 	})
+}
+
+// TestReceiversTakeTurns: another migration's agent receives on node-b's
+// ports, so a migration without a registry onto node-b waits, saying for
+// whom, and goes on once that agent is gone.
+func TestReceiversTakeTurns(t *testing.T) {
+	ctx := context.Background()
+	w := migratetest.NewWorld(t)
+	other := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubectl-migrate-agent-other-b", Namespace: "default", Labels: map[string]string{migrate.MigrationLabel: "other"}},
+		Spec: corev1.PodSpec{NodeName: "node-b", HostNetwork: true, Containers: []corev1.Container{{
+			Name: "agent", Ports: []corev1.ContainerPort{{ContainerPort: agent.DirectReceivePort, HostPort: agent.DirectReceivePort}},
+		}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	if _, err := w.Client.CoreV1().Pods("default").Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(migrate.MS2M)
+	cfg.Transfer, cfg.ImageRepository = migrate.Direct, ""
+	waiting := make(chan struct{})
+	var once sync.Once
+	hooks := migrate.Hooks{Progress: func(_ report.PhaseName, msg string) {
+		if strings.Contains(msg, "kubectl-migrate-agent-other-b of another migration receives on node-b's ports") {
+			once.Do(func() { close(waiting) })
+		}
+	}}
+	done := make(chan error, 1)
+	go func() {
+		_, err := migrate.Run(ctx, cfg, w.Deps(), hooks)
+		done <- err
+	}()
+	select {
+	case <-waiting:
+	case err := <-done:
+		t.Fatalf("the migration did not wait for the other receiver: %v", err)
+	}
+	if err := w.Client.CoreV1().Pods("default").Delete(ctx, other.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Conservation(); err != nil {
+		t.Fatal(err)
+	}
 }

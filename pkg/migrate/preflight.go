@@ -578,7 +578,19 @@ func (m *Migration) startAgents(ctx context.Context) error {
 		}
 	}
 	warm := func(pod, node string, opts agent.WarmOptions) error {
-		if err := m.Packer.Warm(ctx, pod, node, opts); err != nil {
+		start := func() error { return m.Packer.Warm(ctx, pod, node, opts) }
+		if opts.DirectToken != "" {
+			start = func() error {
+				return m.takeTurn(ctx, report.Preflight, node, func(attempt int) error {
+					name := pod
+					if attempt > 0 {
+						name = fmt.Sprintf("%s%d", pod, attempt+1) // the refused one keeps its name until released
+					}
+					return m.Packer.Warm(ctx, name, node, opts)
+				})
+			}
+		}
+		if err := start(); err != nil {
 			if opts.DirectToken != "" {
 				return fmt.Errorf("node %s cannot run the agent that receives the checkpoint (on the node's network, ports %d and %d): %w; free the ports, or use a registry", node, agent.DirectPort, agent.DirectReceivePort, err)
 			}
