@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
 
 // Paths inside the agent container.
@@ -268,6 +269,17 @@ func (l Launcher) Runtime(ctx context.Context, node string) (RuntimeInfo, error)
 		return RuntimeInfo{}, err
 	}
 	return decodeAnswer[RuntimeInfo](node, out)
+}
+
+// Expect has node's receiving agent (started with WarmOptions.Stage) mark
+// the checkpoints of ids as on their way (ExpectedPath).
+func (l Launcher) Expect(ctx context.Context, node string, ids []ociruntime.Identity) error {
+	warm, ok := l.Serving.pod(node)
+	if !ok {
+		return fmt.Errorf("no agent on %s receives the checkpoint", node)
+	}
+	_, err := l.call(ctx, warm, http.MethodPost, expectPath, expectRequest{Containers: ids})
+	return err
 }
 
 // DirectCert asks node's warm direct-transfer agent for the fingerprint of

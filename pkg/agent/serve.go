@@ -29,6 +29,7 @@ const (
 	runtimePath = "/runtime"
 	directPath  = "/direct"
 	volumesPath = "/volumes"
+	expectPath  = "/expect"
 )
 
 // ControlTokenEnv carries a serving agent's control token: every call but
@@ -86,6 +87,9 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		mux.Handle("/v2/", reg)
 		mux.Handle("POST "+directPath, authorized(jsonCall(touch, "direct", func(context.Context, struct{}) (DirectInfo, error) {
 			return DirectInfo{CertSHA256: direct.CertSHA256()}, nil
+		})))
+		mux.Handle("POST "+expectPath, authorized(jsonCall(touch, "expect", func(_ context.Context, req expectRequest) (struct{}, error) {
+			return struct{}{}, direct.expect(req.Containers)
 		})))
 	}
 	mux.Handle("POST "+packPath, authorized(jsonCall(touch, "pack", func(ctx context.Context, req PackRequest) (PackResult, error) {

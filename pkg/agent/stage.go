@@ -29,7 +29,42 @@ var stageDir = ociruntime.StageDir
 // takes to delete it.
 func StagedPath(id ociruntime.Identity) string { return ociruntime.StagePath(ociruntime.StageDir, id) }
 
-// stagedIdentity reads a StagedPath.
+// ExpectedPath is how a migration names the mark that a checkpoint for id
+// is on its way (ociruntime.ExpectedPath), which Remove takes as it takes
+// a StagedPath.
+func ExpectedPath(id ociruntime.Identity) string {
+	return ociruntime.ExpectedPath(ociruntime.StageDir, id)
+}
+
+// expectRequest names the containers whose checkpoints are on their way.
+type expectRequest struct {
+	Containers []ociruntime.Identity `json:"containers"`
+}
+
+// expect marks each container's checkpoint as on its way (ExpectedPath):
+// the container's create under the kubectl-migrate runtime then waits for
+// it instead of starting afresh.
+func (d *Direct) expect(ids []ociruntime.Identity) error {
+	if d.StageDir == "" {
+		return fmt.Errorf("this agent stages no checkpoints (it was started without --stage)")
+	}
+	for _, id := range ids {
+		if err := id.Valid(); err != nil {
+			return err
+		}
+		mark := ociruntime.ExpectedPath(d.StageDir, id)
+		if err := os.MkdirAll(filepath.Dir(mark), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(mark, nil, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stagedIdentity reads a StagedPath, or an ExpectedPath (as the identity
+// of a container named with ExpectedSuffix: Remove deletes either alike).
 func stagedIdentity(path string) (ociruntime.Identity, bool) {
 	rest, ok := strings.CutPrefix(filepath.Clean(path), ociruntime.StageDir+"/")
 	if !ok {

@@ -9,6 +9,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -40,6 +41,9 @@ type Packer interface {
 	// Runtime is what node's runtime says of itself, asked through node's
 	// warm agent (started with a RuntimeSocket).
 	Runtime(ctx context.Context, node string) (agent.RuntimeInfo, error)
+	// Expect has node's receiving agent (started with WarmOptions.Stage)
+	// mark the checkpoints of ids as on their way (agent.ExpectedPath).
+	Expect(ctx context.Context, node string, ids []ociruntime.Identity) error
 	// DirectCert is the fingerprint of the certificate node's warm
 	// direct-transfer agent receives with (started with a DirectToken).
 	DirectCert(ctx context.Context, node string) (string, error)

@@ -658,8 +658,46 @@ func TestRuntimeRestore(t *testing.T) {
 			if err != nil || target.Spec.RuntimeClassName == nil || *target.Spec.RuntimeClassName != ociruntime.HandlerName || strings.Contains(target.Spec.Containers[0].Image, "8091") {
 				t.Fatalf("target %+v: %v", target.Spec, err)
 			}
-			if len(w.Staged) != 0 {
-				t.Fatalf("left staged: %v", w.Staged)
+			if len(w.Staged) != 0 || len(w.Expected) != 0 {
+				t.Fatalf("left staged: %v %v", w.Staged, w.Expected)
+			}
+			// The target pod was created, its checkpoint expected, before
+			// the source was checkpointed: in the first phase that changes
+			// anything.
+			expect, checkpointed := strings.Index(calls, "expect /var/lib/kubectl-migrate/restore/default/consumer-abcde/app.expected on node-b"), strings.Index(calls, "checkpoint default/consumer/app")
+			created := func(p report.PhaseName) bool {
+				ph, _ := rec.Phase(p)
+				return slices.ContainsFunc(ph.Steps, func(s report.Step) bool { return s.Name == report.PodCreate })
+			}
+			first := map[migrate.Strategy]report.PhaseName{migrate.MS2M: report.Prepare, migrate.StopAndCopy: report.Stop}[strategy]
+			if expect < 0 || checkpointed < expect || !created(first) || created(report.Restore) {
+				t.Fatalf("expected at %d, checkpointed at %d; created in %s: %t\n%s", expect, checkpointed, first, created(first), calls)
+			}
+		})
+	}
+
+	// Failed before its checkpoint was staged, the target created early
+	// goes, and then its mark: the source serves on.
+	for _, failed := range []report.PhaseName{report.Checkpoint, report.Image} {
+		t.Run("rollback/"+string(failed), func(t *testing.T) {
+			w := migratetest.NewWorld(t)
+			setTarget(w, true)
+			w.FailAt = failed
+			rec, err := migrate.Run(ctx, testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{})
+			if err == nil || rec.Outcome != report.RolledBack {
+				t.Fatalf("%v %s", err, rec.Outcome)
+			}
+			if _, err := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-abcde", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("the target is left: %v", err)
+			}
+			if len(w.Staged) != 0 || len(w.Expected) != 0 {
+				t.Fatalf("left staged: %v %v", w.Staged, w.Expected)
+			}
+			if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
+				t.Fatalf("source not serving: %+v", src)
+			}
+			if err := w.Conservation(); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

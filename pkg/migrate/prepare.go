@@ -29,6 +29,9 @@ func (prepare) Run(ctx context.Context, m *Migration) error {
 	if err := m.markRunning(ctx); err != nil {
 		return err
 	}
+	if err := m.createTargetEarly(ctx); err != nil {
+		return err
+	}
 	m.ReplayQueue = ms2m.ReplayQueueName(m.Broker.Queue)
 	if err := m.broker.BindReplayQueue(ctx, m.Broker.Exchange, m.ReplayQueue); err != nil {
 		return err
@@ -55,6 +58,9 @@ func (prepare) Run(ctx context.Context, m *Migration) error {
 }
 
 func (prepare) Rollback(ctx context.Context, m *Migration) error {
+	if err := m.undoTargetEarly(ctx); err != nil {
+		return err
+	}
 	var errs []error
 	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Checkpointed, Payload: ms2m.ControlPayload{Migration: m.tag()}}); err != nil {
 		errs = append(errs, fmt.Errorf("clear the source's checkpoint mark: %w", err))
@@ -72,6 +78,9 @@ func (stopSource) Name() report.PhaseName { return report.Stop }
 
 func (stopSource) Run(ctx context.Context, m *Migration) error {
 	if err := m.markRunning(ctx); err != nil {
+		return err
+	}
+	if err := m.createTargetEarly(ctx); err != nil {
 		return err
 	}
 	return m.haltSource(ctx)
@@ -97,6 +106,9 @@ func (m *Migration) haltSource(ctx context.Context) error {
 }
 
 func (stopSource) Rollback(ctx context.Context, m *Migration) error {
+	if err := m.undoTargetEarly(ctx); err != nil {
+		return err
+	}
 	return resumeSource(ctx, m)
 }
 

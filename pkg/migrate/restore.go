@@ -12,8 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/runtimesupport"
 )
@@ -41,6 +43,14 @@ func (m *Migration) baseImages() []string {
 func (restore) Name() report.PhaseName { return report.Restore }
 
 func (restore) Run(ctx context.Context, m *Migration) error {
+	if m.Target != nil { // created before the checkpoint existed
+		held, err := m.awaitRestored(ctx, m.TargetName, m.TargetNode, time.Now())
+		m.TargetRestored = held
+		if saveErr := m.save(ctx); err == nil {
+			err = saveErr
+		}
+		return err
+	}
 	m.TargetRequested = true
 	m.Record.TargetPod = m.TargetName
 	created, held, err := m.restoreAs(ctx, m.TargetName, m.TargetNode)
@@ -53,6 +63,70 @@ func (restore) Run(ctx context.Context, m *Migration) error {
 	return err
 }
 
+// createsTargetEarly: a target restored through the kubectl-migrate
+// runtime is created as the migration starts changing things, before its
+// checkpoint exists: the runtime holds its container's create until the
+// checkpoint is staged (ociruntime.ExpectedPath), so the kubelet's part
+// (noticing the pod, its volumes, sandbox and network) happens while the
+// source is checkpointed, off the critical path. Not a StatefulSet
+// member's name, which the source holds until detach.
+func (m *Migration) createsTargetEarly() bool {
+	return m.RestoreVia == RestoreRuntime && (m.StatefulSet == "" || !isMemberName(m.StatefulSet, m.TargetName))
+}
+
+// expectedIDs are the containers whose checkpoints the target expects.
+func (m *Migration) expectedIDs() []ociruntime.Identity {
+	ids := make([]ociruntime.Identity, 0, len(m.Migrated))
+	for _, c := range m.Migrated {
+		ids = append(ids, m.staged(c))
+	}
+	return ids
+}
+
+// createTargetEarly marks the checkpoints on their way and creates the
+// target pod (createsTargetEarly); the first phase that changes anything
+// (prepare, or stop-and-copy's stop) calls it before it changes the source.
+func (m *Migration) createTargetEarly(ctx context.Context) error {
+	if !m.createsTargetEarly() || m.Target != nil {
+		return nil
+	}
+	if err := m.Packer.Expect(ctx, m.TargetNode, m.expectedIDs()); err != nil {
+		return fmt.Errorf("tell node %s's agent that the checkpoint is coming: %w", m.TargetNode, err)
+	}
+	m.TargetRequested = true
+	m.Record.TargetPod = m.TargetName
+	created, err := m.createTarget(ctx, m.TargetName, m.TargetNode)
+	if created != nil {
+		m.Target = created
+		if saveErr := m.save(ctx); err == nil {
+			err = saveErr
+		}
+	}
+	return err
+}
+
+// undoTargetEarly deletes the target createTargetEarly made, then the marks:
+// in that order, since a create the kubelet tries again with no mark would
+// start the application afresh.
+func (m *Migration) undoTargetEarly(ctx context.Context) error {
+	if !m.createsTargetEarly() {
+		return nil
+	}
+	if m.TargetRequested {
+		if err := (restore{}).Rollback(ctx, m); err != nil {
+			return err
+		}
+	}
+	marks := make([]string, 0, len(m.Migrated))
+	for _, id := range m.expectedIDs() {
+		marks = append(marks, agent.ExpectedPath(id))
+	}
+	if err := m.Packer.Remove(ctx, m.nextAgentPod(), m.TargetNode, marks); err != nil {
+		return fmt.Errorf("remove the marks of checkpoints on their way to %s %v: %w", m.TargetNode, marks, err)
+	}
+	return nil
+}
+
 // restoreAs creates pod name on node from the checkpoint images and waits
 // until the restored application answers as the checkpointed process and
 // holds. It returns the pod once created, even if waiting failed, and the
@@ -62,6 +136,17 @@ func (restore) Run(ctx context.Context, m *Migration) error {
 // target pull them, and every other restore is onto a node that ran the
 // checkpointed container.
 func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.Pod, ms2m.State, error) {
+	created, err := m.createTarget(ctx, name, node)
+	if err != nil {
+		return nil, ms2m.State{}, err
+	}
+	held, err := m.awaitRestored(ctx, name, node, time.Now())
+	return created, held, err
+}
+
+// createTarget creates pod name on node: from the checkpoint images, or
+// through the kubectl-migrate runtime from its own images.
+func (m *Migration) createTarget(ctx context.Context, name, node string) (*corev1.Pod, error) {
 	pod := TargetPod(m.Source, name, node, m.ID, m.Images, m.RegistrySecret)
 	if m.RestoreVia == RestoreRuntime {
 		ForRuntimeRestore(pod, m.Source)
@@ -77,16 +162,22 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	}
 	m.hideFromReplicaSet(pod)
 	if err := m.save(ctx); err != nil {
-		return nil, ms2m.State{}, err
+		return nil, err
 	}
 	start := time.Now()
 	created, err := m.Client.CoreV1().Pods(m.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
-		return nil, ms2m.State{}, fmt.Errorf("create pod %s on %s: %w", name, node, err)
+		return nil, fmt.Errorf("create pod %s on %s: %w", name, node, err)
 	}
 	m.step(report.PodCreate, "", start, 0)
 	m.progress(report.Restore, "pod "+name+" created on "+node)
-	start = time.Now()
+	return created, nil
+}
+
+// awaitRestored waits until pod name on node answers as the checkpointed
+// process and holds, and returns the state it held with: its checkpoint's.
+// start is when the wait for its runtime began.
+func (m *Migration) awaitRestored(ctx context.Context, name, node string, start time.Time) (ms2m.State, error) {
 	// The kubelet may report the containers running only at its next
 	// relist, up to a second after the restored application answers: the
 	// application is asked as soon as the pod has an address, while the
@@ -113,11 +204,11 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	case <-addressed:
 	case err := <-podFailed:
 		if err != nil {
-			return created, ms2m.State{}, m.explainRestoreFailure(ctx, node, err)
+			return ms2m.State{}, m.explainRestoreFailure(ctx, node, err)
 		}
 		// Running, so addressed too.
 	case err := <-kubeletAway:
-		return created, ms2m.State{}, cannotStart(err)
+		return ms2m.State{}, cannotStart(err)
 	}
 	m.progress(report.Restore, "pod has an address; waiting for the restored application")
 	app := m.app(name)
@@ -127,7 +218,7 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	var st ms2m.State
 	var answeredAt time.Time
 	var podErr error
-	err = wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
 		select {
 		case err := <-podFailed:
 			if err != nil && ctx.Err() == nil {
@@ -153,19 +244,19 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	})
 	switch {
 	case podErr != nil:
-		return created, st, m.explainRestoreFailure(ctx, node, podErr)
+		return st, m.explainRestoreFailure(ctx, node, podErr)
 	case err != nil && answeredAt.IsZero():
-		return created, st, fmt.Errorf("the restored application in %s never answered on port %d: %w", name, m.ControlPort, err)
+		return st, fmt.Errorf("the restored application in %s never answered on port %d: %w", name, m.ControlPort, err)
 	case err != nil && st.Process != m.SourceState.Process:
-		return created, st, err
+		return st, err
 	case err != nil:
-		return created, st, fmt.Errorf("the restored application stayed in %s mode instead of holding after its reconnect; it does not follow the MS2M contract: %w", st.Mode, err)
+		return st, fmt.Errorf("the restored application stayed in %s mode instead of holding after its reconnect; it does not follow the MS2M contract: %w", st.Mode, err)
 	}
 	// Running is when the restored process first answered: the runtime's
 	// work ends there, whenever the kubelet reports it.
 	m.stepTook(report.PodRunning, "", start, answeredAt.Sub(start), 0)
 	m.step(report.AppHolding, "", answeredAt, 0)
-	return created, st, nil
+	return st, nil
 }
 
 // Rollback deletes the restored pod, unless it may hold messages nothing

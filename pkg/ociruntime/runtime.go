@@ -12,6 +12,7 @@
 package ociruntime
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,7 +47,21 @@ const (
 	// NodeLabel marks a node where node-setup installed the runtime; the
 	// RuntimeClass selects such nodes, and preflight reads it.
 	NodeLabel = "kubectl-migrate.io/runtime"
+	// ExpectedSuffix marks, beside a container's stage path, a checkpoint
+	// on its way (ExpectedPath).
+	ExpectedSuffix = ".expected"
+	// ExpectTimeout bounds one create's wait for an expected checkpoint,
+	// well inside the kubelet's 2-minute limit on a runtime call; the
+	// kubelet's next try waits again.
+	ExpectTimeout = 90 * time.Second
 )
+
+// ExpectedPath is the file a migration's agent leaves while the checkpoint
+// for container of pod in namespace is on its way: the target pod is
+// created before the source is checkpointed, so that its sandbox starts
+// meanwhile, and the container's create waits for the checkpoint instead
+// of starting afresh.
+func ExpectedPath(stage string, id Identity) string { return StagePath(stage, id) + ExpectedSuffix }
 
 // Config is ConfigFile's content.
 type Config struct {
@@ -60,6 +75,9 @@ type Runtime struct {
 	Runc  string
 	Stage string
 	State string
+	// ExpectTimeout bounds the wait for an expected checkpoint (default
+	// the package's ExpectTimeout).
+	ExpectTimeout time.Duration
 	// Stdio of the invocation: a restore hands them to runc as they are,
 	// so CRIU reattaches the restored process's stdio to the shim's pipes.
 	Stdin          *os.File
@@ -240,6 +258,9 @@ func (r Runtime) claim(inv invocation) (string, error) {
 		return "", nil
 	}
 	staged := StagePath(r.Stage, id)
+	if err := r.awaitExpected(id); err != nil {
+		return "", err
+	}
 	if _, err := os.Stat(staged); err != nil {
 		return "", nil
 	}
@@ -262,6 +283,30 @@ func (r Runtime) claim(inv invocation) (string, error) {
 		return "", fmt.Errorf("restore %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
 	}
 	return within, nil
+}
+
+// awaitExpected waits, while a migration expects a checkpoint for id
+// (ExpectedPath), until it is staged. A container that was expecting one
+// never starts afresh in this create: if the mark goes first (the migration
+// rolled back, and deletes the pod) or the wait runs out, the create fails.
+func (r Runtime) awaitExpected(id Identity) error {
+	staged, expected := StagePath(r.Stage, id), ExpectedPath(r.Stage, id)
+	if _, err := os.Stat(expected); err != nil {
+		return nil
+	}
+	timeout := cmp.Or(r.ExpectTimeout, ExpectTimeout)
+	for deadline := time.Now().Add(timeout); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(staged); err == nil {
+			_ = os.Remove(expected)
+			return nil
+		}
+		if _, err := os.Stat(expected); err != nil {
+			return fmt.Errorf("the migration expecting a checkpoint for %s/%s %s ended without one", id.Namespace, id.Pod, id.Container)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the checkpoint expected for %s/%s %s did not arrive within %s", id.Namespace, id.Pod, id.Container, timeout)
+		}
+	}
 }
 
 // applyRootfsChanges makes the new container's root filesystem what the

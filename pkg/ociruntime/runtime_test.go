@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fakeRunc is an OCI runtime that records each command line it gets, one
@@ -191,4 +192,77 @@ func TestParse(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("restore args\n%q\nwant\n%q", got, want)
 	}
+}
+
+// TestACreateExpectingACheckpointWaitsForIt: the target pod of a migration
+// is created before its checkpoint exists; its container's create waits for
+// the checkpoint and restores it, and never starts afresh while one is
+// expected: not when the migration gives up (the mark goes), nor when the
+// wait runs out.
+func TestACreateExpectingACheckpointWaitsForIt(t *testing.T) {
+	expect := func(t *testing.T, w world) string {
+		t.Helper()
+		must(t, os.MkdirAll(filepath.Dir(ExpectedPath(w.r.Stage, app)), 0o700))
+		must(t, os.WriteFile(ExpectedPath(w.r.Stage, app), nil, 0o600))
+		return ExpectedPath(w.r.Stage, app)
+	}
+	type result struct {
+		pass bool
+		err  error
+	}
+	create := func(w world) <-chan result {
+		done := make(chan result, 1)
+		go func() {
+			pass, err := w.r.Run(createArgs(w.bundle))
+			done <- result{pass, err}
+		}()
+		return done
+	}
+
+	t.Run("arrives", func(t *testing.T) {
+		w := newWorld(t, containerdApp)
+		marker := expect(t, w)
+		done := create(w)
+		select {
+		case r := <-done:
+			t.Fatalf("the create did not wait for the checkpoint: %+v", r)
+		case <-time.After(200 * time.Millisecond):
+		}
+		// An agent stages it whole, by a rename.
+		elsewhere := w.stage(t, Identity{"shop", "consumer-2", "receiving"})
+		must(t, os.Rename(elsewhere, StagePath(w.r.Stage, app)))
+		if r := <-done; r.pass || r.err != nil {
+			t.Fatalf("create: %+v; want the restore", r)
+		}
+		if calls := w.calls(t); len(calls) != 1 || !strings.Contains(calls[0], " restore ") {
+			t.Fatalf("runc got %q", calls)
+		}
+		if _, err := os.Stat(marker); !os.IsNotExist(err) {
+			t.Errorf("the mark is left: %v", err)
+		}
+	})
+	t.Run("the migration gives up", func(t *testing.T) {
+		w := newWorld(t, containerdApp)
+		marker := expect(t, w)
+		done := create(w)
+		time.Sleep(50 * time.Millisecond) // let it wait; it must not matter when the mark goes
+		must(t, os.Remove(marker))
+		if r := <-done; r.pass || r.err == nil || !strings.Contains(r.err.Error(), "ended without one") {
+			t.Fatalf("create: %+v; want an error", r)
+		}
+		if calls := w.calls(t); calls != nil {
+			t.Fatalf("runc was called: %q", calls)
+		}
+	})
+	t.Run("the wait runs out", func(t *testing.T) {
+		w := newWorld(t, containerdApp)
+		w.r.ExpectTimeout = 100 * time.Millisecond
+		expect(t, w)
+		if pass, err := w.r.Run(createArgs(w.bundle)); pass || err == nil || !strings.Contains(err.Error(), "did not arrive") {
+			t.Fatalf("pass %v, err %v; want an error", pass, err)
+		}
+		if calls := w.calls(t); calls != nil {
+			t.Fatalf("runc was called: %q", calls)
+		}
+	})
 }

@@ -28,13 +28,14 @@ func runtimeRestored(pod *corev1.Pod) bool {
 	return pod.Spec.RuntimeClassName != nil && *pod.Spec.RuntimeClassName == ociruntime.HandlerName
 }
 
-// nothingStaged checks that no checkpoint is left in node's stage.
+// nothingStaged checks that no checkpoint, nor the mark of one on its way,
+// is left in node's stage.
 func (l *lab) nothingStaged(t testing.TB, node string) {
 	t.Helper()
 	stage := filepath.Join(env(t, "LAB_RUN"), node, "upper", ociruntime.StageDir)
 	var left []string
 	_ = filepath.WalkDir(stage, func(path string, d os.DirEntry, err error) error {
-		if err == nil && path != stage && d.IsDir() {
+		if err == nil && path != stage {
 			if rel, _ := filepath.Rel(stage, path); strings.Count(rel, "/") == 2 { // NAMESPACE/POD/CONTAINER
 				left = append(left, rel)
 			}

@@ -89,7 +89,10 @@ type World struct {
 	Images   map[string]bool
 	// Staged are the checkpoints staged for the kubectl-migrate runtime
 	// (agent.StagedPath), until a pod under its RuntimeClass restores one.
-	Staged    map[string]bool
+	Staged map[string]bool
+	// Expected are the marks of checkpoints on their way (ExpectedPath):
+	// a pod under the runtime waits for its checkpoint while marked.
+	Expected  map[string]bool
 	snapshot  ms2m.State // the application's memory at the checkpoint
 	published uint64     // the last sequence published, which replay reaches
 	// Unanswered makes a pod's next state reads fail, as a restarting
@@ -146,7 +149,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 		T: t, Client: fake.NewClientset(objects...),
 		Queues:   map[string]bool{"work": true},
 		Apps:     map[string]*ms2m.State{"consumer": {Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
-		Archives: map[string]bool{}, Images: map[string]bool{}, Staged: map[string]bool{}, reconnecting: map[string]bool{}, Unanswered: map[string]int{},
+		Archives: map[string]bool{}, Images: map[string]bool{}, Staged: map[string]bool{}, Expected: map[string]bool{}, reconnecting: map[string]bool{}, Unanswered: map[string]int{},
 		failed: map[report.PhaseName]int{}, published: 100, deletedSets: map[types.UID]bool{},
 		acked: map[string]uint64{}, restored: map[string]bool{},
 	}
@@ -212,44 +215,77 @@ func (w *World) startKubelet() {
 			if down {
 				continue // it stays pending: no kubelet runs it
 			}
-			state := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
 			underRuntime := pod.Spec.RuntimeClassName != nil && *pod.Spec.RuntimeClassName == ociruntime.HandlerName
-			staged := agent.StagedPath(ociruntime.Identity{Namespace: pod.Namespace, Pod: pod.Name, Container: pod.Spec.Containers[0].Name})
+			id := ociruntime.Identity{Namespace: pod.Namespace, Pod: pod.Name, Container: pod.Spec.Containers[0].Name}
 			w.Mu.Lock()
-			hasCheckpoint := w.Staged[staged]
-			delete(w.Staged, staged) // the runtime claims it, restored or not
+			expected := w.Expected[agent.ExpectedPath(id)]
 			w.Mu.Unlock()
-			switch {
-			case pod.Annotations[freshAnnotation] != "" || underRuntime && !hasCheckpoint:
-				w.Mu.Lock()
-				w.Apps[pod.Name] = &ms2m.State{Mode: ms2m.ModePrimary, Process: FreshProcess}
-				delete(w.restored, pod.Name)
-				w.Mu.Unlock()
-			case w.fail(report.Restore) != nil:
-				state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerError", Message: "criu failed"}}
-			default:
-				w.Mu.Lock()
-				// Like a real restore: the copy answers first in the mode it
-				// was checkpointed in, and holds once it has noticed its dead
-				// broker connection (on its first answer here).
-				restored := w.snapshot
-				w.Apps[pod.Name] = &restored
-				w.restored[pod.Name] = true
-				if restored.PendingRestore {
-					w.reconnecting[pod.Name] = true
-				}
-				w.Mu.Unlock()
+			if underRuntime && expected {
+				// The runtime holds the create until the checkpoint is
+				// staged, or fails it when the mark goes.
+				go func() {
+					for {
+						w.Mu.Lock()
+						staged, marked := w.Staged[agent.StagedPath(id)], w.Expected[agent.ExpectedPath(id)]
+						if staged {
+							delete(w.Expected, agent.ExpectedPath(id))
+						}
+						w.Mu.Unlock()
+						if staged {
+							w.run(ctx, pod, id, underRuntime)
+							return
+						}
+						if !marked || ctx.Err() != nil {
+							return
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+				}()
+				continue
 			}
-			pod.Status.Phase = corev1.PodRunning
-			if state.Running != nil {
-				pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
-			}
-			for _, c := range pod.Spec.Containers {
-				pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, State: state})
-			}
-			_, _ = w.Client.CoreV1().Pods("default").UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+			w.run(ctx, pod, id, underRuntime)
 		}
 	}()
+}
+
+// run starts pod as its node's runtime would: restored from the checkpoint,
+// or afresh.
+func (w *World) run(ctx context.Context, pod *corev1.Pod, id ociruntime.Identity, underRuntime bool) {
+	state := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	staged := agent.StagedPath(id)
+	w.Mu.Lock()
+	hasCheckpoint := w.Staged[staged]
+	delete(w.Staged, staged) // the runtime claims it, restored or not
+	w.Mu.Unlock()
+	switch {
+	case pod.Annotations[freshAnnotation] != "" || underRuntime && !hasCheckpoint:
+		w.Mu.Lock()
+		w.Apps[pod.Name] = &ms2m.State{Mode: ms2m.ModePrimary, Process: FreshProcess}
+		delete(w.restored, pod.Name)
+		w.Mu.Unlock()
+	case w.fail(report.Restore) != nil:
+		state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerError", Message: "criu failed"}}
+	default:
+		w.Mu.Lock()
+		// Like a real restore: the copy answers first in the mode it
+		// was checkpointed in, and holds once it has noticed its dead
+		// broker connection (on its first answer here).
+		restored := w.snapshot
+		w.Apps[pod.Name] = &restored
+		w.restored[pod.Name] = true
+		if restored.PendingRestore {
+			w.reconnecting[pod.Name] = true
+		}
+		w.Mu.Unlock()
+	}
+	pod.Status.Phase = corev1.PodRunning
+	if state.Running != nil {
+		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+	}
+	for _, c := range pod.Spec.Containers {
+		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, State: state})
+	}
+	_, _ = w.Client.CoreV1().Pods("default").UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 }
 
 // Deps returns the engine dependencies backed by w.
@@ -426,11 +462,23 @@ func (f *fakePacker) Remove(_ context.Context, podName, node string, archives []
 	defer w.Mu.Unlock()
 	for _, a := range archives {
 		delete(w.Staged, a)
+		delete(w.Expected, a)
 		for have := range w.Archives {
 			if ok, _ := path.Match(a, have); ok {
 				delete(w.Archives, have)
 			}
 		}
+	}
+	return nil
+}
+
+func (f *fakePacker) Expect(_ context.Context, node string, ids []ociruntime.Identity) error {
+	w := (*World)(f)
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	for _, id := range ids {
+		w.Calls = append(w.Calls, fmt.Sprintf("expect %s on %s", agent.ExpectedPath(id), node))
+		w.Expected[agent.ExpectedPath(id)] = true
 	}
 	return nil
 }
