@@ -188,12 +188,16 @@ const (
 	// PodRunning is the restored pod created → running: sandbox, image
 	// pull and the runtime's CRIU restore.
 	PodRunning StepName = "created → running"
+	// StagedRunning is, for a pod created before its checkpoint existed
+	// (the kubectl-migrate runtime's path), staged → running: the
+	// runtime's CRIU restore and the application answering.
+	StagedRunning StepName = "staged → running"
 	// AppHolding is the restored application answering and holding.
 	AppHolding StepName = "application holding"
 )
 
 // runtimeSteps are the runtime's own work on the critical path.
-var runtimeSteps = []StepName{CheckpointCall, PodRunning}
+var runtimeSteps = []StepName{CheckpointCall, PodRunning, StagedRunning}
 
 // Label names the phase with its stage, if any.
 func (p PhaseTiming) Label() string {

@@ -226,7 +226,7 @@ func BenchmarkStateSize(b *testing.B) {
 						if st.Name == report.Push {
 							sent[transfer] += float64(st.DurationMillis)
 						}
-						if st.Name == report.Push || st.Name == report.CheckpointCall || st.Name == report.PodRunning {
+						if st.Name == report.Push || st.Name == report.CheckpointCall || st.Name == report.PodRunning || st.Name == report.StagedRunning {
 							b.ReportMetric(float64(st.DurationMillis), transfer+"-"+strings.ReplaceAll(string(st.Name), " ", "-")+"-ms")
 						}
 					}

@@ -12,10 +12,12 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,12 +62,41 @@ func setup(t testing.TB) *lab {
 		t.Fatal(err)
 	}
 	l.config = cfg
-	l.pluginDir = t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(l.pluginDir, "kubectl-migrate"), "github.com/kubectl-migrate/kubectl-migrate/cmd/kubectl-migrate")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	if l.pluginDir, err = buildPlugin(); err != nil {
+		t.Fatal(err)
 	}
 	return l
+}
+
+// plugin is the plugin the tests run, built once per test process: a
+// build per test loaded the machine the benchmarks measure on.
+var plugin struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// buildPlugin builds the plugin into a directory of its own, once; TestMain
+// removes it.
+func buildPlugin() (string, error) {
+	plugin.once.Do(func() {
+		if plugin.dir, plugin.err = os.MkdirTemp("", "kubectl-migrate-e2e-"); plugin.err != nil {
+			return
+		}
+		build := exec.Command("go", "build", "-o", filepath.Join(plugin.dir, "kubectl-migrate"), "github.com/kubectl-migrate/kubectl-migrate/cmd/kubectl-migrate")
+		if out, err := build.CombinedOutput(); err != nil {
+			plugin.err = fmt.Errorf("build: %v\n%s", err, out)
+		}
+	})
+	return plugin.dir, plugin.err
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if plugin.dir != "" {
+		_ = os.RemoveAll(plugin.dir)
+	}
+	os.Exit(code)
 }
 
 // deploy starts the sample workload on node-a in a namespace of its own,
