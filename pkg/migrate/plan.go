@@ -50,12 +50,21 @@ func stagedConfig(cfg Config) Config {
 
 func (preflight) Describe(PlanStep) string { return "" }
 
+// early describes the target created before its checkpoint exists, if it
+// is (createsTargetEarly).
+func (s PlanStep) early() string {
+	if !createsTargetEarly(s.Restore, s.StatefulSet, s.TargetName) {
+		return ""
+	}
+	return fmt.Sprintf("create pod %s on %s from its own images under RuntimeClass %s, whose runtime holds its start until the checkpoint is staged; ", s.TargetName, s.TargetNode, ociruntime.HandlerName)
+}
+
 func (prepare) Describe(s PlanStep) string {
-	return fmt.Sprintf("bind replay queue %s to exchange %s; mark %s's state", s.replay(), s.Broker.Exchange, s.Pod)
+	return fmt.Sprintf("%sbind replay queue %s to exchange %s; mark %s's state", s.early(), s.replay(), s.Broker.Exchange, s.Pod)
 }
 
 func (stopSource) Describe(s PlanStep) string {
-	return fmt.Sprintf("stop %s consuming %s", s.Pod, s.queue())
+	return fmt.Sprintf("%sstop %s consuming %s", s.early(), s.Pod, s.queue())
 }
 
 func (checkpoint) Describe(s PlanStep) string {
@@ -91,6 +100,9 @@ func (detach) Describe(s PlanStep) string {
 func (restore) Describe(s PlanStep) string {
 	if s.StatefulSet != "" && !isMemberName(s.StatefulSet, s.TargetName) {
 		return fmt.Sprintf("restore shadow pod %s on %s (no member name, no pod-name label); it replays while %s serves", s.TargetName, s.TargetNode, s.Pod)
+	}
+	if s.early() != "" {
+		return fmt.Sprintf("wait until pod %s has restored the staged checkpoints", s.TargetName)
 	}
 	if s.Restore == RestoreRuntime {
 		return fmt.Sprintf("create pod %s on %s from its own images under RuntimeClass %s, whose runtime restores the staged checkpoints", s.TargetName, s.TargetNode, ociruntime.HandlerName)

@@ -5,8 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
 
 // TestPlanIsWhatRuns: for every strategy, mode and transfer, the dry-run
@@ -28,11 +31,32 @@ func TestPlanIsWhatRuns(t *testing.T) {
 	sts := func(s migrate.Strategy, mode migrate.StatefulSetMode) migrate.Config { return stsConfig(s, mode) }
 	pod := func(t *testing.T) *migratetest.World { return migratetest.NewWorld(t) }
 	set := func(t *testing.T) *migratetest.World { return migratetest.NewStatefulSetWorld(t) }
+	withRuntime := func(t *testing.T) *migratetest.World {
+		w := migratetest.NewWorld(t)
+		node, err := w.Client.CoreV1().Nodes().Get(context.Background(), "node-b", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Labels = map[string]string{ociruntime.NodeLabel: "installed"}
+		if _, err := w.Client.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	throughRuntime := func(s migrate.Strategy) migrate.Config {
+		c := bare(s, migrate.Direct)
+		c.Restore = migrate.RestoreRuntime
+		return c
+	}
 	for _, c := range []tc{
 		{"pod/ms2m", bare(migrate.MS2M, migrate.ViaRegistry), pod,
 			[]string{"bind replay queue", "checkpoint app of consumer on node-a", "pack and push", "restore pod consumer-abcde on node-b", "replay", "stop consumer; consumer-abcde", "delete pod consumer and the replay queue"}},
 		{"pod/ms2m/direct", bare(migrate.MS2M, migrate.Direct), pod,
 			[]string{"bind", "checkpoint", "stream the checkpoint archives from the agent on node-a to the agent on node-b", "restore", "replay", "stop", "delete"}},
+		{"pod/ms2m/runtime", throughRuntime(migrate.MS2M), withRuntime,
+			[]string{"create pod consumer-abcde on node-b from its own images under RuntimeClass kubectl-migrate", "checkpoint", "stages them for the kubectl-migrate runtime", "wait until pod consumer-abcde has restored", "replay", "stop", "delete"}},
+		{"pod/stop-and-copy/runtime", throughRuntime(migrate.StopAndCopy), withRuntime,
+			[]string{"holds its start until the checkpoint is staged; stop consumer consuming", "checkpoint", "stages them", "wait until pod consumer-abcde", "consumer-abcde resumes", "delete"}},
 		{"pod/stop-and-copy", bare(migrate.StopAndCopy, migrate.ViaRegistry), pod,
 			[]string{"stop consumer consuming", "checkpoint", "pack and push", "restore pod consumer-abcde", "consumer-abcde resumes", "delete pod consumer"}},
 		{"sts/ms2m/sequential", sts(migrate.MS2M, migrate.Sequential), set,

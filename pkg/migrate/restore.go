@@ -71,7 +71,11 @@ func (restore) Run(ctx context.Context, m *Migration) error {
 // source is checkpointed, off the critical path. Not a StatefulSet
 // member's name, which the source holds until detach.
 func (m *Migration) createsTargetEarly() bool {
-	return m.RestoreVia == RestoreRuntime && (m.StatefulSet == "" || !isMemberName(m.StatefulSet, m.TargetName))
+	return createsTargetEarly(m.RestoreVia, m.StatefulSet, m.TargetName)
+}
+
+func createsTargetEarly(via Restore, statefulSet, target string) bool {
+	return via == RestoreRuntime && (statefulSet == "" || !isMemberName(statefulSet, target))
 }
 
 // expectedIDs are the containers whose checkpoints the target expects.
