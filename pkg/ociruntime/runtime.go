@@ -172,6 +172,12 @@ func (r Runtime) Run(args []string) (passThrough bool, err error) {
 		if inv.id != "" && os.Remove(marker) == nil {
 			return false, nil // restored at create: it runs already
 		}
+	case "state":
+		if inv.id != "" && !strings.ContainsAny(inv.id, `/\`) {
+			if _, err := os.Stat(filepath.Join(r.State, inv.id)); err == nil {
+				return false, r.stateAsCreated(args)
+			}
+		}
 	case "delete":
 		if inv.id != "" {
 			_ = os.Remove(filepath.Join(r.State, inv.id))
@@ -386,6 +392,27 @@ func (r Runtime) restore(inv invocation, checkpoint string) error {
 		return fmt.Errorf("runc restore: %w", err)
 	}
 	return os.WriteFile(filepath.Join(r.State, inv.id), nil, 0o600)
+}
+
+// stateAsCreated answers state for a container restored at create and not
+// yet started: runc says it runs, but to its caller it is created until its
+// start, as after any create (CRI-O refuses to start a container whose
+// state is not "created").
+func (r Runtime) stateAsCreated(args []string) error {
+	cmd := exec.Command(r.Runc, args...)
+	cmd.Stdin, cmd.Stderr = r.Stdin, r.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("runc state: %w", err)
+	}
+	var state map[string]any
+	if err := json.Unmarshal(out, &state); err != nil {
+		return fmt.Errorf("runc state: %w", err)
+	}
+	if state["status"] == "running" {
+		state["status"] = "created"
+	}
+	return json.NewEncoder(r.Stdout).Encode(state)
 }
 
 // tail is the last n lines of b.

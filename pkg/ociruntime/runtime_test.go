@@ -18,6 +18,7 @@ const fakeRunc = `#!/bin/sh
 echo "$*" >> "$FAKE_RUNC_LOG"
 cat > /dev/null
 if [ -n "$FAKE_RUNC_FAIL" ]; then echo "criu failed" >&2; exit 1; fi
+if [ "$1" = state ]; then echo '{"id":"'"$2"'","pid":42,"status":"running"}'; fi
 `
 
 type world struct {
@@ -62,6 +63,26 @@ func (w world) stage(t *testing.T, id Identity) string {
 	must(t, os.WriteFile(filepath.Join(dir, "rootfs-diff.tar"), diff.Bytes(), 0o600))
 	must(t, os.WriteFile(filepath.Join(dir, "deleted.files"), []byte(`["/etc/gone"]`), 0o600))
 	return dir
+}
+
+// state is what the runtime answers to state for ctr1 before its start
+// (restored at create, so the runtime answers it itself).
+func (w world) state(t *testing.T) map[string]any {
+	t.Helper()
+	out, err := os.CreateTemp(t.TempDir(), "state")
+	must(t, err)
+	defer out.Close()
+	r := w.r
+	r.Stdout = out
+	pass, err := r.Run([]string{"state", "ctr1"})
+	if pass || err != nil {
+		t.Fatalf("state: pass %v, err %v", pass, err)
+	}
+	raw, err := os.ReadFile(out.Name())
+	must(t, err)
+	var st map[string]any
+	must(t, json.Unmarshal(raw, &st))
+	return st
 }
 
 func (w world) calls(t *testing.T) []string {
@@ -117,6 +138,10 @@ func TestACreateWithAStagedCheckpointRestores(t *testing.T) {
 				if _, err := os.Stat(left); !os.IsNotExist(err) {
 					t.Errorf("the checkpoint is left at %s", left)
 				}
+			}
+			// Until its start, it is created, as after any create.
+			if st := w.state(t); st["status"] != "created" || st["pid"] != float64(42) {
+				t.Fatalf("state before its start: %v", st)
 			}
 			// Its start finds it running: nothing for runc to do, once.
 			if pass, err := w.r.Run([]string{"--root", "/r", "start", "ctr1"}); pass || err != nil {

@@ -129,7 +129,18 @@ func TestRuntimeRestore(t *testing.T) {
 	l.setUpRuntime(t)
 	for _, strategy := range []string{"ms2m", "stop-and-copy"} {
 		t.Run(strategy, func(t *testing.T) {
-			_, w, rec := migrateLivePod(t, "--restore", "runtime", "--strategy", strategy)
+			l, w, rec := migrateLivePod(t, "--restore", "runtime", "--strategy", strategy)
+			// To the kubelet it was created, then started, as any
+			// container: no failed start.
+			events, err := l.client.CoreV1().Events(w.Namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + rec.TargetPod})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range events.Items {
+				if e.Type == corev1.EventTypeWarning && e.Reason == "Failed" {
+					t.Errorf("the kubelet failed on %s: %s", rec.TargetPod, e.Message)
+				}
+			}
 			checkConservation(t, w, rec.TargetPod)
 			t.Logf("runtime restore, %s: critical path %d ms, total %d ms, downtime %d ms", strategy, rec.CriticalPathMillis(), rec.TotalMillis, rec.Downtime.Millis)
 		})
