@@ -52,10 +52,15 @@ failCgroupV1: false
 oomScoreAdj: 0
 resolvConf: /etc/resolv.conf
 localStorageCapacityIsolation: false
+# The host's disk is shared with builds: the kubelet neither evicts nor
+# collects images (a CRI-O restore needs the checkpointed container's base
+# image, which image GC frees while nothing on the node runs it).
 evictionHard:
   memory.available: "100Mi"
   nodefs.available: "1%%"
   imagefs.available: "1%%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 featureGates:
   ContainerCheckpoint: true
 `, n.Name, rt.socket, n.IP),
