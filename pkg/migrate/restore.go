@@ -44,7 +44,7 @@ func (restore) Name() report.PhaseName { return report.Restore }
 
 func (restore) Run(ctx context.Context, m *Migration) error {
 	if m.Target != nil { // created before the checkpoint existed
-		held, err := m.awaitRestored(ctx, m.TargetName, m.TargetNode, time.Now(), report.StagedRunning)
+		held, err := m.awaitRestored(ctx, m.TargetName, m.TargetNode, report.StagedRunning)
 		m.TargetRestored = held
 		if saveErr := m.save(ctx); err == nil {
 			err = saveErr
@@ -144,7 +144,7 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 	if err != nil {
 		return nil, ms2m.State{}, err
 	}
-	held, err := m.awaitRestored(ctx, name, node, time.Now(), report.PodRunning)
+	held, err := m.awaitRestored(ctx, name, node, report.PodRunning)
 	return created, held, err
 }
 
@@ -180,9 +180,9 @@ func (m *Migration) createTarget(ctx context.Context, name, node string) (*corev
 
 // awaitRestored waits until pod name on node answers as the checkpointed
 // process and holds, and returns the state it held with: its checkpoint's.
-// start is when the wait for its runtime began, recorded as the step
-// running.
-func (m *Migration) awaitRestored(ctx context.Context, name, node string, start time.Time, step report.StepName) (ms2m.State, error) {
+// The wait is recorded as step.
+func (m *Migration) awaitRestored(ctx context.Context, name, node string, step report.StepName) (ms2m.State, error) {
+	start := time.Now()
 	// The kubelet may report the containers running only at its next
 	// relist, up to a second after the restored application answers: the
 	// application is asked as soon as the pod has an address, while the
