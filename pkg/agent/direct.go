@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -58,6 +59,23 @@ const TokenEnv = "KUBECTL_MIGRATE_TOKEN"
 // password.
 const pushUser = "kubectl-migrate"
 
+// PullUser is the user name of the read credential the node's runtime pulls
+// checkpoint images with (PullPassword).
+const PullUser = "kubectl-migrate-pull"
+
+// PullPassword is the read credential of the agent whose push token is
+// token: derived from it, so the migration needs no second secret, and
+// whoever holds it (the target pod's pull secret, in the application's
+// namespace) can neither derive the push token nor push. The kubelet
+// records which pull secret brought an image in, so with credentials on
+// every read, a pod of another namespace that names the image on the node
+// must pull it itself, and is refused (KEP-2535).
+func PullPassword(token string) string {
+	mac := hmac.New(sha256.New, []byte(token))
+	mac.Write([]byte("kubectl-migrate pull"))
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
 // DirectReceivePort is where a direct-transfer target takes the archive
 // from the source node's agent: TLS with a key of its own, whose
 // certificate's fingerprint the migration pins for the sender.
@@ -68,8 +86,9 @@ type Direct struct {
 	// Dir holds the received layers.
 	Dir string
 	// Token is what a sender must present: anyone who can reach the node's
-	// port could otherwise push. Reading needs no token but is served to
-	// the node itself (loopback) only: the images hold process memory.
+	// port could otherwise push. Reads are served to the node itself
+	// (loopback) only, with PullPassword(Token): the images hold process
+	// memory.
 	Token string
 	// Port is the one the agent's registry listens on; 0 means DirectPort.
 	Port int
@@ -219,21 +238,24 @@ func (b statByName) Put(ctx context.Context, repo string, h v1.Hash, rc io.ReadC
 	return b.disk.(ggcrregistry.BlobPutHandler).Put(ctx, repo, h, rc)
 }
 
-// guard lets through requests with the push token, and reads from the node
-// itself.
+// guard lets through requests with the push token, and reads with the pull
+// credential from the node itself.
 func (d *Direct) guard(next http.Handler) http.Handler {
+	pull := PullPassword(d.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, pass, ok := r.BasicAuth(); ok && subtle.ConstantTimeCompare([]byte(pass), []byte(d.Token)) == 1 {
+		user, pass, _ := r.BasicAuth()
+		if user == pushUser && subtle.ConstantTimeCompare([]byte(pass), []byte(d.Token)) == 1 {
 			next.ServeHTTP(w, r)
 			return
 		}
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() && (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+			user == PullUser && subtle.ConstantTimeCompare([]byte(pass), []byte(pull)) == 1 {
 			next.ServeHTTP(w, r)
 			return
 		}
 		w.Header().Set("WWW-Authenticate", `Basic realm="kubectl-migrate"`)
-		http.Error(w, "this agent serves its own node; senders need the migration's token", http.StatusUnauthorized)
+		http.Error(w, "this agent serves its own node's pulls with the migration's pull secret, and senders with its token", http.StatusUnauthorized)
 	})
 }
 
@@ -425,8 +447,8 @@ func (p *publishing) begin(ref string) func(error) {
 func (p *publishing) waitFor(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		repo, ref, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v2/"), "/manifests/")
-		_, _, pushing := r.BasicAuth()
-		if !ok || pushing || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+		user, _, _ := r.BasicAuth()
+		if !ok || user == pushUser || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -36,7 +37,7 @@ func TestDirectTransfer(t *testing.T) {
 	defer cancel()
 	direct, addr := startDirect(ctx, t)
 	port := direct.Port
-	reader := image.Registry{Insecure: true}
+	reader := nodeReader(direct)
 
 	content := bytes.Repeat([]byte("checkpoint memory "), 1_000_000) // more than one receiveChunk
 	archive := filepath.Join(archiveDir, "checkpoint-p_ns-app-1.tar")
@@ -79,9 +80,18 @@ func TestDirectTransfer(t *testing.T) {
 		t.Fatal("the layer is not the archive, byte for byte")
 	}
 
-	// Pushing without the token, and reading from off the node, are refused.
+	// Pushing without the token (or with the pull credential), reading
+	// without the pull credential, and reading from off the node, are
+	// refused.
 	if _, err := (image.Registry{Insecure: true}).Push(ctx, direct.local("ns/evil:x"), img); err == nil {
 		t.Fatal("a push without the token was accepted")
+	}
+	if _, err := reader.Push(ctx, direct.local("ns/evil:x"), img); err == nil {
+		t.Fatal("a push with the pull credential was accepted")
+	}
+	var refused *transport.Error
+	if _, err := (image.Registry{Insecure: true}).Pull(ctx, res.Image); !errors.As(err, &refused) || refused.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a read from the node without the pull credential: %v", err)
 	}
 	h, err := Handler(nil, func() {}, direct, nil, "control")
 	if err != nil {
@@ -89,11 +99,18 @@ func TestDirectTransfer(t *testing.T) {
 	}
 	off := httptest.NewRequest(http.MethodGet, "/v2/ns/p/manifests/"+"app-x1", nil)
 	off.RemoteAddr = "10.88.1.7:41000"
+	off.SetBasicAuth(PullUser, PullPassword(direct.Token))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, off)
 	if rec.Code != http.StatusUnauthorized {
 		t.Fatalf("a read from another host: %d", rec.Code)
 	}
+}
+
+// nodeReader reads from d's registry as its node's runtime does: from
+// loopback, with the pull credential of the target pod's pull secret.
+func nodeReader(d *Direct) image.Registry {
+	return image.Registry{Insecure: true, Keychain: staticKeychain{authn.FromConfig(authn.AuthConfig{Username: PullUser, Password: PullPassword(d.Token)})}}
 }
 
 // startDirect serves a direct-transfer agent on loopback until ctx ends and
@@ -118,7 +135,7 @@ func startDirect(ctx context.Context, tb testing.TB) (*Direct, string) {
 		_ = Serve(ctx, ln, time.Hour, direct, "control")
 	}()
 	tb.Cleanup(func() { <-served }) // the caller's cancel comes first
-	reader := image.Registry{Insecure: true}
+	reader := nodeReader(direct)
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := reader.Pull(ctx, direct.local(ProbeImage))
 		return err == nil, nil
@@ -158,7 +175,7 @@ func TestReceiveFromASenderThatDies(t *testing.T) {
 		t.Fatal("the part received is still on disk:", err)
 	}
 	var unknown *transport.Error
-	if _, err := (image.Registry{Insecure: true}).Pull(ctx, direct.local("ns/p:app-1")); !errors.As(err, &unknown) || unknown.StatusCode != http.StatusNotFound {
+	if _, err := nodeReader(direct).Pull(ctx, direct.local("ns/p:app-1")); !errors.As(err, &unknown) || unknown.StatusCode != http.StatusNotFound {
 		t.Fatalf("an image of a transfer that never ended: %v", err)
 	}
 }
@@ -173,7 +190,9 @@ func TestPullWaitsForThePublication(t *testing.T) {
 		code := make(chan int, 1)
 		go func() {
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+			req := httptest.NewRequest(http.MethodGet, path, nil)
+			req.SetBasicAuth(PullUser, "a node's read waits too")
+			h.ServeHTTP(rec, req)
 			code <- rec.Code
 		}()
 		return code
@@ -228,7 +247,7 @@ func BenchmarkDirectTransfer(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	direct, addr := startDirect(ctx, b)
-	reader := image.Registry{Insecure: true}
+	reader := nodeReader(direct)
 	var copies, answers, published []time.Duration
 	for i := range b.N {
 		took, err := plainFileCopy(archive, direct.Dir)

@@ -42,7 +42,10 @@ type PullResult struct {
 // directly (no pod to start): what it has is found at once, the rest is
 // pulled with the runtime's own credentials (a registry that needs the
 // pod's pull secret fails here, and the caller pulls through a pod).
-func pullImages(ctx context.Context, socket string, images []string) (PullResult, error) {
+//
+// auth, if set, is presented for images of the agent's own registry
+// (DirectRegistry), which serves only with credentials.
+func pullImages(ctx context.Context, socket string, images []string, auth *criv1.AuthConfig) (PullResult, error) {
 	conn, err := dialRuntime(socket)
 	if err != nil {
 		return PullResult{}, err
@@ -60,7 +63,11 @@ func pullImages(ctx context.Context, socket string, images []string) (PullResult
 			res.Present = append(res.Present, img)
 			continue
 		}
-		if _, err := client.PullImage(ctx, &criv1.PullImageRequest{Image: spec}); err != nil {
+		req := &criv1.PullImageRequest{Image: spec}
+		if strings.HasPrefix(img, DirectRegistry()+"/") {
+			req.Auth = auth
+		}
+		if _, err := client.PullImage(ctx, req); err != nil {
 			return res, fmt.Errorf("pull %s: %w", img, err)
 		}
 		res.Pulled = append(res.Pulled, img)

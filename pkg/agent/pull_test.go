@@ -17,6 +17,8 @@ type fakeImages struct {
 	criv1.UnimplementedImageServiceServer
 	mu   sync.Mutex
 	have map[string]bool
+	// auth is the credential each pull presented.
+	auth map[string]*criv1.AuthConfig
 }
 
 func (f *fakeImages) ImageStatus(_ context.Context, req *criv1.ImageStatusRequest) (*criv1.ImageStatusResponse, error) {
@@ -32,11 +34,16 @@ func (f *fakeImages) PullImage(_ context.Context, req *criv1.PullImageRequest) (
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.have[req.Image.Image] = true
+	if f.auth == nil {
+		f.auth = map[string]*criv1.AuthConfig{}
+	}
+	f.auth[req.Image.Image] = req.Auth
 	return &criv1.PullImageResponse{ImageRef: req.Image.Image}, nil
 }
 
 // TestPullImagesThroughTheRuntime: what the node has is only looked up, the
-// rest is pulled, and the node has all of it afterwards.
+// rest is pulled, and the node has all of it afterwards; the agent's read
+// credential goes only to its own registry.
 func TestPullImagesThroughTheRuntime(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "cri.sock")
 	ln, err := net.Listen("unix", socket)
@@ -49,12 +56,17 @@ func TestPullImagesThroughTheRuntime(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Stop()
 
-	res, err := pullImages(context.Background(), socket, []string{"reg/app@sha256:1", "reg/side@sha256:2"})
+	own := DirectRegistry() + "/" + ProbeImage
+	auth := &criv1.AuthConfig{Username: PullUser, Password: PullPassword("push")}
+	res, err := pullImages(context.Background(), socket, []string{"reg/app@sha256:1", "reg/side@sha256:2", own}, auth)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(res.Present, []string{"reg/app@sha256:1"}) || !slices.Equal(res.Pulled, []string{"reg/side@sha256:2"}) || !images.have["reg/side@sha256:2"] {
+	if !slices.Equal(res.Present, []string{"reg/app@sha256:1"}) || !slices.Equal(res.Pulled, []string{"reg/side@sha256:2", own}) || !images.have["reg/side@sha256:2"] {
 		t.Fatalf("result %+v, node has %v", res, images.have)
+	}
+	if got := images.auth[own]; images.auth["reg/side@sha256:2"] != nil || got.GetUsername() != auth.Username || got.GetPassword() != auth.Password {
+		t.Fatalf("credentials presented: %v", images.auth)
 	}
 	if RuntimeSocket("cri-o://1.34.0") != "/var/run/crio/crio.sock" || RuntimeSocket("docker://28") != "" {
 		t.Fatal("runtime sockets")

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
 )
 
@@ -99,7 +101,11 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		if err := haveRuntimeSocket(); err != nil {
 			return PullResult{}, err
 		}
-		return pullImages(ctx, runtimeSocketPath, req.Images)
+		var auth *criv1.AuthConfig
+		if direct != nil {
+			auth = &criv1.AuthConfig{Username: PullUser, Password: PullPassword(direct.Token)}
+		}
+		return pullImages(ctx, runtimeSocketPath, req.Images, auth)
 	})))
 	mux.Handle("POST "+runtimePath, authorized(jsonCall(touch, "runtime", func(ctx context.Context, _ struct{}) (RuntimeInfo, error) {
 		if err := haveRuntimeSocket(); err != nil {

@@ -2,6 +2,7 @@ package migrate_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"slices"
@@ -380,6 +381,50 @@ func TestDirectTransferNeedsNoRegistry(t *testing.T) {
 	}
 	if rec.Outcome != report.Succeeded {
 		t.Fatalf("outcome %s", rec.Outcome)
+	}
+	// The target pulls with a secret of its own, for its node's agent
+	// only, which it owns.
+	const secretName = "kubectl-migrate-pull-abcde-node-b"
+	if !slices.Contains(target.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: secretName}) {
+		t.Fatalf("the target pulls with %v", target.Spec.ImagePullSecrets)
+	}
+	secret, err := w.Client.CoreV1().Secrets("default").Get(context.Background(), secretName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config struct {
+		Auths map[string]struct{ Username, Password string }
+	}
+	if err := json.Unmarshal(secret.Data[corev1.DockerConfigJsonKey], &config); err != nil || len(config.Auths) != 1 ||
+		config.Auths["localhost:8091"].Username != agent.PullUser || len(config.Auths["localhost:8091"].Password) != 64 {
+		t.Fatalf("pull secret %s: %v", secret.Data, err)
+	}
+	if owners := secret.OwnerReferences; len(owners) != 1 || owners[0].Kind != "Pod" || owners[0].UID != target.UID || target.UID == "" {
+		t.Fatalf("the pull secret's owners %+v, the target's UID %q", owners, target.UID)
+	}
+}
+
+// TestDirectTransferRollbackLeavesNoPullSecret: a restore undone takes the
+// pull secret it wrote with the target.
+func TestDirectTransferRollbackLeavesNoPullSecret(t *testing.T) {
+	for _, phase := range []report.PhaseName{report.Restore, report.Replay} {
+		t.Run(string(phase), func(t *testing.T) {
+			w := migratetest.NewWorld(t)
+			w.FailAt = phase
+			cfg := testConfig(migrate.MS2M)
+			cfg.Transfer, cfg.ImageRepository = migrate.Direct, ""
+			rec, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{})
+			if err == nil || rec.Outcome != report.RolledBack {
+				t.Fatalf("outcome %s: %v", rec.Outcome, err)
+			}
+			secrets, err := w.Client.CoreV1().Secrets("default").List(context.Background(), metav1.ListOptions{})
+			if err != nil || len(secrets.Items) != 0 {
+				t.Fatalf("left %d secrets (%v)", len(secrets.Items), err)
+			}
+			if err := w.Conservation(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

@@ -394,6 +394,18 @@ var agentPermissions = []permission{
 var registrySecretPermissions = []permission{
 	{"", "get", "secrets", "", true, "to read the registry secret the agents push with"},
 }
+
+// pullSecretPermissions are needed when the container runtime may restore
+// a checkpoint sent without a registry: the restored pod pulls it from its
+// node's agent with a secret of its own (pullsecret.go). Never get: the
+// migration reads no secret of the namespace.
+var pullSecretPermissions = []permission{
+	{"", "create", "secrets", "", true, "to give the restored pod the secret it pulls its checkpoint with"},
+	{"", "update", "secrets", "", true, "to renew that secret in a recovery"},
+	{"", "patch", "secrets", "", true, "to make the restored pod that secret's owner"},
+	{"", "delete", "secrets", "", true, "to remove that secret when the restore is undone"},
+}
+
 var agentSecretPermissions = []permission{
 	{"", "create", "secrets", "", true, "to give the agents their copy of the registry secret"},
 	{"", "delete", "secrets", "", true, "to remove the agents' copy of the registry secret"},
@@ -494,6 +506,9 @@ func NeededPermissions(c Config) []Permission {
 	}
 	if agents != "" {
 		add(agentPermissions, agents)
+	}
+	if c.Transfer == Direct && c.Restore != RestoreRuntime {
+		add(pullSecretPermissions, "")
 	}
 	if c.RegistrySecret != "" {
 		add(registrySecretPermissions, "")

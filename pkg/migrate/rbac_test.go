@@ -18,14 +18,16 @@ import (
 // role, so a user who applies it passes preflight.
 func TestDocumentedRBACGrantsWhatPreflightChecks(t *testing.T) {
 	grants := migratetest.DocumentedRoles(t, "../../docs/rbac.yaml")
-	for _, p := range migrate.NeededPermissions(migrate.Config{Namespace: "app", StatefulSet: "db", RegistrySecret: "regcred"}) {
+	needed := migrate.NeededPermissions(migrate.Config{Namespace: "app", StatefulSet: "db", RegistrySecret: "regcred"})
+	needed = append(needed, migrate.NeededPermissions(migrate.Config{Namespace: "app", Transfer: migrate.Direct})...)
+	for _, p := range needed {
 		role := "kubectl-migrate"
 		switch {
 		case !p.Namespaced:
 			role = "kubectl-migrate-nodes"
 		case p.Namespace == agent.DefaultNamespace:
 			role = "kubectl-migrate-agents"
-		case p.Resource == "secrets":
+		case p.Resource == "secrets" && p.Verb == "get":
 			role = "kubectl-migrate-registry-secret"
 		}
 		if !grants(role, p) {

@@ -168,10 +168,20 @@ func (m *Migration) createTarget(ctx context.Context, name, node string) (*corev
 	if err := m.save(ctx); err != nil {
 		return nil, err
 	}
+	if m.usesPullSecret() {
+		if err := m.writePullSecret(ctx, pod, node); err != nil {
+			return nil, err
+		}
+	}
 	start := time.Now()
 	created, err := m.Client.CoreV1().Pods(m.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create pod %s on %s: %w", name, node, err)
+	}
+	if m.usesPullSecret() {
+		if err := m.givePullSecret(ctx, created); err != nil {
+			return created, err
+		}
 	}
 	m.step(report.PodCreate, "", start, 0)
 	m.progress(report.Restore, "pod "+name+" created on "+node)
@@ -296,6 +306,9 @@ func (restore) Rollback(ctx context.Context, m *Migration) error {
 			// else's (or the source itself): not ours to delete.
 			m.progress(report.Restore, "pod "+m.TargetName+" is not this migration's: left alone")
 		} else if err := m.deletePod(ctx, report.Restore, m.TargetName); err != nil {
+			return err
+		}
+		if err := m.removePullSecret(ctx, m.TargetNode); err != nil {
 			return err
 		}
 	}

@@ -150,6 +150,15 @@ func TestPreflightRefusesBeforeAnyChange(t *testing.T) {
 // with any crash of an in-memory consumer; so there is no conservation check.
 func TestRestartAfterMigration(t *testing.T) {
 	l, w, rec := migrateLivePod(t)
+	st := restartsFromItsCheckpoint(t, l, w, rec)
+	waitApplied(t, w, rec.TargetPod, st.LastSeq+5) // it applies new messages
+}
+
+// restartsFromItsCheckpoint kills rec's restored consumer and checks that
+// the kubelet restarts it, restored from its checkpoint image again, and
+// that it serves and becomes Ready; it returns the state it serves with.
+func restartsFromItsCheckpoint(t *testing.T, l *lab, w *workload.Workload, rec report.Record) ms2m.State {
+	t.Helper()
 	ctx := context.Background()
 	pod, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, rec.TargetPod, metav1.GetOptions{})
 	if err != nil {
@@ -176,7 +185,6 @@ func TestRestartAfterMigration(t *testing.T) {
 		t.Fatalf("the restarted consumer does not serve within %s: %+v (%v)", bound, st, err)
 	}
 	t.Logf("restored again and serving %s after the kill", time.Since(killed).Round(100*time.Millisecond))
-	waitApplied(t, w, rec.TargetPod, st.LastSeq+5) // it applies new messages
 	ready := func(ctx context.Context) (bool, error) {
 		p, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, rec.TargetPod, metav1.GetOptions{})
 		return err == nil && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready, nil
@@ -184,6 +192,7 @@ func TestRestartAfterMigration(t *testing.T) {
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, ready); err != nil {
 		t.Fatal("the restarted consumer never became Ready: its probes did not follow it")
 	}
+	return st
 }
 
 // containerProcess finds the process named comm in the pod with uid (the

@@ -61,8 +61,12 @@ evictionHard:
   imagefs.available: "1%%"
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+# KubeletEnsureSecretPulledImages (KEP-2535, on by default from 1.35): a
+# pod may use an image pulled with credentials only with those credentials,
+# so another namespace's pod cannot run a checkpoint image left on a node.
 featureGates:
   ContainerCheckpoint: true
+  KubeletEnsureSecretPulledImages: true
 `, n.Name, rt.socket, n.IP),
 		"/etc/resolv.conf": "nameserver 127.0.0.1\n",
 		"/etc/hostname":    n.Name + "\n",
