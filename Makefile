@@ -52,7 +52,7 @@ e2e: ## live pods migrated on the lab's real two-node cluster, with the whole cr
 # the opt-in itself: a node left at containerd's default is refused, then
 # works once the setting is on. The lab is brought down and up again with
 # LAB_RUNTIME=containerd, and left down.
-E2E_CONTAINERD := ^(TestMS2MMigratesALivePod|TestACheckpointSentDirectRunsOnlyInItsPod|TestStopAndCopyMigratesALivePod|TestStatefulSetSequential|TestFailedMigrationRollsBack|TestCheckPasses|TestCheckUnpullableAgentImage|TestRestoreOptIn)$$
+E2E_CONTAINERD := ^(TestMS2MMigratesALivePod|TestACheckpointSentDirectRunsOnlyInItsPod|TestACheckpointInAPrivateRegistryRunsOnlyInItsPod|TestStopAndCopyMigratesALivePod|TestStatefulSetSequential|TestFailedMigrationRollsBack|TestCheckPasses|TestCheckUnpullableAgentImage|TestRestoreOptIn)$$
 e2e-containerd: ## the core e2e and the restore opt-in on the containerd lane (root)
 	go run ./test/lab down
 	LAB_RUNTIME=containerd go run ./test/lab up

@@ -28,7 +28,11 @@ const (
 	labSubnet  = "198.51.100.0/24"
 	apiPort    = "6443"
 	registry   = labIP + ":5000"
-	amqpPort   = "5672"
+	// privateRegistry serves only with privateRegistryUser's credentials
+	// (password the same): checkpoints a tenant must not pull.
+	privateRegistry     = labIP + ":5001"
+	privateRegistryUser = "e2e"
+	amqpPort            = "5672"
 	// serviceCIDR is required by the apiserver; nothing routes it (no kube-proxy).
 	serviceCIDR = "10.96.0.0/24"
 )

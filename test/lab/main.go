@@ -169,7 +169,7 @@ func (d dirs) down() error {
 		wg.Go(func() { collect(d.nodeDown(n)...) })
 	}
 	wg.Wait()
-	for _, p := range []string{"kube-scheduler", "kube-controller-manager", "kube-apiserver", "registry", "rabbitmq"} {
+	for _, p := range []string{"kube-scheduler", "kube-controller-manager", "kube-apiserver", "registry", "private-registry", "rabbitmq"} {
 		wg.Go(func() { collect(d.stop(p, 20*time.Second)) })
 	}
 	wg.Wait()

@@ -106,7 +106,7 @@ func (rt nodeRuntime) files(n labNode, restore bool) map[string]string {
 	}
 	files := map[string]string{"/etc/containerd/config.toml": containerdConfig(restore)}
 	// Plain-HTTP registries: the lab's, and a warm agent's (--transfer direct).
-	for _, host := range []string{registry, agent.DirectRegistry()} {
+	for _, host := range []string{registry, privateRegistry, agent.DirectRegistry()} {
 		files["/etc/containerd/certs.d/"+host+"/hosts.toml"] = fmt.Sprintf("server = \"http://%s\"\n\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n  skip_verify = true\n", host, host)
 	}
 	return files
@@ -132,11 +132,11 @@ allowed_annotations = ["org.criu.config"]
 pause_image = "%s/kubectl-migrate/pause:lab"
 pause_command = "/usr/local/bin/pause"
 # localhost: a warm agent's registry, for transfers without one (--transfer direct)
-insecure_registries = ["%s", "localhost:%d"]
+insecure_registries = ["%s", "%s", "localhost:%d"]
 [crio.network]
 network_dir = "/etc/cni/net.d"
 plugin_dirs = ["/usr/lib/cni"]
-`, registry, registry, agent.DirectPort)
+`, registry, registry, privateRegistry, agent.DirectPort)
 }
 
 // containerdConfig is containerd's config: its defaults but for what this

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"time"
+
+	"golang.org/x/crypto/bcrypt"
 )
 
 // servicesUp starts the registry and the broker inside the lab namespace.
@@ -22,6 +24,9 @@ func (d dirs) servicesUp() error {
 		return err
 	}
 	if err := d.start("registry", inLab("docker-registry", "serve", regDir+"/config.yml"), nil); err != nil {
+		return err
+	}
+	if err := d.privateRegistryUp(); err != nil {
 		return err
 	}
 	rabbitDir := d.state("rabbitmq")
@@ -49,7 +54,7 @@ func (d dirs) servicesUp() error {
 	}); err != nil {
 		return err
 	}
-	for _, addr := range []string{registry, labIP + ":" + amqpPort} {
+	for _, addr := range []string{registry, privateRegistry, labIP + ":" + amqpPort} {
 		if err := waitFor(addr, 2*time.Minute, func() error {
 			c, err := net.DialTimeout("tcp", addr, time.Second)
 			if err == nil {
@@ -77,4 +82,25 @@ func ensurePackages(pkgs ...string) error {
 		return err
 	}
 	return run("apt-get", append([]string{"install", "-y", "-qq", "--no-install-recommends"}, missing...)...)
+}
+
+// privateRegistryUp starts the second registry, which asks for credentials
+// (htpasswd, bcrypt) on every request.
+func (d dirs) privateRegistryUp() error {
+	dir := d.state("private-registry")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(privateRegistryUser), bcrypt.DefaultCost)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(dir+"/htpasswd", []byte(privateRegistryUser+":"+string(hash)+"\n"), 0o644); err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf("version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: %[1]s/data\n  delete:\n    enabled: true\nhttp:\n  addr: %[2]s\nauth:\n  htpasswd:\n    realm: lab\n    path: %[1]s/htpasswd\nlog:\n  level: warn\n", dir, privateRegistry)
+	if err := os.WriteFile(dir+"/config.yml", []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	return d.start("private-registry", inLab("docker-registry", "serve", dir+"/config.yml"), nil)
 }

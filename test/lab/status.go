@@ -17,7 +17,7 @@ func (d dirs) daemons() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "registry", "rabbitmq"}
+	names := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "registry", "private-registry", "rabbitmq"}
 	for _, n := range nodes {
 		names = append(names, rt.daemon(n), n.Name+"-kubelet")
 	}
@@ -99,6 +99,7 @@ func (d dirs) printEnv() error {
 	fmt.Printf("export KUBECONFIG=%s\n", d.kubeconfig())
 	fmt.Printf("export LAB_RUNTIME=%s\n", rt.name)
 	fmt.Printf("export LAB_REGISTRY=%s\n", registry)
+	fmt.Printf("export LAB_PRIVATE_REGISTRY=%s\n", privateRegistry)
 	fmt.Printf("export LAB_BROKER_URL=amqp://guest:guest@%s:%s/\n", labIP, amqpPort)
 	fmt.Printf("export LAB_KUBECTL=%s\n", d.bin("kubectl"))
 	fmt.Printf("export LAB_IMAGE_PREFIX=%s/kubectl-migrate\n", registry)
