@@ -107,6 +107,9 @@ func (restore) Describe(s PlanStep) string {
 	if s.Restore == RestoreRuntime {
 		return fmt.Sprintf("create pod %s on %s from its own images under RuntimeClass %s, whose runtime restores the staged checkpoints", s.TargetName, s.TargetNode, ociruntime.HandlerName)
 	}
+	if s.Transfer == Direct {
+		return fmt.Sprintf("restore pod %s on %s, which pulls its checkpoint images from its node's agent with a pull secret of its own (deleted with the pod)", s.TargetName, s.TargetNode)
+	}
 	return fmt.Sprintf("restore pod %s on %s", s.TargetName, s.TargetNode)
 }
 
