@@ -809,3 +809,38 @@ func TestReceiversTakeTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAnAnonymousCheckpointPullIsNamed: preflight says when the target will
+// pull the checkpoint image without credentials (any pod on the node could
+// then run it), and not when a registry secret or a direct transfer gives
+// it credentials.
+func TestAnAnonymousCheckpointPullIsNamed(t *testing.T) {
+	anonymous := testConfig(migrate.MS2M)
+	withSecret := testConfig(migrate.MS2M)
+	withSecret.RegistrySecret = "regcred"
+	direct := testConfig(migrate.MS2M)
+	direct.Transfer, direct.ImageRepository = migrate.Direct, ""
+	for name, c := range map[string]struct {
+		cfg  migrate.Config
+		warn bool
+	}{"anonymous": {anonymous, true}, "registry secret": {withSecret, false}, "direct": {direct, false}} {
+		t.Run(name, func(t *testing.T) {
+			w := migratetest.NewWorld(t)
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "regcred", Namespace: "default"}, Type: corev1.SecretTypeDockerConfigJson,
+				Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{"registry:5000":{"auth":"dTpw"}}}`)}}
+			if _, err := w.Client.CoreV1().Secrets("default").Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			warned := false
+			hooks := migrate.Hooks{Progress: func(_ report.PhaseName, msg string) {
+				warned = warned || strings.Contains(msg, "pulled without credentials")
+			}}
+			if _, err := migrate.Run(context.Background(), c.cfg, w.Deps(), hooks); err != nil {
+				t.Fatal(err)
+			}
+			if warned != c.warn {
+				t.Fatalf("warned %t, want %t", warned, c.warn)
+			}
+		})
+	}
+}

@@ -213,6 +213,11 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 		// The checkpoint goes to the target's agent, which stages it.
 		m.Transfer = Direct
 	}
+	if m.Transfer != Direct && m.RegistrySecret == "" {
+		// The kubelet lets any pod use an image pulled anonymously.
+		m.progress(report.Preflight, "the checkpoint image is pulled without credentials: any pod on "+m.TargetNode+
+			" may run it while the node keeps it; use a registry that asks for credentials with --registry-secret, or --transfer direct (docs/security.md)")
+	}
 	return nil
 }
 
