@@ -428,10 +428,11 @@ func (c *checker) pull(ctx context.Context, restored chan<- restoreOutcome) (str
 	if err := c.deps.Packer.Prepull(ctx, c.nextPod(), c.cfg.To, []string{bases["canary"]}); err != nil {
 		return "", fail("pass --agent-image with an image the target node can pull", "node %s cannot pull the canary's base image %s: %v", c.cfg.To, bases["canary"], err)
 	}
-	pod := migrate.TargetPod(source, c.restored, c.cfg.To, MigrationID(c.cfg.ID), map[string]string{"canary": cmp.Or(c.image, c.staged)}, c.cfg.RegistrySecret)
+	via := migrate.RestoreCRI
 	if c.viaRuntime {
-		migrate.ForRuntimeRestore(pod, source)
+		via = migrate.RestoreRuntime
 	}
+	pod := migrate.RestoredPod(source, c.restored, c.cfg.To, MigrationID(c.cfg.ID), map[string]string{"canary": cmp.Or(c.image, c.staged)}, c.cfg.RegistrySecret, via)
 	c.restoring = true
 	pod.Labels = c.labels()
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)

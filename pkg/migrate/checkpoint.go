@@ -24,29 +24,29 @@ type checkpoint struct{}
 func (checkpoint) Name() report.PhaseName { return report.Checkpoint }
 
 func (checkpoint) Run(ctx context.Context, m *Migration) error {
-	if m.Archives == nil {
-		m.Archives = map[string]string{}
+	if m.state.Archives == nil {
+		m.state.Archives = map[string]string{}
 	}
 	volumes := m.carriedVolumes()
-	if len(volumes) > 0 && m.Strategy == MS2M && !m.SourceHalted {
+	if len(volumes) > 0 && m.config.Strategy == MS2M && !m.state.SourceHalted {
 		if err := m.pauseSource(ctx); err != nil {
 			return err
 		}
 	}
-	for _, c := range m.Migrated {
+	for _, c := range m.state.Migrated {
 		// Until the kubelet answers, only the pattern of the archive is
 		// known: enough for a rollback to remove it.
-		m.Archives[c] = agent.ArchivePattern(m.Namespace, m.Pod, c)
+		m.state.Archives[c] = agent.ArchivePattern(m.config.Namespace, m.config.Pod, c)
 		if err := m.save(ctx); err != nil {
 			return err
 		}
 		start := time.Now()
-		path, err := m.Kubelet.Checkpoint(ctx, m.SourceNode, m.Namespace, m.Pod, c, m.CheckpointTimeout)
+		path, err := m.deps.Kubelet.Checkpoint(ctx, m.state.SourceNode, m.config.Namespace, m.config.Pod, c, m.config.CheckpointTimeout)
 		if err != nil {
 			return err
 		}
 		m.step(report.CheckpointCall, c, start, 0)
-		m.Archives[c] = path
+		m.state.Archives[c] = path
 		if err := m.save(ctx); err != nil {
 			return err
 		}
@@ -57,9 +57,9 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 			return err
 		}
 	}
-	if m.Strategy == MS2M {
+	if m.config.Strategy == MS2M {
 		// The mark is in the checkpoint now; the live source drops it.
-		if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Checkpointed, Payload: ms2m.ControlPayload{Migration: m.tag()}}); err != nil {
+		if _, err := m.deps.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Checkpointed, Payload: ms2m.ControlPayload{Migration: m.tag()}}); err != nil {
 			return err
 		}
 	}
@@ -79,7 +79,7 @@ func (m *Migration) deleteImage(ctx context.Context, ref string) error {
 	var err error
 	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 5}
 	_ = wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
-		err = m.Registry.Delete(ctx, ref)
+		err = m.deps.Registry.Delete(ctx, ref)
 		return err == nil, nil
 	})
 	return err
@@ -88,14 +88,14 @@ func (m *Migration) deleteImage(ctx context.Context, ref string) error {
 // removeArchives deletes the archives still on the source node: they hold
 // the process's memory.
 func (m *Migration) removeArchives(ctx context.Context) error {
-	if len(m.Archives) == 0 {
+	if len(m.state.Archives) == 0 {
 		return nil
 	}
-	paths := slices.Sorted(maps.Values(m.Archives))
-	if err := m.Packer.Remove(ctx, m.nextAgentPod(), m.SourceNode, paths); err != nil {
-		return fmt.Errorf("remove checkpoint archives %v from %s: %w", paths, m.SourceNode, err)
+	paths := slices.Sorted(maps.Values(m.state.Archives))
+	if err := m.deps.Packer.Remove(ctx, m.nextAgentPod(), m.state.SourceNode, paths); err != nil {
+		return fmt.Errorf("remove checkpoint archives %v from %s: %w", paths, m.state.SourceNode, err)
 	}
-	m.Archives = nil
+	m.state.Archives = nil
 	return nil
 }
 
@@ -105,7 +105,7 @@ func (m *Migration) removeArchives(ctx context.Context) error {
 // is gone already.
 func (m *Migration) removeStaged(ctx context.Context) error {
 	var staged []string
-	for c, ref := range m.Images {
+	for c, ref := range m.state.Images {
 		if ref == agent.StagedPath(m.staged(c)) {
 			staged = append(staged, ref)
 		}
@@ -114,12 +114,12 @@ func (m *Migration) removeStaged(ctx context.Context) error {
 		return nil
 	}
 	slices.Sort(staged)
-	nodes := []string{m.TargetNode}
+	nodes := []string{m.config.TargetNode}
 	if m.keepsArchives() {
-		nodes = append(nodes, m.SourceNode) // where a rollback staged them again
+		nodes = append(nodes, m.state.SourceNode) // where a rollback staged them again
 	}
 	for _, node := range nodes {
-		if err := m.Packer.Remove(ctx, m.nextAgentPod(), node, staged); err != nil {
+		if err := m.deps.Packer.Remove(ctx, m.nextAgentPod(), node, staged); err != nil {
 			return fmt.Errorf("remove the checkpoints staged on %s %v: %w", node, staged, err)
 		}
 	}
@@ -131,20 +131,20 @@ func (m *Migration) removeStaged(ctx context.Context) error {
 // the source there: a StatefulSet pod's rollback after its source was
 // deleted. The target's restore used the first copies.
 func (m *Migration) stageOnSource(ctx context.Context) error {
-	for _, c := range m.Migrated {
-		if _, kept := m.Archives[c]; !kept {
-			return fmt.Errorf("the checkpoint archive of container %s is no longer on %s", c, m.SourceNode)
+	for _, c := range m.state.Migrated {
+		if _, kept := m.state.Archives[c]; !kept {
+			return fmt.Errorf("the checkpoint archive of container %s is no longer on %s", c, m.state.SourceNode)
 		}
-		req, err := m.packRequest(ctx, c, m.SourceNode)
+		req, err := m.packRequest(ctx, c, m.state.SourceNode)
 		if err != nil {
 			return err
 		}
-		res, err := m.Packer.Pack(ctx, m.nextAgentPod(), m.SourceNode, req)
+		res, err := m.deps.Packer.Pack(ctx, m.nextAgentPod(), m.state.SourceNode, req)
 		if err != nil {
-			return fmt.Errorf("stage the checkpoint of container %s on %s: %w", c, m.SourceNode, err)
+			return fmt.Errorf("stage the checkpoint of container %s on %s: %w", c, m.state.SourceNode, err)
 		}
-		m.progress(report.Detach, fmt.Sprintf("container %s staged on %s for the kubectl-migrate runtime", c, m.SourceNode))
-		m.Images[c] = res.Staged
+		m.progress(report.Detach, fmt.Sprintf("container %s staged on %s for the kubectl-migrate runtime", c, m.state.SourceNode))
+		m.state.Images[c] = res.Staged
 	}
 	return nil
 }
@@ -157,20 +157,20 @@ type packImages struct{}
 func (packImages) Name() report.PhaseName { return report.Image }
 
 func (packImages) Run(ctx context.Context, m *Migration) error {
-	if m.Images == nil {
-		m.Images = map[string]string{}
+	if m.state.Images == nil {
+		m.state.Images = map[string]string{}
 	}
-	packed := slices.Clone(m.Migrated)
-	if _, ok := m.Archives[agent.VolumesKey]; ok {
+	packed := slices.Clone(m.state.Migrated)
+	if _, ok := m.state.Archives[agent.VolumesKey]; ok {
 		packed = append(packed, agent.VolumesKey)
 	}
 	for _, c := range packed {
-		req, err := m.packRequest(ctx, c, m.TargetNode)
+		req, err := m.packRequest(ctx, c, m.config.TargetNode)
 		if err != nil {
 			return err
 		}
 		start := time.Now()
-		res, err := m.Packer.Pack(ctx, m.nextAgentPod(), m.SourceNode, req)
+		res, err := m.deps.Packer.Pack(ctx, m.nextAgentPod(), m.state.SourceNode, req)
 		if err != nil {
 			return err
 		}
@@ -179,15 +179,15 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 		m.stepTook(report.Pack, c, start, time.Duration(res.BuildMillis)*time.Millisecond, res.ArchiveBytes)
 		m.stepTook(report.Push, c, built, time.Duration(res.PushMillis)*time.Millisecond, res.ArchiveBytes)
 		if !req.KeepArchive {
-			delete(m.Archives, c)
+			delete(m.state.Archives, c)
 		}
-		m.Images[c] = cmp.Or(res.Image, res.Staged)
+		m.state.Images[c] = cmp.Or(res.Image, res.Staged)
 		if err := m.save(ctx); err != nil {
 			return err
 		}
 		if res.Staged != "" {
 			m.Record.ArchiveBytes += res.ArchiveBytes
-			m.progress(report.Image, fmt.Sprintf("container %s staged on %s for the kubectl-migrate runtime (%d KiB, sent in %d ms)", c, m.TargetNode, res.ArchiveBytes/1024, res.PushMillis))
+			m.progress(report.Image, fmt.Sprintf("container %s staged on %s for the kubectl-migrate runtime (%d KiB, sent in %d ms)", c, m.config.TargetNode, res.ArchiveBytes/1024, res.PushMillis))
 			continue
 		}
 		m.Record.Images = append(m.Record.Images, res.Image)
@@ -196,7 +196,7 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 		if c == agent.VolumesKey {
 			what = "emptyDir volumes"
 		}
-		if m.Transfer == Direct {
+		if m.config.Transfer == Direct {
 			m.progress(report.Image, fmt.Sprintf("%s → %s (%d KiB, sent in %d ms)", what, res.Image, res.ArchiveBytes/1024, res.PushMillis))
 			continue
 		}
@@ -215,14 +215,14 @@ func (packImages) Rollback(ctx context.Context, m *Migration) error {
 	}
 	var left []string
 	var errs []error
-	if m.Transfer != Direct { // the target's agent and its images go with the migration
-		for _, ref := range m.Images {
+	if m.config.Transfer != Direct { // the target's agent and its images go with the migration
+		for _, ref := range m.state.Images {
 			if err := m.deleteImage(ctx, ref); err != nil {
 				left, errs = append(left, ref), append(errs, err)
 			}
 		}
 	}
-	m.Images = nil
+	m.state.Images = nil
 	if len(left) > 0 {
 		// The restored copy is gone and the source serves: an image the
 		// registry would not delete holds nothing anyone needs, only memory

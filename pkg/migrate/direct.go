@@ -90,14 +90,14 @@ func (m *Migration) receiverOptions(node *corev1.Node, opts agent.WarmOptions) (
 	if err != nil {
 		return opts, receiver{}, err
 	}
-	opts.DirectToken, opts.Stage = token, m.RestoreVia == RestoreRuntime
+	opts.DirectToken, opts.Stage = token, m.state.RestoreVia == RestoreRuntime
 	return opts, receiver{address: address, token: token}, nil
 }
 
 // registerReceiver reads the certificate of node's receiver, started with
 // rcv's options, and keeps it for the transfers to node.
 func (m *Migration) registerReceiver(ctx context.Context, node string, rcv receiver) error {
-	cert, err := m.Packer.DirectCert(ctx, node)
+	cert, err := m.deps.Packer.DirectCert(ctx, node)
 	if err != nil {
 		return fmt.Errorf("ask node %s's agent for the certificate the checkpoint is sent to: %w", node, err)
 	}
@@ -112,7 +112,7 @@ func (m *Migration) receiverOn(ctx context.Context, node string) (receiver, erro
 	if rcv, ok := m.receivers.get(node); ok {
 		return rcv, nil
 	}
-	n, err := m.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	n, err := m.deps.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return receiver{}, fmt.Errorf("get node %s: %w", node, err)
 	}
@@ -121,7 +121,7 @@ func (m *Migration) receiverOn(ctx context.Context, node string) (receiver, erro
 		return receiver{}, err
 	}
 	m.progress(report.Image, "starting the agent on "+node+" that receives the checkpoint")
-	err = m.takeTurn(ctx, report.Image, node, func(int) error { return m.Packer.Warm(ctx, m.nextAgentPod(), node, opts) })
+	err = m.takeTurn(ctx, report.Image, node, func(int) error { return m.deps.Packer.Warm(ctx, m.nextAgentPod(), node, opts) })
 	if err != nil {
 		return receiver{}, fmt.Errorf("node %s cannot run the agent that receives the checkpoint: %w", node, err)
 	}
@@ -171,12 +171,12 @@ func (m *Migration) awaitFreeReceivePorts(ctx context.Context, phase report.Phas
 // otherReceiverOn names another migration's agent that holds node's
 // receive ports, if one runs.
 func (m *Migration) otherReceiverOn(ctx context.Context, node string) (string, error) {
-	pods, err := m.Client.CoreV1().Pods(m.AgentNamespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	pods, err := m.deps.Client.CoreV1().Pods(m.config.AgentNamespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		return "", fmt.Errorf("list the agents on %s: %w", node, err)
 	}
 	for _, p := range pods.Items {
-		if p.Labels[MigrationLabel] == m.ID || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Labels[MigrationLabel] == m.config.ID || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		for _, c := range p.Spec.Containers {

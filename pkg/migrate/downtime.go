@@ -39,18 +39,18 @@ func downtimeBound(first, last ms2m.State) time.Duration {
 // long before, when the final stage checkpointed the shadow first. If the
 // shadow had not served one yet, the final pod's history is the truth.
 func (m *Migration) measureGaps(ctx context.Context) (*report.Downtime, *report.Shadow) {
-	if m.final == nil {
-		return m.measureDowntime(ctx, m.SourceFinal), nil
+	if m.shadow.final == nil {
+		return m.measureDowntime(ctx, m.state.SourceFinal), nil
 	}
-	toShadow := m.shadowGap
+	toShadow := m.shadow.gap
 	if toShadow == nil {
-		toShadow = m.final.measureDowntime(ctx, m.SourceFinal)
+		toShadow = m.shadow.final.measureDowntime(ctx, m.state.SourceFinal)
 	}
-	toFinal := m.final.measureDowntime(ctx, m.final.SourceFinal)
+	toFinal := m.shadow.final.measureDowntime(ctx, m.shadow.final.state.SourceFinal)
 	if toShadow == nil || toFinal == nil {
 		return nil, nil
 	}
-	shadow := &report.Shadow{Pod: m.TargetName, ToShadowMillis: toShadow.Millis, ToFinalMillis: toFinal.Millis}
+	shadow := &report.Shadow{Pod: m.config.TargetName, ToShadowMillis: toShadow.Millis, ToFinalMillis: toFinal.Millis}
 	toFinal.Millis += toShadow.Millis
 	return toFinal, shadow
 }
@@ -64,20 +64,20 @@ const shadowReadTimeout = 2 * time.Second
 // replay starts: the shadow has served for the final stage's checkpoint,
 // image and restore by then.
 func (m *Migration) readShadowGap(ctx context.Context) {
-	if downtimeBound(m.SourceState, m.SourceFinal) == 0 {
+	if downtimeBound(m.state.SourceState, m.state.SourceFinal) == 0 {
 		return // no traffic: no gap to measure
 	}
 	ctx, cancel := context.WithTimeout(ctx, shadowReadTimeout)
 	defer cancel()
-	if a, err := m.App.AppliedAfter(ctx, m.targetApp(), m.SourceFinal.Position()); err == nil {
-		m.shadowGap = gapAfter(m.SourceFinal, a)
+	if a, err := m.deps.App.AppliedAfter(ctx, m.targetApp(), m.state.SourceFinal.Position()); err == nil {
+		m.shadow.gap = gapAfter(m.state.SourceFinal, a)
 	}
 }
 
 // measureDowntime computes downtime from the instances' own timestamps: the
 // source's last applied message N, and the target applying N+1.
 func (m *Migration) measureDowntime(ctx context.Context, last ms2m.State) *report.Downtime {
-	bound := downtimeBound(m.SourceState, last)
+	bound := downtimeBound(m.state.SourceState, last)
 	if bound == 0 {
 		m.progress(report.Cleanup, "the source applied no message during the migration: no downtime to measure")
 		return nil
@@ -86,7 +86,7 @@ func (m *Migration) measureDowntime(ctx context.Context, last ms2m.State) *repor
 	defer cancel()
 	var next ms2m.Applied
 	err := wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
-		a, err := m.App.AppliedAfter(ctx, m.targetApp(), last.Position())
+		a, err := m.deps.App.AppliedAfter(ctx, m.targetApp(), last.Position())
 		if errors.Is(err, appctl.ErrNotApplied) {
 			return false, nil
 		}

@@ -21,8 +21,8 @@ import (
 const defaultKubeletTimeout = 15 * time.Second
 
 func (m *Migration) kubeletTimeout() time.Duration {
-	if m.KubeletTimeout > 0 {
-		return m.KubeletTimeout
+	if m.config.KubeletTimeout > 0 {
+		return m.config.KubeletTimeout
 	}
 	return defaultKubeletTimeout
 }
@@ -38,7 +38,7 @@ func (m *Migration) kubeletAway(ctx context.Context, node string) <-chan error {
 	go func() {
 		var since time.Time
 		_ = wait.PollUntilContextCancel(ctx, min(time.Second, timeout/4), true, func(ctx context.Context) (bool, error) {
-			err := m.Kubelet.Healthy(ctx, node)
+			err := m.deps.Kubelet.Healthy(ctx, node)
 			switch {
 			case err == nil:
 				since = time.Time{}
@@ -78,21 +78,21 @@ func kubeletUnreachable(err error) bool {
 // confirm; then the node's agent stops the pod's sandboxes through the
 // runtime, which proves the processes gone, and the pod is deleted at once.
 func (m *Migration) deletePod(ctx context.Context, phase report.PhaseName, name string) error {
-	pod, err := m.Client.CoreV1().Pods(m.Namespace).Get(ctx, name, metav1.GetOptions{})
+	pod, err := m.deps.Client.CoreV1().Pods(m.config.Namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
 	case err != nil:
 		return fmt.Errorf("get pod %s: %w", name, err)
 	case pod.Spec.NodeName == "":
-		return kube.DeleteAndWait(ctx, m.Client, m.Namespace, name, ptr.To[int64](0)) // never ran anywhere
+		return kube.DeleteAndWait(ctx, m.deps.Client, m.config.Namespace, name, ptr.To[int64](0)) // never ran anywhere
 	}
 	node := pod.Spec.NodeName
 	watchCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	away := m.kubeletAway(watchCtx, node)
 	gone := make(chan error, 1)
-	go func() { gone <- kube.DeleteAndWait(watchCtx, m.Client, m.Namespace, name, nil) }()
+	go func() { gone <- kube.DeleteAndWait(watchCtx, m.deps.Client, m.config.Namespace, name, nil) }()
 	var awayErr error
 	select {
 	case err := <-gone:
@@ -102,11 +102,11 @@ func (m *Migration) deletePod(ctx context.Context, phase report.PhaseName, name 
 	stop()
 	<-gone
 	m.progress(phase, fmt.Sprintf("stopping pod %s through the runtime of %s: %v", name, node, awayErr))
-	stopped, err := m.Packer.StopPod(ctx, node, string(pod.UID))
+	stopped, err := m.deps.Packer.StopPod(ctx, node, string(pod.UID))
 	if err != nil {
 		return fmt.Errorf("%w, and pod %s could not be stopped through the node's runtime either: %w; once the kubelet is back, recover the migration", awayErr, name, err)
 	}
-	if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, name, ptr.To[int64](0)); err != nil {
+	if err := kube.DeleteAndWait(ctx, m.deps.Client, m.config.Namespace, name, ptr.To[int64](0)); err != nil {
 		return err
 	}
 	m.progress(phase, fmt.Sprintf("pod %s deleted; the runtime of %s stopped %d sandbox(es) of it", name, node, len(stopped.Sandboxes)))

@@ -47,8 +47,8 @@ func TestKubeletAway(t *testing.T) {
 		{"healthy", []error{nil}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &Migration{Config: Config{KubeletTimeout: 200 * time.Millisecond}, Deps: Deps{Kubelet: &scriptedKubelet{answers: tc.answers}}}
-			ctx, cancel := context.WithTimeout(context.Background(), 3*m.KubeletTimeout)
+			m := &Migration{config: Config{KubeletTimeout: 200 * time.Millisecond}, deps: Deps{Kubelet: &scriptedKubelet{answers: tc.answers}}}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*m.config.KubeletTimeout)
 			defer cancel()
 			select {
 			case err := <-m.kubeletAway(ctx, "node-b"):

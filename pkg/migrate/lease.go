@@ -83,18 +83,18 @@ var errLeaseHeld = errors.New("held by another migration")
 // else holds them (dry run). With recovering, it takes over leases that
 // this same migration left un-renewed.
 func (m *Migration) acquireLeases(ctx context.Context, recovering bool) error {
-	names := []string{LeaseName("pod", m.Pod)}
-	what := []string{"pod " + m.Pod}
-	if m.StatefulSet != "" {
-		names = append(names, LeaseName("sts", m.StatefulSet))
-		what = append(what, "StatefulSet "+m.StatefulSet)
+	names := []string{LeaseName("pod", m.config.Pod)}
+	what := []string{"pod " + m.config.Pod}
+	if m.config.StatefulSet != "" {
+		names = append(names, LeaseName("sts", m.config.StatefulSet))
+		what = append(what, "StatefulSet "+m.config.StatefulSet)
 	}
-	l := &leases{client: m.Client, namespace: m.Namespace, id: m.ID, lost: m.loseLock}
+	l := &leases{client: m.deps.Client, namespace: m.config.Namespace, id: m.config.ID, lost: m.loseLock}
 	if recovering {
 		m.progress(report.Preflight, "taking over the migration's lock")
 	}
 	for i, name := range names {
-		if err := l.acquire(ctx, name, what[i], m.DryRun, recovering); err != nil {
+		if err := l.acquire(ctx, name, what[i], m.config.DryRun, recovering); err != nil {
 			l.release(context.WithoutCancel(ctx))
 			return err
 		}
@@ -107,8 +107,8 @@ func (m *Migration) acquireLeases(ctx context.Context, recovering bool) error {
 // loseLock breaks the migration's fence and says so at once.
 func (m *Migration) loseLock(err error) {
 	m.fence.lose(err)
-	if m.Hooks.LockLost != nil {
-		m.Hooks.LockLost(err)
+	if m.hooks.LockLost != nil {
+		m.hooks.LockLost(err)
 	}
 }
 

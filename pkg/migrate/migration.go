@@ -88,10 +88,13 @@ type State struct {
 // shared by its phases. A stage of a shadow-mode migration is a Migration of
 // its own whose State is part of its parent's.
 type Migration struct {
-	Config
-	Deps
-	Hooks Hooks
-	*State
+	// config is what was asked for; deps are the outside systems; hooks
+	// report progress; state is what the phases learn and change, saved in
+	// the journal.
+	config Config
+	deps   Deps
+	hooks  Hooks
+	state  *State
 
 	// journal saves the State with the record; all stages share it.
 	journal *journal
@@ -106,13 +109,16 @@ type Migration struct {
 	// receivers are the nodes' agents a transfer without a registry sends
 	// to (direct.go); all stages share them.
 	receivers *receivers
-	// sourceNode and targetNode are the Nodes as preflight read them.
-	sourceNode, targetNode *corev1.Node
-	// final is the stage whose State is State.Final.
-	final *Migration
-	// shadowGap is the first switchover's gap in shadow mode, read from the
-	// shadow while it served.
-	shadowGap *report.Downtime
+	// nodes are the source and target Nodes as preflight read them.
+	nodes struct{ source, target *corev1.Node }
+	// shadow is a shadow-mode migration's own: its final stage (whose
+	// State is State.Final), which moves the shadow into the StatefulSet's
+	// name, and the first switchover's gap, read from the shadow while it
+	// served.
+	shadow struct {
+		final *Migration
+		gap   *report.Downtime
+	}
 	// phase is the index in Record.Phases of the phase running.
 	phase int
 
@@ -120,27 +126,27 @@ type Migration struct {
 }
 
 // sourceApp addresses the source instance.
-func (m *Migration) sourceApp() appctl.Target { return m.app(m.Pod) }
+func (m *Migration) sourceApp() appctl.Target { return m.app(m.config.Pod) }
 
 // app addresses the instance in pod.
 func (m *Migration) app(pod string) appctl.Target {
-	return appctl.Target{Namespace: m.Namespace, Pod: pod, Port: m.ControlPort}
+	return appctl.Target{Namespace: m.config.Namespace, Pod: pod, Port: m.config.ControlPort}
 }
 
 // waitPrimary waits until the instance t consumes its primary queue.
 func (m *Migration) waitPrimary(ctx context.Context, t appctl.Target) error {
 	return wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
-		st, err := m.App.State(ctx, t)
+		st, err := m.deps.App.State(ctx, t)
 		return err == nil && st.Mode == ms2m.ModePrimary, nil
 	})
 }
 
 // targetApp addresses the restored instance.
-func (m *Migration) targetApp() appctl.Target { return m.app(m.TargetName) }
+func (m *Migration) targetApp() appctl.Target { return m.app(m.config.TargetName) }
 
 func (m *Migration) progress(phase report.PhaseName, msg string) {
-	if m.Hooks.Progress != nil {
-		m.Hooks.Progress(phase, msg)
+	if m.hooks.Progress != nil {
+		m.hooks.Progress(phase, msg)
 	}
 }
 
@@ -164,16 +170,16 @@ func (m *Migration) stepTook(name report.StepName, container string, start time.
 
 // tag identifies this stage of the migration.
 func (m *Migration) tag() string {
-	if m.Stage == "" {
-		return m.ID
+	if m.state.Stage == "" {
+		return m.config.ID
 	}
-	return m.ID + "-" + m.Stage
+	return m.config.ID + "-" + m.state.Stage
 }
 
 // nextAgentPod names the next agent pod of this stage.
 func (m *Migration) nextAgentPod() string {
-	m.AgentPods++
-	return "kubectl-migrate-agent-" + m.tag() + "-" + string(rune('a'+m.AgentPods-1))
+	m.state.AgentPods++
+	return "kubectl-migrate-agent-" + m.tag() + "-" + string(rune('a'+m.state.AgentPods-1))
 }
 
 // nextStage is a migration from the pod this one restored (or from the
@@ -181,13 +187,13 @@ func (m *Migration) nextAgentPod() string {
 // broker, the record, the journal and what preflight learnt about the
 // source. A stage with state is resumed from it (recovery).
 func (m *Migration) nextStage(stage string, from *corev1.Pod, name, node string, strategy Strategy, state *State) *Migration {
-	cfg := m.Config
+	cfg := m.config
 	cfg.Pod, cfg.TargetName, cfg.TargetNode, cfg.Strategy = from.Name, name, node, strategy
 	if state == nil {
-		state = &State{Stage: stage, Source: from, SourceNode: from.Spec.NodeName, Migrated: m.Migrated, SourceState: m.SourceState, RestoreVia: m.RestoreVia}
+		state = &State{Stage: stage, Source: from, SourceNode: from.Spec.NodeName, Migrated: m.state.Migrated, SourceState: m.state.SourceState, RestoreVia: m.state.RestoreVia}
 	}
 	return &Migration{
-		Config: cfg, Deps: m.Deps, Hooks: m.Hooks, Record: m.Record, State: state,
+		config: cfg, deps: m.deps, hooks: m.hooks, Record: m.Record, state: state,
 		journal: m.journal, broker: m.broker, fence: m.fence, receivers: m.receivers,
 	}
 }
@@ -221,11 +227,11 @@ func (m *Migration) save(ctx context.Context) error {
 // markRunning declares the queue whose existence tells restored copies that
 // their migration runs; the first phase that changes anything calls it.
 func (m *Migration) markRunning(ctx context.Context) error {
-	m.MigrationQueue = ms2m.MigrationQueueName(m.Broker.Queue)
+	m.state.MigrationQueue = ms2m.MigrationQueueName(m.config.Broker.Queue)
 	if err := m.save(ctx); err != nil {
 		return err
 	}
-	return m.broker.DeclareQueue(ctx, m.MigrationQueue)
+	return m.broker.DeclareQueue(ctx, m.state.MigrationQueue)
 }
 
 // fence ends a migration's work on the cluster once it can no longer be

@@ -41,11 +41,11 @@ type lambdaProbe struct {
 // during preflight (shadow mode predicts nothing). A probe that cannot be
 // bound costs the prediction only.
 func (m *Migration) startLambdaProbe(ctx context.Context) {
-	if m.Mode == Shadow || (m.PredictWindow < 0 && !m.DryRun) {
+	if m.config.Mode == Shadow || (m.config.PredictWindow < 0 && !m.config.DryRun) {
 		return
 	}
-	queue := m.Broker.Queue + ".ms2m-probe-" + m.ID
-	if err := m.broker.BindProbeQueue(ctx, m.Broker.Exchange, queue, probeExpiry); err != nil {
+	queue := m.config.Broker.Queue + ".ms2m-probe-" + m.config.ID
+	if err := m.broker.BindProbeQueue(ctx, m.config.Broker.Exchange, queue, probeExpiry); err != nil {
 		m.progress(report.Preflight, "no prediction: "+err.Error())
 		return
 	}
@@ -116,13 +116,15 @@ func (m *Migration) predict(ctx context.Context, window time.Duration) (*report.
 		critical = time.Duration(ms) * time.Millisecond
 	}
 	p.CriticalPathMillis = critical.Milliseconds()
-	sameQueue := func(r *report.Record) bool { return r.Broker.ReplayQueue == ms2m.ReplayQueueName(m.Broker.Queue) }
+	sameQueue := func(r *report.Record) bool {
+		return r.Broker.ReplayQueue == ms2m.ReplayQueueName(m.config.Broker.Queue)
+	}
 	if mu, ok := median(func(r *report.Record) (float64, bool) {
 		rate := r.ReplayRate()
 		return rate, sameQueue(r) && rate > 0
 	}); ok {
 		p.Mu, p.MuFrom = mu, report.MuFromHistory
-	} else if ms := m.SourceState.ServiceMillis; ms > 0 {
+	} else if ms := m.state.SourceState.ServiceMillis; ms > 0 {
 		p.Mu, p.MuFrom = 1000/ms, report.MuFromApplication
 	}
 	// What the source applies while the target is restored waits in the
@@ -134,7 +136,7 @@ func (m *Migration) predict(ctx context.Context, window time.Duration) (*report.
 		rest = 3 * time.Second // preflight ≈ 1.3 s and cleanup ≈ 1 s on the lab
 	}
 	switch {
-	case m.Strategy == StopAndCopy:
+	case m.config.Strategy == StopAndCopy:
 		// Nothing is applied from the stop to the restored copy's first
 		// message, which has waited in the primary queue.
 		p.DowntimeMillis = (critical + phase(report.Stop) + phase(report.Switchover)).Milliseconds()
@@ -150,7 +152,7 @@ func (m *Migration) predict(ctx context.Context, window time.Duration) (*report.
 		p.TotalMillis = (rest + before + replay).Milliseconds()
 		// One message's service time: the switchover's gap.
 		p.DowntimeMillis = int64(1000 / p.Mu)
-		if m.ReplayMax == 0 && p.Lambda > 0.8*p.Mu {
+		if m.config.ReplayMax == 0 && p.Lambda > 0.8*p.Mu {
 			p.Warnings = append(p.Warnings, fmt.Sprintf("λ is %.0f%% of μ: replay is long and sensitive to bursts; --replay-max bounds it", 100*p.Lambda/p.Mu))
 		}
 	}
@@ -162,16 +164,16 @@ func (m *Migration) predict(ctx context.Context, window time.Duration) (*report.
 // listed), newest first, at most ten: they measured the critical path and
 // the phases on this cluster, and those of this queue μ.
 func (m *Migration) history(ctx context.Context) []*report.Record {
-	store := report.Store{Client: m.Client}
+	store := report.Store{Client: m.deps.Client}
 	all, err := store.List(ctx, metav1.NamespaceAll)
 	if err != nil {
-		if all, err = store.List(ctx, m.Namespace); err != nil {
+		if all, err = store.List(ctx, m.config.Namespace); err != nil {
 			return nil
 		}
 	}
 	var out []*report.Record
 	for _, r := range all {
-		if r.Outcome == report.Succeeded && r.Strategy == string(m.Strategy) && r.Mode == string(m.Mode) && r.ID != m.ID {
+		if r.Outcome == report.Succeeded && r.Strategy == string(m.config.Strategy) && r.Mode == string(m.config.Mode) && r.ID != m.config.ID {
 			out = append(out, r)
 		}
 		if len(out) == 10 {

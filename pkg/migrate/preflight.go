@@ -86,7 +86,7 @@ func (preflight) Run(ctx context.Context, m *Migration) (err error) {
 		return err
 	}
 	m.progress(report.Preflight, "agents ok")
-	if !m.DryRun {
+	if !m.config.DryRun {
 		m.expect(ctx)
 	}
 	return nil
@@ -96,7 +96,7 @@ func (preflight) Run(ctx context.Context, m *Migration) (err error) {
 // prediction in the record and says it; a prediction that fails is only
 // said.
 func (m *Migration) expect(ctx context.Context) {
-	p, err := m.predict(ctx, cmp.Or(m.PredictWindow, lambdaMinWindow))
+	p, err := m.predict(ctx, cmp.Or(m.config.PredictWindow, lambdaMinWindow))
 	if err != nil {
 		m.progress(report.Preflight, "no prediction: "+err.Error())
 		return
@@ -112,53 +112,53 @@ func (m *Migration) expect(ctx context.Context) {
 }
 
 func checkSourcePod(ctx context.Context, m *Migration) error {
-	pod, err := GetSourcePod(ctx, m.Client, m.Namespace, m.Pod, m.ID)
+	pod, err := GetSourcePod(ctx, m.deps.Client, m.config.Namespace, m.config.Pod, m.config.ID)
 	if err != nil {
 		return err
 	}
 	if pod.DeletionTimestamp != nil {
-		return fmt.Errorf("pod %s is being deleted", m.Pod)
+		return fmt.Errorf("pod %s is being deleted", m.config.Pod)
 	}
 	if pod.Status.Phase != corev1.PodRunning || pod.Spec.NodeName == "" {
-		return fmt.Errorf("pod %s is %s, not Running on a node; only running pods can be checkpointed", m.Pod, pod.Status.Phase)
+		return fmt.Errorf("pod %s is %s, not Running on a node; only running pods can be checkpointed", m.config.Pod, pod.Status.Phase)
 	}
 	owner := metav1.GetControllerOf(pod)
-	if m.StatefulSet != "" {
-		if owner == nil || owner.Kind != "StatefulSet" || owner.Name != m.StatefulSet {
-			return fmt.Errorf("pod %s does not belong to StatefulSet %s", m.Pod, m.StatefulSet)
+	if m.config.StatefulSet != "" {
+		if owner == nil || owner.Kind != "StatefulSet" || owner.Name != m.config.StatefulSet {
+			return fmt.Errorf("pod %s does not belong to StatefulSet %s", m.config.Pod, m.config.StatefulSet)
 		}
 	} else if owner != nil {
 		switch owner.Kind {
 		case "StatefulSet":
-			return fmt.Errorf("pod %s belongs to StatefulSet %s; use kubectl migrate sts", m.Pod, owner.Name)
+			return fmt.Errorf("pod %s belongs to StatefulSet %s; use kubectl migrate sts", m.config.Pod, owner.Name)
 		case "ReplicaSet":
 			if err := checkReplicaSet(ctx, m, pod, owner.Name); err != nil {
 				return err
 			}
 		default:
-			return fmt.Errorf("pod %s is controlled by %s %s, which would replace it on the source node; only bare pods, Deployments' and ReplicaSets' pods migrate with kubectl migrate pod", m.Pod, owner.Kind, owner.Name)
+			return fmt.Errorf("pod %s is controlled by %s %s, which would replace it on the source node; only bare pods, Deployments' and ReplicaSets' pods migrate with kubectl migrate pod", m.config.Pod, owner.Kind, owner.Name)
 		}
 	}
 	names := make([]string, 0, len(pod.Spec.Containers))
 	for _, c := range pod.Spec.Containers {
 		names = append(names, c.Name)
 	}
-	for _, c := range m.Config.Containers {
+	for _, c := range m.config.Containers {
 		if !slices.Contains(names, c) {
-			return fmt.Errorf("pod %s has no container %q (it has %v)", m.Pod, c, names)
+			return fmt.Errorf("pod %s has no container %q (it has %v)", m.config.Pod, c, names)
 		}
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.State.Running == nil && (len(m.Config.Containers) == 0 || slices.Contains(m.Config.Containers, cs.Name)) {
-			return fmt.Errorf("container %s of pod %s is not running", cs.Name, m.Pod)
+		if cs.State.Running == nil && (len(m.config.Containers) == 0 || slices.Contains(m.config.Containers, cs.Name)) {
+			return fmt.Errorf("container %s of pod %s is not running", cs.Name, m.config.Pod)
 		}
 	}
-	m.Source, m.SourceNode = pod, pod.Spec.NodeName
-	m.Migrated = names
-	if len(m.Config.Containers) > 0 {
-		m.Migrated = m.Config.Containers
+	m.state.Source, m.state.SourceNode = pod, pod.Spec.NodeName
+	m.state.Migrated = names
+	if len(m.config.Containers) > 0 {
+		m.state.Migrated = m.config.Containers
 	}
-	m.Record.SourceNode = m.SourceNode
+	m.Record.SourceNode = m.state.SourceNode
 	return nil
 }
 
@@ -180,42 +180,42 @@ func GetSourcePod(ctx context.Context, client kubernetes.Interface, namespace, n
 }
 
 func checkTargetNode(ctx context.Context, m *Migration) error {
-	if m.TargetNode == m.SourceNode {
-		return fmt.Errorf("pod %s already runs on node %s; pick another --to node", m.Pod, m.TargetNode)
+	if m.config.TargetNode == m.state.SourceNode {
+		return fmt.Errorf("pod %s already runs on node %s; pick another --to node", m.config.Pod, m.config.TargetNode)
 	}
-	source, err := m.Client.CoreV1().Nodes().Get(ctx, m.SourceNode, metav1.GetOptions{})
+	source, err := m.deps.Client.CoreV1().Nodes().Get(ctx, m.state.SourceNode, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("get source node %s: %w", m.SourceNode, err)
+		return fmt.Errorf("get source node %s: %w", m.state.SourceNode, err)
 	}
-	target, err := m.Client.CoreV1().Nodes().Get(ctx, m.TargetNode, metav1.GetOptions{})
+	target, err := m.deps.Client.CoreV1().Nodes().Get(ctx, m.config.TargetNode, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("node %s not found; list nodes with kubectl get nodes", m.TargetNode)
+		return fmt.Errorf("node %s not found; list nodes with kubectl get nodes", m.config.TargetNode)
 	}
 	if err != nil {
-		return fmt.Errorf("get node %s: %w", m.TargetNode, err)
+		return fmt.Errorf("get node %s: %w", m.config.TargetNode, err)
 	}
 	if !NodeReady(target) {
-		return fmt.Errorf("node %s is not Ready; pick a Ready node", m.TargetNode)
+		return fmt.Errorf("node %s is not Ready; pick a Ready node", m.config.TargetNode)
 	}
 	if target.Spec.Unschedulable {
-		return fmt.Errorf("node %s is cordoned; uncordon it or pick another node", m.TargetNode)
+		return fmt.Errorf("node %s is cordoned; uncordon it or pick another node", m.config.TargetNode)
 	}
-	m.sourceNode, m.targetNode = source, target
+	m.nodes.source, m.nodes.target = source, target
 	if s := runtimesupport.Parse(source.Status.NodeInfo.ContainerRuntimeVersion); !s.Checkpoint {
-		return fmt.Errorf("source node %s cannot checkpoint: %s", m.SourceNode, s.Why)
+		return fmt.Errorf("source node %s cannot checkpoint: %s", m.state.SourceNode, s.Why)
 	}
 	via, err := m.pickRestore(runtimesupport.Parse(target.Status.NodeInfo.ContainerRuntimeVersion))
 	if err != nil {
 		return err
 	}
-	m.RestoreVia, m.Record.Restore = via, string(via)
+	m.state.RestoreVia, m.Record.Restore = via, string(via)
 	if via == RestoreRuntime {
 		// The checkpoint goes to the target's agent, which stages it.
-		m.Transfer = Direct
+		m.config.Transfer = Direct
 	}
-	if m.Transfer != Direct && m.RegistrySecret == "" {
+	if m.config.Transfer != Direct && m.config.RegistrySecret == "" {
 		// The kubelet lets any pod use an image pulled anonymously.
-		m.progress(report.Preflight, "the checkpoint image is pulled without credentials: any pod on "+m.TargetNode+
+		m.progress(report.Preflight, "the checkpoint image is pulled without credentials: any pod on "+m.config.TargetNode+
 			" may run it while the node keeps it; use a registry that asks for credentials with --registry-secret, or --transfer direct (docs/security.md)")
 	}
 	return nil
@@ -227,9 +227,9 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 // remedies. A StatefulSet pod's rollback and its move back restore it on
 // the source node the same way, so there the runtime must be on both.
 func (m *Migration) pickRestore(s runtimesupport.Support) (Restore, error) {
-	nodes := []*corev1.Node{m.targetNode}
-	if m.StatefulSet != "" {
-		nodes = append(nodes, m.sourceNode)
+	nodes := []*corev1.Node{m.nodes.target}
+	if m.config.StatefulSet != "" {
+		nodes = append(nodes, m.nodes.source)
 	}
 	var missing []string
 	for _, n := range nodes {
@@ -239,13 +239,13 @@ func (m *Migration) pickRestore(s runtimesupport.Support) (Restore, error) {
 	}
 	setup := "kubectl migrate node-setup " + strings.Join(missing, " ")
 	runtimeRemedy := fmt.Sprintf("install the kubectl-migrate runtime there (%s) and pass --restore runtime", setup)
-	if m.StatefulSet != "" {
-		runtimeRemedy = fmt.Sprintf("install the kubectl-migrate runtime on both nodes, as a StatefulSet pod's rollback restores it on %s (%s), and pass --restore runtime", m.SourceNode, setup)
+	if m.config.StatefulSet != "" {
+		runtimeRemedy = fmt.Sprintf("install the kubectl-migrate runtime on both nodes, as a StatefulSet pod's rollback restores it on %s (%s), and pass --restore runtime", m.state.SourceNode, setup)
 	}
-	switch m.Restore {
+	switch m.config.Restore {
 	case RestoreCRI:
 		if !s.Restore {
-			return "", fmt.Errorf("target node %s cannot restore checkpoints through its runtime: %s; or %s", m.TargetNode, s.Why, runtimeRemedy)
+			return "", fmt.Errorf("target node %s cannot restore checkpoints through its runtime: %s; or %s", m.config.TargetNode, s.Why, runtimeRemedy)
 		}
 		return RestoreCRI, nil
 	case RestoreRuntime:
@@ -253,7 +253,7 @@ func (m *Migration) pickRestore(s runtimesupport.Support) (Restore, error) {
 			return "", fmt.Errorf("node %s has no kubectl-migrate runtime (no %s label): run %s", strings.Join(missing, " and "), ociruntime.NodeLabel, setup)
 		}
 		if len(m.carriedVolumes()) > 0 {
-			return "", fmt.Errorf("pod %s has emptyDir volumes, which --restore runtime does not carry yet; use --restore cri on a node whose runtime restores", m.Pod)
+			return "", fmt.Errorf("pod %s has emptyDir volumes, which --restore runtime does not carry yet; use --restore cri on a node whose runtime restores", m.config.Pod)
 		}
 		return RestoreRuntime, nil
 	}
@@ -261,10 +261,10 @@ func (m *Migration) pickRestore(s runtimesupport.Support) (Restore, error) {
 	case s.Restore:
 		return RestoreCRI, nil
 	case len(missing) == 0 && len(m.carriedVolumes()) == 0:
-		m.progress(report.Preflight, fmt.Sprintf("node %s's runtime does not restore (%s): restoring through the kubectl-migrate runtime", m.TargetNode, s.Why))
+		m.progress(report.Preflight, fmt.Sprintf("node %s's runtime does not restore (%s): restoring through the kubectl-migrate runtime", m.config.TargetNode, s.Why))
 		return RestoreRuntime, nil
 	}
-	return "", fmt.Errorf("target node %s cannot restore checkpoints: %s; or %s", m.TargetNode, s.Why, runtimeRemedy)
+	return "", fmt.Errorf("target node %s cannot restore checkpoints: %s; or %s", m.config.TargetNode, s.Why, runtimeRemedy)
 }
 
 // checkVolumes refuses volumes whose data cannot follow the migrated
@@ -275,20 +275,20 @@ func (m *Migration) pickRestore(s runtimesupport.Support) (Restore, error) {
 // mode), a claim that cannot be mounted read-write on two nodes.
 func checkVolumes(ctx context.Context, m *Migration) error {
 	mounted := map[string]bool{}
-	for _, c := range m.Source.Spec.Containers {
-		if slices.Contains(m.Migrated, c.Name) {
+	for _, c := range m.state.Source.Spec.Containers {
+		if slices.Contains(m.state.Migrated, c.Name) {
 			for _, vm := range c.VolumeMounts {
 				mounted[vm.Name] = true
 			}
 		}
 	}
-	for _, v := range m.Source.Spec.Volumes {
+	for _, v := range m.state.Source.Spec.Volumes {
 		if !mounted[v.Name] {
 			continue
 		}
 		switch {
 		case v.HostPath != nil:
-			return fmt.Errorf("volume %s is hostPath %s on %s, whose data cannot follow the pod; migrate only the other containers with --container, or use a network-attached volume", v.Name, v.HostPath.Path, m.SourceNode)
+			return fmt.Errorf("volume %s is hostPath %s on %s, whose data cannot follow the pod; migrate only the other containers with --container, or use a network-attached volume", v.Name, v.HostPath.Path, m.state.SourceNode)
 		case v.PersistentVolumeClaim == nil:
 			continue
 		}
@@ -300,14 +300,14 @@ func checkVolumes(ctx context.Context, m *Migration) error {
 }
 
 func checkClaim(ctx context.Context, m *Migration, claim string) error {
-	pvc, err := m.Client.CoreV1().PersistentVolumeClaims(m.Namespace).Get(ctx, claim, metav1.GetOptions{})
+	pvc, err := m.deps.Client.CoreV1().PersistentVolumeClaims(m.config.Namespace).Get(ctx, claim, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("get PersistentVolumeClaim %s: %w", claim, err)
 	}
 	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
 		return fmt.Errorf("PersistentVolumeClaim %s is %s, not Bound", claim, pvc.Status.Phase)
 	}
-	pv, err := m.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	pv, err := m.deps.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("get PersistentVolume %s of claim %s (reading it needs get persistentvolumes): %w", pvc.Spec.VolumeName, claim, err)
 	}
@@ -319,14 +319,14 @@ func checkClaim(ctx context.Context, m *Migration, claim string) error {
 		local = "a hostPath volume at " + pv.Spec.HostPath.Path
 	}
 	if local != "" {
-		return fmt.Errorf("PersistentVolumeClaim %s is bound to %s, %s on %s whose data cannot follow the pod to %s; move the data to a network-attached volume first", claim, pv.Name, local, m.SourceNode, m.TargetNode)
+		return fmt.Errorf("PersistentVolumeClaim %s is bound to %s, %s on %s whose data cannot follow the pod to %s; move the data to a network-attached volume first", claim, pv.Name, local, m.state.SourceNode, m.config.TargetNode)
 	}
-	if err := volumehelpers.CheckNodeAffinity(pv, m.targetNode.Labels); err != nil {
-		return fmt.Errorf("PersistentVolumeClaim %s is bound to %s, which node %s cannot reach (%v); pick a node its node affinity allows", claim, pv.Name, m.TargetNode, err)
+	if err := volumehelpers.CheckNodeAffinity(pv, m.nodes.target.Labels); err != nil {
+		return fmt.Errorf("PersistentVolumeClaim %s is bound to %s, which node %s cannot reach (%v); pick a node its node affinity allows", claim, pv.Name, m.config.TargetNode, err)
 	}
-	if m.TargetName != m.Pod && !slices.Contains(pv.Spec.AccessModes, corev1.ReadWriteMany) {
+	if m.config.TargetName != m.config.Pod && !slices.Contains(pv.Spec.AccessModes, corev1.ReadWriteMany) {
 		how := "use kubectl migrate sts --mode sequential, whose source stops before its copy exists"
-		if m.StatefulSet == "" {
+		if m.config.StatefulSet == "" {
 			how = "use a ReadWriteMany volume"
 		}
 		return fmt.Errorf("PersistentVolumeClaim %s is not ReadWriteMany, but source and target use it on two nodes at once; %s", claim, how)
@@ -417,12 +417,12 @@ var agentSecretPermissions = []permission{
 }
 
 func checkPermissions(ctx context.Context, m *Migration) error {
-	missing, err := MissingPermissions(ctx, m.Client, m.Config)
+	missing, err := MissingPermissions(ctx, m.deps.Client, m.config)
 	if err != nil {
 		return err
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("missing permissions in namespace %s, grant them with RBAC (docs/rbac.yaml has them all): %s", m.Namespace, strings.Join(missing, "; "))
+		return fmt.Errorf("missing permissions in namespace %s, grant them with RBAC (docs/rbac.yaml has them all): %s", m.config.Namespace, strings.Join(missing, "; "))
 	}
 	return nil
 }
@@ -525,38 +525,38 @@ func NeededPermissions(c Config) []Permission {
 }
 
 func checkTargetName(ctx context.Context, m *Migration) error {
-	if m.StatefulSet != "" {
+	if m.config.StatefulSet != "" {
 		return nil // the pod keeps its name
 	}
-	_, err := m.Client.CoreV1().Pods(m.Namespace).Get(ctx, m.TargetName, metav1.GetOptions{})
+	_, err := m.deps.Client.CoreV1().Pods(m.config.Namespace).Get(ctx, m.config.TargetName, metav1.GetOptions{})
 	if err == nil {
-		return fmt.Errorf("pod %s already exists; pass another --target-name", m.TargetName)
+		return fmt.Errorf("pod %s already exists; pass another --target-name", m.config.TargetName)
 	}
 	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("get pod %s: %w", m.TargetName, err)
+		return fmt.Errorf("get pod %s: %w", m.config.TargetName, err)
 	}
 	return nil
 }
 
 func checkBroker(ctx context.Context, m *Migration) error {
-	b, err := m.DialBroker(ctx, m.Broker.URL)
+	b, err := m.deps.DialBroker(ctx, m.config.Broker.URL)
 	if err != nil {
 		return fmt.Errorf("%w; pass --broker-url with an address this machine reaches", err)
 	}
 	m.broker = b
-	if err := b.CheckExchange(ctx, m.Broker.Exchange); err != nil {
+	if err := b.CheckExchange(ctx, m.config.Broker.Exchange); err != nil {
 		return err
 	}
-	if _, err := b.QueueDepth(ctx, m.Broker.Queue); err != nil {
+	if _, err := b.QueueDepth(ctx, m.config.Broker.Queue); err != nil {
 		return fmt.Errorf("primary %w", err)
 	}
-	if _, err := b.QueueDepth(ctx, ms2m.MigrationQueueName(m.Broker.Queue)); err == nil {
-		return fmt.Errorf("queue %s exists: another migration of this workload runs, or one did not end; see kubectl migrate report", ms2m.MigrationQueueName(m.Broker.Queue))
+	if _, err := b.QueueDepth(ctx, ms2m.MigrationQueueName(m.config.Broker.Queue)); err == nil {
+		return fmt.Errorf("queue %s exists: another migration of this workload runs, or one did not end; see kubectl migrate report", ms2m.MigrationQueueName(m.config.Broker.Queue))
 	} else if !broker.IsNotFound(err) {
 		return err
 	}
-	if m.Strategy == MS2M {
-		replay := ms2m.ReplayQueueName(m.Broker.Queue)
+	if m.config.Strategy == MS2M {
+		replay := ms2m.ReplayQueueName(m.config.Broker.Queue)
 		_, err := b.QueueDepth(ctx, replay)
 		if err == nil {
 			return fmt.Errorf("replay queue %s already exists: another migration of this queue is running, or one crashed; delete the queue once none runs", replay)
@@ -582,23 +582,23 @@ func (m *Migration) startAgents(ctx context.Context) error {
 	// (shadow mode's final stage, and a move back, start on the target).
 	carries := len(m.carriedVolumes()) > 0
 	sourceOpts := agent.WarmOptions{Volumes: carries}
-	targetOpts := agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(m.targetNode.Status.NodeInfo.ContainerRuntimeVersion), Volumes: carries}
+	targetOpts := agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(m.nodes.target.Status.NodeInfo.ContainerRuntimeVersion), Volumes: carries}
 	var toSource, toTarget receiver
-	if m.Transfer == Direct {
+	if m.config.Transfer == Direct {
 		var err error
-		if targetOpts, toTarget, err = m.receiverOptions(m.targetNode, targetOpts); err != nil {
+		if targetOpts, toTarget, err = m.receiverOptions(m.nodes.target, targetOpts); err != nil {
 			return err
 		}
 		// A StatefulSet pod's rollback, and its move back, restore it on
 		// the source node.
-		if m.StatefulSet != "" {
-			if sourceOpts, toSource, err = m.receiverOptions(m.sourceNode, sourceOpts); err != nil {
+		if m.config.StatefulSet != "" {
+			if sourceOpts, toSource, err = m.receiverOptions(m.nodes.source, sourceOpts); err != nil {
 				return err
 			}
 		}
 	}
 	warm := func(pod, node string, opts agent.WarmOptions) error {
-		start := func() error { return m.Packer.Warm(ctx, pod, node, opts) }
+		start := func() error { return m.deps.Packer.Warm(ctx, pod, node, opts) }
 		if opts.DirectToken != "" {
 			start = func() error {
 				return m.takeTurn(ctx, report.Preflight, node, func(attempt int) error {
@@ -606,7 +606,7 @@ func (m *Migration) startAgents(ctx context.Context) error {
 					if attempt > 0 {
 						name = fmt.Sprintf("%s%d", pod, attempt+1) // the refused one keeps its name until released
 					}
-					return m.Packer.Warm(ctx, name, node, opts)
+					return m.deps.Packer.Warm(ctx, name, node, opts)
 				})
 			}
 		}
@@ -614,7 +614,7 @@ func (m *Migration) startAgents(ctx context.Context) error {
 			if opts.DirectToken != "" {
 				return fmt.Errorf("node %s cannot run the agent that receives the checkpoint (on the node's network, ports %d and %d): %w; free the ports, or use a registry", node, agent.DirectPort, agent.DirectReceivePort, err)
 			}
-			return fmt.Errorf("node %s cannot run the agent image %s: %w; pass --agent-image with an image the nodes can pull and run", node, m.AgentImage, err)
+			return fmt.Errorf("node %s cannot run the agent image %s: %w; pass --agent-image with an image the nodes can pull and run", node, m.config.AgentImage, err)
 		}
 		return nil
 	}
@@ -622,41 +622,41 @@ func (m *Migration) startAgents(ctx context.Context) error {
 	var sourceReady, targetReady, pullStart, pulled time.Time // each goroutine writes its own
 	var g errgroup.Group
 	g.Go(func() error {
-		err := warm(sourceAgent, m.SourceNode, sourceOpts)
+		err := warm(sourceAgent, m.state.SourceNode, sourceOpts)
 		sourceReady = time.Now()
 		if err != nil {
 			return err
 		}
 		if sourceOpts.DirectToken != "" {
-			if err := m.registerReceiver(ctx, m.SourceNode, toSource); err != nil {
+			if err := m.registerReceiver(ctx, m.state.SourceNode, toSource); err != nil {
 				return err
 			}
 		}
 		return m.checkVolumeSize(ctx)
 	})
 	g.Go(func() error {
-		if err := warm(targetAgent, m.TargetNode, targetOpts); err != nil {
+		if err := warm(targetAgent, m.config.TargetNode, targetOpts); err != nil {
 			return err
 		}
 		targetReady = time.Now()
 		if err := m.checkTargetRestores(ctx); err != nil {
 			return err
 		}
-		if m.Transfer == Direct {
-			if err := m.registerReceiver(ctx, m.TargetNode, toTarget); err != nil {
+		if m.config.Transfer == Direct {
+			if err := m.registerReceiver(ctx, m.config.TargetNode, toTarget); err != nil {
 				return err
 			}
 		}
-		if m.Transfer == Direct && m.RestoreVia != RestoreRuntime {
+		if m.config.Transfer == Direct && m.state.RestoreVia != RestoreRuntime {
 			probe := agent.DirectRegistry() + "/" + agent.ProbeImage
-			if err := m.Packer.Prepull(ctx, probePuller, m.TargetNode, []string{probe}); err != nil {
-				return fmt.Errorf("node %s's runtime cannot pull from its agent at %s (%w); let it pull from there over plain HTTP (CRI-O: insecure_registries in [crio.image]; containerd: a hosts.toml for %[2]s in its config_path), or use a registry", m.TargetNode, agent.DirectRegistry(), err)
+			if err := m.deps.Packer.Prepull(ctx, probePuller, m.config.TargetNode, []string{probe}); err != nil {
+				return fmt.Errorf("node %s's runtime cannot pull from its agent at %s (%w); let it pull from there over plain HTTP (CRI-O: insecure_registries in [crio.image]; containerd: a hosts.toml for %[2]s in its config_path), or use a registry", m.config.TargetNode, agent.DirectRegistry(), err)
 			}
 		}
 		// Through the warm agent: images the node has are found at once.
 		pullStart = time.Now()
-		if err := m.Packer.Prepull(ctx, puller, m.TargetNode, bases); err != nil {
-			return fmt.Errorf("node %s cannot pull the images %v its restore needs: %w", m.TargetNode, bases, err)
+		if err := m.deps.Packer.Prepull(ctx, puller, m.config.TargetNode, bases); err != nil {
+			return fmt.Errorf("node %s cannot pull the images %v its restore needs: %w", m.config.TargetNode, bases, err)
 		}
 		pulled = time.Now()
 		return nil
@@ -676,45 +676,45 @@ func (m *Migration) startAgents(ctx context.Context) error {
 // with the setting to change. A runtime that does not say keeps the
 // verdict its version gave.
 func (m *Migration) checkTargetRestores(ctx context.Context) error {
-	if m.RestoreVia == RestoreRuntime {
+	if m.state.RestoreVia == RestoreRuntime {
 		return nil // the container runtime only runs the containers
 	}
-	version := m.targetNode.Status.NodeInfo.ContainerRuntimeVersion
+	version := m.nodes.target.Status.NodeInfo.ContainerRuntimeVersion
 	if agent.RuntimeSocket(version) == "" {
 		return nil
 	}
-	info, err := m.Packer.Runtime(ctx, m.TargetNode)
+	info, err := m.deps.Packer.Runtime(ctx, m.config.TargetNode)
 	if err != nil {
 		m.progress(report.Preflight, "the target's runtime did not say whether it restores ("+err.Error()+"); going by its version")
 		return nil
 	}
 	if s := runtimesupport.Parse(version).WithConfig(info.Config); !s.Restore {
-		return fmt.Errorf("target node %s cannot restore checkpoints: %s", m.TargetNode, s.Why)
+		return fmt.Errorf("target node %s cannot restore checkpoints: %s", m.config.TargetNode, s.Why)
 	}
 	return nil
 }
 
 func checkRegistry(ctx context.Context, m *Migration) error {
-	if m.Transfer == Direct {
+	if m.config.Transfer == Direct {
 		return nil // the agents check their own way: see startAgents
 	}
-	return m.Registry.CheckPush(ctx, m.ImageRepository)
+	return m.deps.Registry.CheckPush(ctx, m.config.ImageRepository)
 }
 
 func checkApp(ctx context.Context, m *Migration) error {
-	st, err := m.App.State(ctx, m.sourceApp())
+	st, err := m.deps.App.State(ctx, m.sourceApp())
 	if err != nil {
 		return err
 	}
 	if st.Contract > ms2m.ContractVersion {
-		return fmt.Errorf("the application in pod %s speaks MS2M contract version %d, this kubectl-migrate only up to %d; upgrade kubectl-migrate", m.Pod, st.Contract, ms2m.ContractVersion)
+		return fmt.Errorf("the application in pod %s speaks MS2M contract version %d, this kubectl-migrate only up to %d; upgrade kubectl-migrate", m.config.Pod, st.Contract, ms2m.ContractVersion)
 	}
 	if st.Mode != ms2m.ModePrimary {
-		return fmt.Errorf("the application in pod %s is in %s mode, not consuming its primary queue; is a migration already running?", m.Pod, st.Mode)
+		return fmt.Errorf("the application in pod %s is in %s mode, not consuming its primary queue; is a migration already running?", m.config.Pod, st.Mode)
 	}
 	if st.PendingRestore {
-		return fmt.Errorf("pod %s is marked for a checkpoint already; is a migration already running?", m.Pod)
+		return fmt.Errorf("pod %s is marked for a checkpoint already; is a migration already running?", m.config.Pod)
 	}
-	m.SourceState = st
+	m.state.SourceState = st
 	return nil
 }

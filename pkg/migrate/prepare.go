@@ -32,20 +32,20 @@ func (prepare) Run(ctx context.Context, m *Migration) error {
 	if err := m.createTargetEarly(ctx); err != nil {
 		return err
 	}
-	m.ReplayQueue = ms2m.ReplayQueueName(m.Broker.Queue)
-	if err := m.broker.BindReplayQueue(ctx, m.Broker.Exchange, m.ReplayQueue); err != nil {
+	m.state.ReplayQueue = ms2m.ReplayQueueName(m.config.Broker.Queue)
+	if err := m.broker.BindReplayQueue(ctx, m.config.Broker.Exchange, m.state.ReplayQueue); err != nil {
 		return err
 	}
-	m.ReplayBound = time.Now()
-	m.Record.Broker.ReplayQueue = m.ReplayQueue
-	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Prepare, Payload: ms2m.ControlPayload{Queue: m.ReplayQueue, Migration: m.tag(), Target: m.targetIdentity()}}); err != nil {
+	m.state.ReplayBound = time.Now()
+	m.Record.Broker.ReplayQueue = m.state.ReplayQueue
+	if _, err := m.deps.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Prepare, Payload: ms2m.ControlPayload{Queue: m.state.ReplayQueue, Migration: m.tag(), Target: m.targetIdentity()}}); err != nil {
 		return err
 	}
-	if err := m.broker.PublishMarker(ctx, m.Broker.Exchange, m.tag()); err != nil {
+	if err := m.broker.PublishMarker(ctx, m.config.Broker.Exchange, m.tag()); err != nil {
 		return err
 	}
 	err := wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
-		st, err := m.App.State(ctx, m.sourceApp())
+		st, err := m.deps.App.State(ctx, m.sourceApp())
 		if err != nil {
 			return false, err
 		}
@@ -62,11 +62,11 @@ func (prepare) Rollback(ctx context.Context, m *Migration) error {
 		return err
 	}
 	var errs []error
-	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Checkpointed, Payload: ms2m.ControlPayload{Migration: m.tag()}}); err != nil {
+	if _, err := m.deps.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Checkpointed, Payload: ms2m.ControlPayload{Migration: m.tag()}}); err != nil {
 		errs = append(errs, fmt.Errorf("clear the source's checkpoint mark: %w", err))
 	}
-	if m.ReplayQueue != "" {
-		errs = append(errs, m.broker.DeleteQueue(ctx, m.ReplayQueue))
+	if m.state.ReplayQueue != "" {
+		errs = append(errs, m.broker.DeleteQueue(ctx, m.state.ReplayQueue))
 	}
 	return errors.Join(errs...)
 }
@@ -91,17 +91,17 @@ func (stopSource) Run(ctx context.Context, m *Migration) error {
 // have stopped; Stop is idempotent, so a source whose answer was lost is
 // asked again.
 func (m *Migration) haltSource(ctx context.Context) error {
-	if m.SourceHalted && m.SourceFinal.Process != "" {
+	if m.state.SourceHalted && m.state.SourceFinal.Process != "" {
 		return nil // stopped already (a StatefulSet pod's source, or a recovery)
 	}
-	if err := m.journaled(ctx, &m.SourceHalted, true); err != nil {
+	if err := m.journaled(ctx, &m.state.SourceHalted, true); err != nil {
 		return err
 	}
-	st, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop, Payload: ms2m.ControlPayload{Target: m.targetIdentity()}})
+	st, err := m.deps.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop, Payload: ms2m.ControlPayload{Target: m.targetIdentity()}})
 	if err != nil {
 		return fmt.Errorf("stop the source: %w", err)
 	}
-	m.SourceFinal = st
+	m.state.SourceFinal = st
 	return nil
 }
 
@@ -114,7 +114,7 @@ func (stopSource) Rollback(ctx context.Context, m *Migration) error {
 
 // targetIdentity names the pod the checkpoint is restored into, which the
 // source keeps in its state: a copy restored into any other pod holds.
-func (m *Migration) targetIdentity() string { return m.Namespace + "/" + m.TargetName }
+func (m *Migration) targetIdentity() string { return m.config.Namespace + "/" + m.config.TargetName }
 
 // resumeSource puts a stopped source back on its primary queue. A
 // StatefulSet pod's source gives its name to the restored copy: once the
@@ -122,21 +122,21 @@ func (m *Migration) targetIdentity() string { return m.Namespace + "/" + m.Targe
 // would consume the primary queue while the rollback still restores the
 // source's own state (detach's rollback brings the source back instead).
 func resumeSource(ctx context.Context, m *Migration) error {
-	if !m.SourceHalted || m.SourceDeleted {
+	if !m.state.SourceHalted || m.state.SourceDeleted {
 		return nil
 	}
-	if m.Pod == m.TargetName {
-		pod, err := m.Client.CoreV1().Pods(m.Namespace).Get(ctx, m.Pod, metav1.GetOptions{})
+	if m.config.Pod == m.config.TargetName {
+		pod, err := m.deps.Client.CoreV1().Pods(m.config.Namespace).Get(ctx, m.config.Pod, metav1.GetOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("resume the source: %w", err)
 		}
-		if err != nil || pod.UID != m.Source.UID || pod.DeletionTimestamp != nil {
+		if err != nil || pod.UID != m.state.Source.UID || pod.DeletionTimestamp != nil {
 			return nil // the name no longer holds the source
 		}
 	}
-	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Resume}); err != nil {
+	if _, err := m.deps.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Resume}); err != nil {
 		return fmt.Errorf("resume the source: %w", err)
 	}
-	m.SourceHalted = false
+	m.state.SourceHalted = false
 	return nil
 }

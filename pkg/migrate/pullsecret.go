@@ -26,7 +26,7 @@ import (
 
 // usesPullSecret: the target's images come from its node's agent.
 func (m *Migration) usesPullSecret() bool {
-	return m.Transfer == Direct && m.RestoreVia != RestoreRuntime
+	return m.config.Transfer == Direct && m.state.RestoreVia != RestoreRuntime
 }
 
 // pullSecretName names the pull secret of this stage's restore on node.
@@ -64,13 +64,13 @@ func (m *Migration) writePullSecret(ctx context.Context, pod *corev1.Pod, node s
 	if err != nil {
 		return err
 	}
-	secret, err := PullSecret(m.Namespace, m.pullSecretName(node), m.ID, rcv.token)
+	secret, err := PullSecret(m.config.Namespace, m.pullSecretName(node), m.config.ID, rcv.token)
 	if err != nil {
 		return err
 	}
-	_, err = m.Client.CoreV1().Secrets(m.Namespace).Create(ctx, secret, metav1.CreateOptions{})
+	_, err = m.deps.Client.CoreV1().Secrets(m.config.Namespace).Create(ctx, secret, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		_, err = m.Client.CoreV1().Secrets(m.Namespace).Update(ctx, secret, metav1.UpdateOptions{})
+		_, err = m.deps.Client.CoreV1().Secrets(m.config.Namespace).Update(ctx, secret, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		return fmt.Errorf("write the secret %s the restored pod pulls its checkpoint with: %w", secret.Name, err)
@@ -89,7 +89,7 @@ func (m *Migration) givePullSecret(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	name := m.pullSecretName(pod.Spec.NodeName)
-	if _, err := m.Client.CoreV1().Secrets(m.Namespace).Patch(ctx, name, types.MergePatchType, owners, metav1.PatchOptions{}); err != nil {
+	if _, err := m.deps.Client.CoreV1().Secrets(m.config.Namespace).Patch(ctx, name, types.MergePatchType, owners, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("give pod %s its pull secret %s: %w", pod.Name, name, err)
 	}
 	return nil
@@ -102,7 +102,7 @@ func (m *Migration) removePullSecret(ctx context.Context, node string) error {
 		return nil
 	}
 	name := m.pullSecretName(node)
-	if err := m.Client.CoreV1().Secrets(m.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if err := m.deps.Client.CoreV1().Secrets(m.config.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete the pull secret %s: %w", name, err)
 	}
 	return nil

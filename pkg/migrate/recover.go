@@ -40,8 +40,8 @@ func Recover(ctx context.Context, rec *report.Record, brokerURL string, deps Dep
 		m.leases.abandon(context.WithoutCancel(ctx))
 		return rec, fmt.Errorf("%w; pass --broker-url with an address this machine reaches", err)
 	}
-	if m.Final != nil {
-		m.startFinalStage(m.Final) // after the dial: stages share the broker
+	if m.state.Final != nil {
+		m.startFinalStage(m.state.Final) // after the dial: stages share the broker
 	}
 	phases := Phases(cfg.Strategy, cfg.StatefulSet != "", cfg.Mode)
 	started := min(len(rec.Phases), len(phases))

@@ -19,40 +19,40 @@ type replay struct{}
 func (replay) Name() report.PhaseName { return report.Replay }
 
 func (replay) traits() traits {
-	return traits{timeout: func(m *Migration) time.Duration { return m.ReplayTimeout }}
+	return traits{timeout: func(m *Migration) time.Duration { return m.config.ReplayTimeout }}
 }
 
 func (replay) Run(ctx context.Context, m *Migration) error {
-	backlog, err := m.broker.QueueDepth(ctx, m.ReplayQueue)
+	backlog, err := m.broker.QueueDepth(ctx, m.state.ReplayQueue)
 	if err != nil {
 		return err
 	}
 	// Nothing consumed the replay queue since it was bound: its depth is
 	// every arrival since then.
-	if secs := time.Since(m.ReplayBound).Seconds(); secs > 0 {
+	if secs := time.Since(m.state.ReplayBound).Seconds(); secs > 0 {
 		m.Record.Broker.ArrivalRate = float64(backlog) / secs
 	}
 	m.Record.Broker.ReplayBacklog = backlog
-	m.ReplayStarted = time.Now() // from here the target consumes the replay queue
+	m.state.ReplayStarted = time.Now() // from here the target consumes the replay queue
 	if err := m.save(ctx); err != nil {
 		return err
 	}
-	start, err := m.App.Control(ctx, m.targetApp(), ms2m.Control{Type: ms2m.StartReplay, Payload: ms2m.ControlPayload{Queue: m.ReplayQueue}})
+	start, err := m.deps.App.Control(ctx, m.targetApp(), ms2m.Control{Type: ms2m.StartReplay, Payload: ms2m.ControlPayload{Queue: m.state.ReplayQueue}})
 	if err != nil {
 		return err
 	}
-	m.progress(report.Replay, fmt.Sprintf("replaying %d buffered messages from %s", backlog, m.ReplayQueue))
-	policy := newCutoffPolicy(m.ReplayMax, m.Cutoff)
+	m.progress(report.Replay, fmt.Sprintf("replaying %d buffered messages from %s", backlog, m.state.ReplayQueue))
+	policy := newCutoffPolicy(m.config.ReplayMax, m.config.Cutoff)
 	if policy.enabled() {
-		m.Record.Cutoff = &report.Cutoff{ReplayMaxMillis: m.ReplayMax.Milliseconds(), FixedMillis: m.Cutoff.Milliseconds()}
+		m.Record.Cutoff = &report.Cutoff{ReplayMaxMillis: m.config.ReplayMax.Milliseconds(), FixedMillis: m.config.Cutoff.Milliseconds()}
 	}
 	var target ms2m.State
 	err = wait.PollUntilContextCancel(ctx, appPollInterval, false, func(ctx context.Context) (bool, error) {
 		// A source that already stopped (a StatefulSet pod) is caught up with
 		// at its last message.
-		source := m.SourceFinal
-		if !m.SourceHalted {
-			if source, err = m.App.State(ctx, m.sourceApp()); err != nil {
+		source := m.state.SourceFinal
+		if !m.state.SourceHalted {
+			if source, err = m.deps.App.State(ctx, m.sourceApp()); err != nil {
 				// A source whose process died restarts and answers again;
 				// until then there is nothing to compare (replay's timeout
 				// bounds the wait).
@@ -60,14 +60,14 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 				return false, nil
 			}
 		}
-		if target, err = m.App.State(ctx, m.targetApp()); err != nil {
+		if target, err = m.deps.App.State(ctx, m.targetApp()); err != nil {
 			return false, err
 		}
 		m.progress(report.Replay, fmt.Sprintf("target at %d, source at %d", target.LastSeq, source.LastSeq))
 		if target.Reached(source.Position()) {
 			return true, nil
 		}
-		depth, err := m.broker.QueueDepth(ctx, m.ReplayQueue)
+		depth, err := m.broker.QueueDepth(ctx, m.state.ReplayQueue)
 		if err != nil {
 			return false, err
 		}
@@ -78,16 +78,16 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 		if !policy.enabled() {
 			// A stopped source's last message is a fixed goal: only a
 			// running source can stay ahead for good.
-			if why := policy.hopeless(time.Since(m.ReplayStarted)); why != "" && !m.SourceHalted {
+			if why := policy.hopeless(time.Since(m.state.ReplayStarted)); why != "" && !m.state.SourceHalted {
 				return false, errReplayHopeless{why}
 			}
 			return false, nil
 		}
-		d := policy.decide(time.Since(m.ReplayBound))
+		d := policy.decide(time.Since(m.state.ReplayBound))
 		c := m.Record.Cutoff
 		c.ArrivalRate, c.ServiceRate, c.CutoffMillis = d.lambda, d.mu, d.cutoff.Milliseconds()
 		if d.fire {
-			c.Fired, c.FiredAfterMillis, c.Reason = true, time.Since(m.ReplayBound).Milliseconds(), d.because
+			c.Fired, c.FiredAfterMillis, c.Reason = true, time.Since(m.state.ReplayBound).Milliseconds(), d.because
 			m.progress(report.Replay, "cutoff: "+d.because+"; the source stops now and the target replays up to its last message")
 		}
 		return d.fire, nil

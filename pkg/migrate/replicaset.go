@@ -61,9 +61,9 @@ func checkReplicaSet(ctx context.Context, m *Migration, pod *corev1.Pod, name st
 	}
 	hidden, err := labelsToHide(pod.Labels, selectors)
 	if err != nil {
-		return fmt.Errorf("pod %s of ReplicaSet %s: %w", m.Pod, name, err)
+		return fmt.Errorf("pod %s of ReplicaSet %s: %w", m.config.Pod, name, err)
 	}
-	m.ReplicaSet, m.HiddenLabels = name, hidden
+	m.state.ReplicaSet, m.state.HiddenLabels = name, hidden
 	return nil
 }
 
@@ -77,15 +77,15 @@ var errSettling = errors.New("a pod is on its way out")
 // or not the pod's to keep, and its Deployment if it is paused or rolling
 // out; it returns the selectors of both.
 func replicaSetSettled(ctx context.Context, m *Migration, name string) ([]*metav1.LabelSelector, error) {
-	rs, err := m.Client.AppsV1().ReplicaSets(m.Namespace).Get(ctx, name, metav1.GetOptions{})
+	rs, err := m.deps.Client.AppsV1().ReplicaSets(m.config.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("get ReplicaSet %s, which controls pod %s: %w", name, m.Pod, err)
+		return nil, fmt.Errorf("get ReplicaSet %s, which controls pod %s: %w", name, m.config.Pod, err)
 	}
 	if rs.DeletionTimestamp != nil {
-		return nil, fmt.Errorf("ReplicaSet %s, which controls pod %s, is being deleted", name, m.Pod)
+		return nil, fmt.Errorf("ReplicaSet %s, which controls pod %s, is being deleted", name, m.config.Pod)
 	}
 	if want := ptr.Deref[int32](rs.Spec.Replicas, 1); rs.Status.Replicas != want || rs.Status.ObservedGeneration < rs.Generation {
-		err := fmt.Errorf("ReplicaSet %s is scaling (%d pods of %d); it could delete pod %s while it moves; wait until it has settled", name, rs.Status.Replicas, want, m.Pod)
+		err := fmt.Errorf("ReplicaSet %s is scaling (%d pods of %d); it could delete pod %s while it moves; wait until it has settled", name, rs.Status.Replicas, want, m.config.Pod)
 		if rs.Status.Replicas == want+1 {
 			err = fmt.Errorf("%w (%w)", err, errSettling)
 		}
@@ -97,11 +97,11 @@ func replicaSetSettled(ctx context.Context, m *Migration, name string) ([]*metav
 		return selectors, nil
 	}
 	if owner.Kind != "Deployment" {
-		return nil, fmt.Errorf("pod %s's ReplicaSet %s is controlled by %s %s, which would replace the pod behind its back; only bare ReplicaSets and Deployments' migrate", m.Pod, name, owner.Kind, owner.Name)
+		return nil, fmt.Errorf("pod %s's ReplicaSet %s is controlled by %s %s, which would replace the pod behind its back; only bare ReplicaSets and Deployments' migrate", m.config.Pod, name, owner.Kind, owner.Name)
 	}
-	d, err := m.Client.AppsV1().Deployments(m.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+	d, err := m.deps.Client.AppsV1().Deployments(m.config.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("get Deployment %s, which owns pod %s's ReplicaSet: %w", owner.Name, m.Pod, err)
+		return nil, fmt.Errorf("get Deployment %s, which owns pod %s's ReplicaSet: %w", owner.Name, m.config.Pod, err)
 	}
 	want := ptr.Deref[int32](d.Spec.Replicas, 1)
 	switch {
@@ -150,7 +150,7 @@ func labelsToHide(podLabels map[string]string, selectors []*metav1.LabelSelector
 
 // hideFromReplicaSet takes the labels the ReplicaSet selects by off pod.
 func (m *Migration) hideFromReplicaSet(pod *corev1.Pod) {
-	for _, k := range m.HiddenLabels {
+	for _, k := range m.state.HiddenLabels {
 		delete(pod.Labels, k)
 	}
 }
@@ -160,34 +160,34 @@ func (m *Migration) hideFromReplicaSet(pod *corev1.Pod) {
 // source is deleted by the cleanup that follows, if the ReplicaSet has not
 // already.
 func (m *Migration) handToReplicaSet(ctx context.Context) error {
-	m.progress(report.Cleanup, fmt.Sprintf("waiting for %s to be Ready before ReplicaSet %s sees it", m.TargetName, m.ReplicaSet))
-	if _, err := kube.WaitForPod(ctx, m.Client, m.Namespace, m.TargetName, podReady); err != nil {
-		return fmt.Errorf("hand %s to ReplicaSet %s: %w", m.TargetName, m.ReplicaSet, err)
+	m.progress(report.Cleanup, fmt.Sprintf("waiting for %s to be Ready before ReplicaSet %s sees it", m.config.TargetName, m.state.ReplicaSet))
+	if _, err := kube.WaitForPod(ctx, m.deps.Client, m.config.Namespace, m.config.TargetName, podReady); err != nil {
+		return fmt.Errorf("hand %s to ReplicaSet %s: %w", m.config.TargetName, m.state.ReplicaSet, err)
 	}
 	cost := map[string]any{"metadata": map[string]any{"annotations": map[string]string{DeletionCostAnnotation: strconv.Itoa(math.MinInt32)}}}
-	if err := m.patchPod(ctx, m.Pod, cost); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("mark source %s the first to go: %w", m.Pod, err)
+	if err := m.patchPod(ctx, m.config.Pod, cost); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("mark source %s the first to go: %w", m.config.Pod, err)
 	}
 	restored := map[string]string{}
-	for _, k := range m.HiddenLabels {
-		if v, ok := m.Source.Labels[k]; ok {
+	for _, k := range m.state.HiddenLabels {
+		if v, ok := m.state.Source.Labels[k]; ok {
 			restored[k] = v
 		}
 	}
-	if err := m.patchPod(ctx, m.TargetName, map[string]any{"metadata": map[string]any{"labels": restored}}); err != nil {
-		return fmt.Errorf("give %s ReplicaSet %s's labels: %w", m.TargetName, m.ReplicaSet, err)
+	if err := m.patchPod(ctx, m.config.TargetName, map[string]any{"metadata": map[string]any{"labels": restored}}); err != nil {
+		return fmt.Errorf("give %s ReplicaSet %s's labels: %w", m.config.TargetName, m.state.ReplicaSet, err)
 	}
-	_, err := kube.WaitForPod(ctx, m.Client, m.Namespace, m.TargetName, func(pod *corev1.Pod) (bool, error) {
+	_, err := kube.WaitForPod(ctx, m.deps.Client, m.config.Namespace, m.config.TargetName, func(pod *corev1.Pod) (bool, error) {
 		if pod == nil {
-			return false, fmt.Errorf("pod %s is gone", m.TargetName)
+			return false, fmt.Errorf("pod %s is gone", m.config.TargetName)
 		}
 		owner := metav1.GetControllerOf(pod)
-		return owner != nil && owner.Kind == "ReplicaSet" && owner.Name == m.ReplicaSet, nil
+		return owner != nil && owner.Kind == "ReplicaSet" && owner.Name == m.state.ReplicaSet, nil
 	})
 	if err != nil {
-		return fmt.Errorf("ReplicaSet %s did not adopt %s: %w", m.ReplicaSet, m.TargetName, err)
+		return fmt.Errorf("ReplicaSet %s did not adopt %s: %w", m.state.ReplicaSet, m.config.TargetName, err)
 	}
-	m.progress(report.Cleanup, fmt.Sprintf("ReplicaSet %s adopted %s", m.ReplicaSet, m.TargetName))
+	m.progress(report.Cleanup, fmt.Sprintf("ReplicaSet %s adopted %s", m.state.ReplicaSet, m.config.TargetName))
 	return nil
 }
 
@@ -196,7 +196,7 @@ func (m *Migration) patchPod(ctx context.Context, name string, patch map[string]
 	if err != nil {
 		return err
 	}
-	_, err = m.Client.CoreV1().Pods(m.Namespace).Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{})
+	_, err = m.deps.Client.CoreV1().Pods(m.config.Namespace).Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{})
 	return err
 }
 

@@ -31,9 +31,9 @@ type restore struct{}
 // baseImages are the images the migrated containers were first created from.
 func (m *Migration) baseImages() []string {
 	var bases []string
-	baseOf := BaseImages(m.Source)
-	for _, c := range m.Source.Spec.Containers {
-		if slices.Contains(m.Migrated, c.Name) {
+	baseOf := BaseImages(m.state.Source)
+	for _, c := range m.state.Source.Spec.Containers {
+		if slices.Contains(m.state.Migrated, c.Name) {
 			bases = append(bases, baseOf[c.Name])
 		}
 	}
@@ -43,19 +43,19 @@ func (m *Migration) baseImages() []string {
 func (restore) Name() report.PhaseName { return report.Restore }
 
 func (restore) Run(ctx context.Context, m *Migration) error {
-	if m.Target != nil { // created before the checkpoint existed
-		held, err := m.awaitRestored(ctx, m.TargetName, m.TargetNode, report.StagedRunning)
-		m.TargetRestored = held
+	if m.state.Target != nil { // created before the checkpoint existed
+		held, err := m.awaitRestored(ctx, m.config.TargetName, m.config.TargetNode, report.StagedRunning)
+		m.state.TargetRestored = held
 		if saveErr := m.save(ctx); err == nil {
 			err = saveErr
 		}
 		return err
 	}
-	m.TargetRequested = true
-	m.Record.TargetPod = m.TargetName
-	created, held, err := m.restoreAs(ctx, m.TargetName, m.TargetNode)
+	m.state.TargetRequested = true
+	m.Record.TargetPod = m.config.TargetName
+	created, held, err := m.restoreAs(ctx, m.config.TargetName, m.config.TargetNode)
 	if created != nil {
-		m.Target, m.TargetRestored = created, held
+		m.state.Target, m.state.TargetRestored = created, held
 		if saveErr := m.save(ctx); err == nil {
 			err = saveErr
 		}
@@ -71,7 +71,7 @@ func (restore) Run(ctx context.Context, m *Migration) error {
 // source is checkpointed, off the critical path. Not a StatefulSet
 // member's name, which the source holds until detach.
 func (m *Migration) createsTargetEarly() bool {
-	return createsTargetEarly(m.RestoreVia, m.StatefulSet, m.TargetName)
+	return createsTargetEarly(m.state.RestoreVia, m.config.StatefulSet, m.config.TargetName)
 }
 
 func createsTargetEarly(via Restore, statefulSet, target string) bool {
@@ -80,8 +80,8 @@ func createsTargetEarly(via Restore, statefulSet, target string) bool {
 
 // expectedIDs are the containers whose checkpoints the target expects.
 func (m *Migration) expectedIDs() []ociruntime.Identity {
-	ids := make([]ociruntime.Identity, 0, len(m.Migrated))
-	for _, c := range m.Migrated {
+	ids := make([]ociruntime.Identity, 0, len(m.state.Migrated))
+	for _, c := range m.state.Migrated {
 		ids = append(ids, m.staged(c))
 	}
 	return ids
@@ -91,17 +91,17 @@ func (m *Migration) expectedIDs() []ociruntime.Identity {
 // target pod (createsTargetEarly); the first phase that changes anything
 // (prepare, or stop-and-copy's stop) calls it before it changes the source.
 func (m *Migration) createTargetEarly(ctx context.Context) error {
-	if !m.createsTargetEarly() || m.Target != nil {
+	if !m.createsTargetEarly() || m.state.Target != nil {
 		return nil
 	}
-	if err := m.Packer.Expect(ctx, m.TargetNode, m.expectedIDs()); err != nil {
-		return fmt.Errorf("tell node %s's agent that the checkpoint is coming: %w", m.TargetNode, err)
+	if err := m.deps.Packer.Expect(ctx, m.config.TargetNode, m.expectedIDs()); err != nil {
+		return fmt.Errorf("tell node %s's agent that the checkpoint is coming: %w", m.config.TargetNode, err)
 	}
-	m.TargetRequested = true
-	m.Record.TargetPod = m.TargetName
-	created, err := m.createTarget(ctx, m.TargetName, m.TargetNode)
+	m.state.TargetRequested = true
+	m.Record.TargetPod = m.config.TargetName
+	created, err := m.createTarget(ctx, m.config.TargetName, m.config.TargetNode)
 	if created != nil {
-		m.Target = created
+		m.state.Target = created
 		if saveErr := m.save(ctx); err == nil {
 			err = saveErr
 		}
@@ -116,17 +116,17 @@ func (m *Migration) undoTargetEarly(ctx context.Context) error {
 	if !m.createsTargetEarly() {
 		return nil
 	}
-	if m.TargetRequested {
+	if m.state.TargetRequested {
 		if err := (restore{}).Rollback(ctx, m); err != nil {
 			return err
 		}
 	}
-	marks := make([]string, 0, len(m.Migrated))
+	marks := make([]string, 0, len(m.state.Migrated))
 	for _, id := range m.expectedIDs() {
 		marks = append(marks, agent.ExpectedPath(id))
 	}
-	if err := m.Packer.Remove(ctx, m.nextAgentPod(), m.TargetNode, marks); err != nil {
-		return fmt.Errorf("remove the marks of checkpoints on their way to %s %v: %w", m.TargetNode, marks, err)
+	if err := m.deps.Packer.Remove(ctx, m.nextAgentPod(), m.config.TargetNode, marks); err != nil {
+		return fmt.Errorf("remove the marks of checkpoints on their way to %s %v: %w", m.config.TargetNode, marks, err)
 	}
 	return nil
 }
@@ -151,14 +151,11 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 // createTarget creates pod name on node: from the checkpoint images, or
 // through the kubectl-migrate runtime from its own images.
 func (m *Migration) createTarget(ctx context.Context, name, node string) (*corev1.Pod, error) {
-	pod := TargetPod(m.Source, name, node, m.ID, m.Images, m.RegistrySecret)
-	if m.RestoreVia == RestoreRuntime {
-		ForRuntimeRestore(pod, m.Source)
-	}
-	if m.StatefulSet != "" {
+	pod := RestoredPod(m.state.Source, name, node, m.config.ID, m.state.Images, m.config.RegistrySecret, m.state.RestoreVia)
+	if m.config.StatefulSet != "" {
 		// Per-pod Services select this label: the StatefulSet's own name has
 		// it, a shadow copy must not.
-		if isMemberName(m.StatefulSet, name) {
+		if isMemberName(m.config.StatefulSet, name) {
 			pod.Labels[appsv1.StatefulSetPodNameLabel] = name
 		} else {
 			delete(pod.Labels, appsv1.StatefulSetPodNameLabel)
@@ -174,7 +171,7 @@ func (m *Migration) createTarget(ctx context.Context, name, node string) (*corev
 		}
 	}
 	start := time.Now()
-	created, err := m.Client.CoreV1().Pods(m.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	created, err := m.deps.Client.CoreV1().Pods(m.config.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create pod %s on %s: %w", name, node, err)
 	}
@@ -204,9 +201,9 @@ func (m *Migration) awaitRestored(ctx context.Context, name, node string, step r
 	cannotStart := func(err error) error { return fmt.Errorf("pod %s cannot start on %s: %w", name, node, err) }
 	addressed := make(chan struct{})
 	var once sync.Once
-	running := kube.ContainersRunning("restored ", m.Migrated)
+	running := kube.ContainersRunning("restored ", m.state.Migrated)
 	go func() {
-		_, err := kube.WaitForPod(watchCtx, m.Client, m.Namespace, name, func(pod *corev1.Pod) (bool, error) {
+		_, err := kube.WaitForPod(watchCtx, m.deps.Client, m.config.Namespace, name, func(pod *corev1.Pod) (bool, error) {
 			done, err := running(pod)
 			if done || pod != nil && pod.Status.PodIP != "" {
 				once.Do(func() { close(addressed) })
@@ -246,13 +243,13 @@ func (m *Migration) awaitRestored(ctx context.Context, name, node string, step r
 		default:
 		}
 		var err error
-		if st, err = m.App.State(ctx, app); err != nil {
+		if st, err = m.deps.App.State(ctx, app); err != nil {
 			return false, nil
 		}
 		if answeredAt.IsZero() {
 			answeredAt = time.Now()
 		}
-		if st.Process != m.SourceState.Process {
+		if st.Process != m.state.SourceState.Process {
 			return false, fmt.Errorf("pod %s started a new process instead of restoring the checkpoint; check the target runtime's restore support", name)
 		}
 		return st.Mode == ms2m.ModeHold, nil
@@ -261,8 +258,8 @@ func (m *Migration) awaitRestored(ctx context.Context, name, node string, step r
 	case podErr != nil:
 		return st, m.explainRestoreFailure(ctx, node, podErr)
 	case err != nil && answeredAt.IsZero():
-		return st, fmt.Errorf("the restored application in %s never answered on port %d: %w", name, m.ControlPort, err)
-	case err != nil && st.Process != m.SourceState.Process:
+		return st, fmt.Errorf("the restored application in %s never answered on port %d: %w", name, m.config.ControlPort, err)
+	case err != nil && st.Process != m.state.SourceState.Process:
 		return st, err
 	case err != nil:
 		return st, fmt.Errorf("the restored application stayed in %s mode instead of holding after its reconnect; it does not follow the MS2M contract: %w", st.Mode, err)
@@ -282,37 +279,37 @@ func (m *Migration) awaitRestored(ctx context.Context, name, node string, step r
 // those messages, so the rollback stops there, journal kept, rather than
 // delete it; the engine never resumes a copy before its commit point.
 func (restore) Rollback(ctx context.Context, m *Migration) error {
-	if !m.TargetRequested {
+	if !m.state.TargetRequested {
 		return nil
 	}
 	consumed, fromPrimary := "", false
-	if m.Target != nil && (m.SourceDeleted || m.SourceHalted) {
+	if m.state.Target != nil && (m.state.SourceDeleted || m.state.SourceHalted) {
 		consumed, fromPrimary = m.targetConsumed(ctx)
 	}
 	switch {
-	case consumed != "" && m.SourceDeleted:
-		m.progress(report.Restore, consumed+": moving its state back into "+m.Pod+" on "+m.SourceNode)
-		if err := m.moveBack(ctx, m.Target, m.State); err != nil {
+	case consumed != "" && m.state.SourceDeleted:
+		m.progress(report.Restore, consumed+": moving its state back into "+m.config.Pod+" on "+m.state.SourceNode)
+		if err := m.moveBack(ctx, m.state.Target, m.state); err != nil {
 			return err
 		}
-		m.SourceDeleted, m.SourceHalted = false, false
-	case fromPrimary && m.Pod != m.TargetName:
+		m.state.SourceDeleted, m.state.SourceHalted = false, false
+	case fromPrimary && m.config.Pod != m.config.TargetName:
 		// What a bare pod's copy replayed its running source has too.
-		return fmt.Errorf("%s while the source %s was stopped: it alone holds those messages, so it is kept; finish the migration forward by hand or move its state back", consumed, m.Pod)
+		return fmt.Errorf("%s while the source %s was stopped: it alone holds those messages, so it is kept; finish the migration forward by hand or move its state back", consumed, m.config.Pod)
 	default:
-		pod, err := m.Client.CoreV1().Pods(m.Namespace).Get(ctx, m.TargetName, metav1.GetOptions{})
-		if err == nil && pod.Labels[MigrationLabel] != m.ID {
+		pod, err := m.deps.Client.CoreV1().Pods(m.config.Namespace).Get(ctx, m.config.TargetName, metav1.GetOptions{})
+		if err == nil && pod.Labels[MigrationLabel] != m.config.ID {
 			// The create failed on a pod of that name that is someone
 			// else's (or the source itself): not ours to delete.
-			m.progress(report.Restore, "pod "+m.TargetName+" is not this migration's: left alone")
-		} else if err := m.deletePod(ctx, report.Restore, m.TargetName); err != nil {
+			m.progress(report.Restore, "pod "+m.config.TargetName+" is not this migration's: left alone")
+		} else if err := m.deletePod(ctx, report.Restore, m.config.TargetName); err != nil {
 			return err
 		}
-		if err := m.removePullSecret(ctx, m.TargetNode); err != nil {
+		if err := m.removePullSecret(ctx, m.config.TargetNode); err != nil {
 			return err
 		}
 	}
-	m.Target, m.TargetRequested = nil, false
+	m.state.Target, m.state.TargetRequested = nil, false
 	return nil
 }
 
@@ -325,12 +322,12 @@ func (restore) Rollback(ctx context.Context, m *Migration) error {
 func (m *Migration) targetConsumed(ctx context.Context) (why string, fromPrimary bool) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	st, err := m.App.State(ctx, m.targetApp())
-	held := m.TargetRestored
+	st, err := m.deps.App.State(ctx, m.targetApp())
+	held := m.state.TargetRestored
 	switch {
 	case err == nil && st.Mode == ms2m.ModePrimary && !st.PendingRestore:
 		return "the restored copy consumed its primary queue", true
-	case !m.ReplayStarted.IsZero() || err == nil && st.Mode == ms2m.ModeReplay:
+	case !m.state.ReplayStarted.IsZero() || err == nil && st.Mode == ms2m.ModeReplay:
 		return "the restored copy replayed", false
 	case err == nil && held.Process != "" && (st.LastSeq != held.LastSeq || st.Producer != held.Producer || st.Totals.Count != held.Totals.Count):
 		return fmt.Sprintf("the restored copy applied messages since its restore (at %s, restored at %s)", st.Position(), held.Position()), true
@@ -342,7 +339,7 @@ func (m *Migration) targetConsumed(ctx context.Context) (why string, fromPrimary
 // restore itself (restore is opt-in on some runtimes) and preflight could
 // not tell beforehand.
 func (m *Migration) explainRestoreFailure(ctx context.Context, node string, err error) error {
-	n, getErr := m.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	n, getErr := m.deps.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if getErr != nil {
 		return err
 	}

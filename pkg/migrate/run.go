@@ -32,7 +32,7 @@ func Phases(s Strategy, statefulSet bool, mode StatefulSetMode) []Phase {
 // newMigration builds the top-level migration of cfg around state and
 // record, with the journal that saves them.
 func newMigration(cfg Config, deps Deps, hooks Hooks, state *State, record *report.Record) *Migration {
-	m := &Migration{Config: cfg, Deps: deps, Hooks: hooks, State: state, Record: record, fence: newFence(), receivers: &receivers{}}
+	m := &Migration{config: cfg, deps: deps, hooks: hooks, state: state, Record: record, fence: newFence(), receivers: &receivers{}}
 	if !cfg.DryRun {
 		m.journal = &journal{config: cfg, state: state, record: record, store: deps.Records}
 	}
@@ -83,7 +83,7 @@ func (m *Migration) finish(ctx context.Context) error {
 		// Another process may be recovering it: touch nothing, its agents
 		// included (they idle out).
 		m.leases.abandon(ctx)
-		return fmt.Errorf("%w; the journal is left to %s", lost, RecoverCommand(m.Namespace, m.ID))
+		return fmt.Errorf("%w; the journal is left to %s", lost, RecoverCommand(m.config.Namespace, m.config.ID))
 	}
 	m.releaseAgents(ctx)
 	if !m.Record.Outcome.Final() {
@@ -93,12 +93,12 @@ func (m *Migration) finish(ctx context.Context) error {
 		}
 		return nil
 	}
-	if m.MigrationQueue != "" {
-		if err := m.broker.DeleteQueue(ctx, m.MigrationQueue); err != nil {
+	if m.state.MigrationQueue != "" {
+		if err := m.broker.DeleteQueue(ctx, m.state.MigrationQueue); err != nil {
 			// Restored copies would hold on a restart; keep the journal so
 			// that recovery deletes it.
 			m.leases.abandon(ctx)
-			return errors.Join(fmt.Errorf("delete queue %s: %w", m.MigrationQueue, err), m.save(ctx))
+			return errors.Join(fmt.Errorf("delete queue %s: %w", m.state.MigrationQueue, err), m.save(ctx))
 		}
 	}
 	m.Record.Journal = nil // nothing left to finish or undo
@@ -106,7 +106,7 @@ func (m *Migration) finish(ctx context.Context) error {
 	// be written (say, the caller may not update ConfigMaps), or they would
 	// refuse every later migration of the pod.
 	defer m.leases.release(ctx)
-	if err := m.Records.Save(ctx, m.Record); err != nil {
+	if err := m.deps.Records.Save(ctx, m.Record); err != nil {
 		if m.Record.Outcome == report.Succeeded {
 			return fmt.Errorf("migration succeeded but %w", err)
 		}
@@ -119,7 +119,7 @@ func (m *Migration) finish(ctx context.Context) error {
 func (m *Migration) releaseAgents(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if err := m.Packer.Release(ctx); err != nil {
+	if err := m.deps.Packer.Release(ctx); err != nil {
 		m.progress(report.Cleanup, "agent pods not removed: "+err.Error())
 	}
 }

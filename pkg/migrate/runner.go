@@ -64,7 +64,7 @@ func (m *Migration) run(ctx context.Context, phases []Phase, from int) error {
 	if m.Record.StartedAt.IsZero() {
 		m.Record.StartedAt = time.Now()
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, m.config.Timeout)
 	defer cancel()
 	ctx, unbind := m.fence.bind(ctx)
 	defer unbind()
@@ -96,7 +96,7 @@ func (m *Migration) run(ctx context.Context, phases []Phase, from int) error {
 // committed reports whether the migration (any of its stages) has passed its
 // commit point.
 func (m *Migration) committed() bool {
-	return m.Committed || m.final != nil && m.final.Committed
+	return m.state.Committed || m.shadow.final != nil && m.shadow.final.state.Committed
 }
 
 // runPhase runs the phase at index i of the record's phase list: the journal
@@ -121,11 +121,11 @@ func (m *Migration) runPhase(ctx context.Context, i int, p Phase) error {
 	if !traits.changesNothing {
 		err = m.save(ctx)
 	}
-	if m.Hooks.PhaseStarted != nil {
-		m.Hooks.PhaseStarted(rec)
+	if m.hooks.PhaseStarted != nil {
+		m.hooks.PhaseStarted(rec)
 	}
 	if err == nil {
-		timeout := m.PhaseTimeout
+		timeout := m.config.PhaseTimeout
 		if traits.timeout != nil {
 			timeout = traits.timeout(m)
 		}
@@ -133,7 +133,7 @@ func (m *Migration) runPhase(ctx context.Context, i int, p Phase) error {
 		err = p.Run(phaseCtx, m)
 		cancel()
 	}
-	if err == nil && m.InjectFailure != "" && (m.InjectFailure == string(name) || m.InjectFailure == string(name)+"/"+rec.Stage) {
+	if err == nil && m.config.InjectFailure != "" && (m.config.InjectFailure == string(name) || m.config.InjectFailure == string(name)+"/"+rec.Stage) {
 		err = errInjected
 	}
 	if err == nil && ctx.Err() != nil {
@@ -154,8 +154,8 @@ func (m *Migration) runPhase(ctx context.Context, i int, p Phase) error {
 		// run or undo this phase again, which every phase allows.
 		_ = m.save(context.WithoutCancel(ctx))
 	}
-	if m.Hooks.PhaseFinished != nil {
-		m.Hooks.PhaseFinished(*entry, took, err)
+	if m.hooks.PhaseFinished != nil {
+		m.hooks.PhaseFinished(*entry, took, err)
 	}
 	return err
 }
@@ -178,12 +178,12 @@ func (e leftoverError) Unwrap() error { return e.err }
 // copy of the state, so they are left, with the journal, for recovery.
 func (m *Migration) rollback(ctx context.Context, done []Phase, cause error) error {
 	m.Record.Error = cause.Error()
-	if m.KeepOnFailure {
+	if m.config.KeepOnFailure {
 		m.Record.Outcome = report.Failed
 		return nil
 	}
-	if m.Hooks.RollbackStarted != nil {
-		m.Hooks.RollbackStarted(cause)
+	if m.hooks.RollbackStarted != nil {
+		m.hooks.RollbackStarted(cause)
 	}
 	rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
@@ -206,7 +206,7 @@ func (m *Migration) rollback(ctx context.Context, done []Phase, cause error) err
 		}
 		if err != nil {
 			m.Record.Outcome = report.Failed
-			err = fmt.Errorf("rollback stopped at %s: %w; what it had not undone yet is kept, with the journal: %s", done[i].Name(), err, RecoverCommand(m.Namespace, m.ID))
+			err = fmt.Errorf("rollback stopped at %s: %w; what it had not undone yet is kept, with the journal: %s", done[i].Name(), err, RecoverCommand(m.config.Namespace, m.config.ID))
 			m.Record.Error += "; " + err.Error()
 			return err
 		}

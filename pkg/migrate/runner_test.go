@@ -4,6 +4,8 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -36,11 +38,32 @@ func TestPhaseTraits(t *testing.T) {
 	if !traitsOf(preflight{}).changesNothing || traitsOf(checkpoint{}).changesNothing {
 		t.Error("only preflight changes nothing")
 	}
-	m := &Migration{Config: Config{ReplayTimeout: 7, PhaseTimeout: 3}}
+	m := &Migration{config: Config{ReplayTimeout: 7, PhaseTimeout: 3}}
 	if tr := traitsOf(inStage{Phase: replay{}, stage: "final", onFinal: true}); tr.timeout == nil || tr.timeout(m) != 7 {
 		t.Error("replay in a stage lost its own timeout")
 	}
 	if !traitsOf(inStage{Phase: switchover{}, stage: "final"}).endsTotal || traitsOf(inStage{Phase: handover{}, stage: "shadow"}).endsTotal {
 		t.Error("only the switchover that completes a migration ends its total time")
+	}
+}
+
+// TestMigrationHasFewNames: the phases reach a migration's configuration,
+// outside systems and state through a handful of named fields, not through
+// dozens of promoted names with case-only twins.
+func TestMigrationHasFewNames(t *testing.T) {
+	typ := reflect.TypeFor[Migration]()
+	if typ.NumField() > 20 {
+		t.Errorf("Migration has %d fields", typ.NumField())
+	}
+	lower := map[string]string{}
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if f.Anonymous {
+			t.Errorf("Migration embeds %s: its names would be promoted onto every phase's receiver", f.Name)
+		}
+		if other, ok := lower[strings.ToLower(f.Name)]; ok {
+			t.Errorf("Migration's %s and %s differ only in case", other, f.Name)
+		}
+		lower[strings.ToLower(f.Name)] = f.Name
 	}
 }

@@ -58,17 +58,17 @@ func (s inStage) Run(ctx context.Context, m *Migration) error {
 	if !s.onFinal {
 		return s.Phase.Run(ctx, m)
 	}
-	return s.Phase.Run(ctx, m.final)
+	return s.Phase.Run(ctx, m.shadow.final)
 }
 
 func (s inStage) Rollback(ctx context.Context, m *Migration) error {
 	if !s.onFinal {
 		return s.Phase.Rollback(ctx, m)
 	}
-	if m.final == nil {
+	if m.shadow.final == nil {
 		return nil // the process died before the handover created the final stage
 	}
-	return s.Phase.Rollback(ctx, m.final)
+	return s.Phase.Rollback(ctx, m.shadow.final)
 }
 
 // handover is the shadow's switchover: the source stops and the shadow takes
@@ -92,26 +92,26 @@ func (handover) Run(ctx context.Context, m *Migration) error {
 // startFinalStage creates the stage that moves the shadow into the
 // StatefulSet's name on the same node, fresh or (recovery) from its state.
 func (m *Migration) startFinalStage(state *State) {
-	m.final = m.nextStage("final", m.Target, m.Pod, m.TargetNode, MS2M, state)
-	m.Final = m.final.State
+	m.shadow.final = m.nextStage("final", m.state.Target, m.config.Pod, m.config.TargetNode, MS2M, state)
+	m.state.Final = m.shadow.final.state
 }
 
 // Rollback before the handover resumes the source; after it, it moves the
 // shadow's state back into the StatefulSet's pod on the source node.
 func (handover) Rollback(ctx context.Context, m *Migration) error {
-	if !m.HandedOver {
+	if !m.state.HandedOver {
 		return resumeSource(ctx, m)
 	}
-	sts := m.State
-	if m.final != nil {
-		sts = m.final.State // the final stage orphaned the StatefulSet, if anyone did
+	sts := m.state
+	if m.shadow.final != nil {
+		sts = m.shadow.final.state // the final stage orphaned the StatefulSet, if anyone did
 	}
-	m.progress(report.Switchover, "moving the shadow back into "+m.Pod+" on "+m.SourceNode)
-	if err := m.moveBack(ctx, m.Target, sts); err != nil {
+	m.progress(report.Switchover, "moving the shadow back into "+m.config.Pod+" on "+m.state.SourceNode)
+	if err := m.moveBack(ctx, m.state.Target, sts); err != nil {
 		return err
 	}
-	m.Target, m.TargetRequested, m.HandedOver, m.SourceHalted = nil, false, false, false
-	if m.ReplayQueue != "" {
+	m.state.Target, m.state.TargetRequested, m.state.HandedOver, m.state.SourceHalted = nil, false, false, false
+	if m.state.ReplayQueue != "" {
 		return m.removeReplayQueueAndImages(ctx)
 	}
 	return nil
@@ -127,16 +127,16 @@ func (handover) Rollback(ctx context.Context, m *Migration) error {
 // The move back is stop-and-copy: fewer steps that can fail during a
 // rollback, at the price of one restore-long pause.
 func (m *Migration) moveBack(ctx context.Context, from *corev1.Pod, sts *State) error {
-	back := m.nextStage("return", from, m.Pod, m.SourceNode, StopAndCopy, nil)
+	back := m.nextStage("return", from, m.config.Pod, m.state.SourceNode, StopAndCopy, nil)
 	// Its phases are the rollback's, not the migration's: progress only.
-	back.Record, back.Hooks, back.journal = &report.Record{}, Hooks{Progress: m.Hooks.Progress}, nil
-	back.SavedSTS, back.STSDeleted = sts.SavedSTS, sts.STSDeleted
+	back.Record, back.hooks, back.journal = &report.Record{}, Hooks{Progress: m.hooks.Progress}, nil
+	back.state.SavedSTS, back.state.STSDeleted = sts.SavedSTS, sts.STSDeleted
 	phases := []Phase{stopSource{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{},
-		resumeReturned{replayQueue: m.ReplayQueue, until: m.SourceFinal.Position()}, cleanup{}}
+		resumeReturned{replayQueue: m.state.ReplayQueue, until: m.state.SourceFinal.Position()}, cleanup{}}
 	if err := back.run(ctx, phases, 0); err != nil {
-		return fmt.Errorf("%w; the state lives on in pod %s, StatefulSet %s may need re-creating once it is moved", err, from.Name, m.StatefulSet)
+		return fmt.Errorf("%w; the state lives on in pod %s, StatefulSet %s may need re-creating once it is moved", err, from.Name, m.config.StatefulSet)
 	}
-	sts.STSDeleted = back.STSDeleted
+	sts.STSDeleted = back.state.STSDeleted
 	return nil
 }
 
@@ -150,7 +150,7 @@ type resumeReturned struct {
 func (resumeReturned) Name() report.PhaseName { return report.Switchover }
 
 func (r resumeReturned) Run(ctx context.Context, m *Migration) error {
-	m.Committed = true
+	m.state.Committed = true
 	return m.resumeRestored(ctx, m.targetApp(), r.replayQueue, r.until)
 }
 

@@ -47,33 +47,33 @@ type detach struct{}
 func (detach) Name() report.PhaseName { return report.Detach }
 
 func (detach) Run(ctx context.Context, m *Migration) error {
-	inPlace := m.Pod == m.TargetName
+	inPlace := m.config.Pod == m.config.TargetName
 	if inPlace { // stop-and-copy stopped it at the start already
 		if err := m.haltSource(ctx); err != nil {
 			return err
 		}
 	}
-	sts, err := m.Client.AppsV1().StatefulSets(m.Namespace).Get(ctx, m.StatefulSet, metav1.GetOptions{})
+	sts, err := m.deps.Client.AppsV1().StatefulSets(m.config.Namespace).Get(ctx, m.config.StatefulSet, metav1.GetOptions{})
 	switch {
-	case apierrors.IsNotFound(err) && m.SavedSTS != nil:
-		m.STSDeleted = true // an earlier stage orphaned its pods already
+	case apierrors.IsNotFound(err) && m.state.SavedSTS != nil:
+		m.state.STSDeleted = true // an earlier stage orphaned its pods already
 	case err != nil:
-		return fmt.Errorf("get statefulset %s: %w", m.StatefulSet, err)
+		return fmt.Errorf("get statefulset %s: %w", m.config.StatefulSet, err)
 	default:
-		m.SavedSTS = sts.DeepCopy()
+		m.state.SavedSTS = sts.DeepCopy()
 		// The journal must hold the spec before the StatefulSet goes.
-		if err := m.journaled(ctx, &m.STSDeleted, true); err != nil {
+		if err := m.journaled(ctx, &m.state.STSDeleted, true); err != nil {
 			return err
 		}
 		if err := deleteOrphaning(ctx, m, sts); err != nil {
 			return err
 		}
 	}
-	m.progress(report.Detach, "statefulset "+m.StatefulSet+" deleted with its pods orphaned; deleting "+m.TargetName)
-	if err := m.journaled(ctx, &m.SourceDeleted, inPlace); err != nil {
+	m.progress(report.Detach, "statefulset "+m.config.StatefulSet+" deleted with its pods orphaned; deleting "+m.config.TargetName)
+	if err := m.journaled(ctx, &m.state.SourceDeleted, inPlace); err != nil {
 		return err
 	}
-	return kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.TargetName, nil)
+	return kube.DeleteAndWait(ctx, m.deps.Client, m.config.Namespace, m.config.TargetName, nil)
 }
 
 // Rollback brings the source back as it was: if its pod was deleted, the
@@ -82,13 +82,13 @@ func (detach) Run(ctx context.Context, m *Migration) error {
 // shadow mode the shadow still serves, and the shadow's handover rollback
 // brings the StatefulSet and its pod back.
 func (detach) Rollback(ctx context.Context, m *Migration) error {
-	if m.Pod != m.TargetName {
+	if m.config.Pod != m.config.TargetName {
 		return nil
 	}
 	var errs []error
-	if m.SourceDeleted {
+	if m.state.SourceDeleted {
 		if err := m.restoreSourceInPlace(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("restore the source on %s: %w", m.SourceNode, err))
+			errs = append(errs, fmt.Errorf("restore the source on %s: %w", m.state.SourceNode, err))
 		}
 	} else if err := resumeSource(ctx, m); err != nil {
 		errs = append(errs, err)
@@ -100,27 +100,27 @@ func (detach) Rollback(ctx context.Context, m *Migration) error {
 }
 
 func (m *Migration) restoreSourceInPlace(ctx context.Context) error {
-	pod, err := m.Client.CoreV1().Pods(m.Namespace).Get(ctx, m.Pod, metav1.GetOptions{})
-	if err == nil && pod.UID == m.Source.UID && pod.DeletionTimestamp == nil {
+	pod, err := m.deps.Client.CoreV1().Pods(m.config.Namespace).Get(ctx, m.config.Pod, metav1.GetOptions{})
+	if err == nil && pod.UID == m.state.Source.UID && pod.DeletionTimestamp == nil {
 		// The journal said "deleting" but the process died before the delete.
-		m.SourceDeleted = false
+		m.state.SourceDeleted = false
 		return resumeSource(ctx, m)
 	}
-	if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.Pod, nil); err != nil { // a source still terminating
+	if err := kube.DeleteAndWait(ctx, m.deps.Client, m.config.Namespace, m.config.Pod, nil); err != nil { // a source still terminating
 		return err
 	}
-	if m.RestoreVia == RestoreRuntime {
+	if m.state.RestoreVia == RestoreRuntime {
 		if err := m.stageOnSource(ctx); err != nil {
 			return err
 		}
 	}
-	if _, _, err := m.restoreAs(ctx, m.Pod, m.SourceNode); err != nil {
+	if _, _, err := m.restoreAs(ctx, m.config.Pod, m.state.SourceNode); err != nil {
 		return err
 	}
-	if err := m.resumeRestored(ctx, m.sourceApp(), m.ReplayQueue, m.SourceFinal.Position()); err != nil {
+	if err := m.resumeRestored(ctx, m.sourceApp(), m.state.ReplayQueue, m.state.SourceFinal.Position()); err != nil {
 		return err
 	}
-	m.SourceDeleted, m.SourceHalted = false, false
+	m.state.SourceDeleted, m.state.SourceHalted = false, false
 	return nil
 }
 
@@ -129,12 +129,12 @@ func (m *Migration) restoreSourceInPlace(ctx context.Context) error {
 func (m *Migration) resumeRestored(ctx context.Context, t appctl.Target, replayQueue string, until ms2m.Position) error {
 	resume := ms2m.Control{Type: ms2m.Resume}
 	if replayQueue != "" {
-		if _, err := m.App.Control(ctx, t, ms2m.Control{Type: ms2m.StartReplay, Payload: ms2m.ControlPayload{Queue: replayQueue}}); err != nil {
+		if _, err := m.deps.App.Control(ctx, t, ms2m.Control{Type: ms2m.StartReplay, Payload: ms2m.ControlPayload{Queue: replayQueue}}); err != nil {
 			return err
 		}
 		resume = ms2m.EndReplayAt(until)
 	}
-	if _, err := m.App.Control(ctx, t, resume); err != nil {
+	if _, err := m.deps.App.Control(ctx, t, resume); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -143,37 +143,37 @@ func (m *Migration) resumeRestored(ctx context.Context, t appctl.Target, replayQ
 }
 
 func deleteOrphaning(ctx context.Context, m *Migration, sts *appsv1.StatefulSet) error {
-	err := m.Client.AppsV1().StatefulSets(m.Namespace).Delete(ctx, sts.Name, metav1.DeleteOptions{
+	err := m.deps.Client.AppsV1().StatefulSets(m.config.Namespace).Delete(ctx, sts.Name, metav1.DeleteOptions{
 		PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan),
 		Preconditions:     &metav1.Preconditions{UID: &sts.UID},
 	})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete statefulset %s (orphaning its pods): %w", sts.Name, err)
 	}
-	m.STSDeleted = true
+	m.state.STSDeleted = true
 	// The orphan finalizer runs first; wait until the object is really gone.
 	return wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
-		_, err := m.Client.AppsV1().StatefulSets(m.Namespace).Get(ctx, sts.Name, metav1.GetOptions{})
+		_, err := m.deps.Client.AppsV1().StatefulSets(m.config.Namespace).Get(ctx, sts.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
 }
 
 // recreateStatefulSet creates the StatefulSet again from its saved spec.
 func recreateStatefulSet(ctx context.Context, m *Migration) error {
-	if !m.STSDeleted || m.SavedSTS == nil {
+	if !m.state.STSDeleted || m.state.SavedSTS == nil {
 		return nil
 	}
-	saved := m.SavedSTS
+	saved := m.state.SavedSTS
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: saved.Name, Namespace: saved.Namespace, Labels: saved.Labels, Annotations: saved.Annotations},
 		Spec:       *saved.Spec.DeepCopy(),
 	}
 	// Already there: the delete never happened, or an earlier try of this
 	// step (a recovery run again) created it.
-	if _, err := m.Client.AppsV1().StatefulSets(m.Namespace).Create(ctx, sts, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := m.deps.Client.AppsV1().StatefulSets(m.config.Namespace).Create(ctx, sts, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create statefulset %s again: %w", saved.Name, err)
 	}
-	m.STSDeleted = false
+	m.state.STSDeleted = false
 	return nil
 }
 
@@ -187,15 +187,15 @@ func (adopt) Run(ctx context.Context, m *Migration) error {
 	if err := recreateStatefulSet(ctx, m); err != nil {
 		return err
 	}
-	_, err := kube.WaitForPod(ctx, m.Client, m.Namespace, m.TargetName, func(pod *corev1.Pod) (bool, error) {
+	_, err := kube.WaitForPod(ctx, m.deps.Client, m.config.Namespace, m.config.TargetName, func(pod *corev1.Pod) (bool, error) {
 		if pod == nil {
 			return false, errors.New("the restored pod disappeared")
 		}
 		owner := metav1.GetControllerOf(pod)
-		return owner != nil && owner.Kind == "StatefulSet" && owner.Name == m.StatefulSet, nil
+		return owner != nil && owner.Kind == "StatefulSet" && owner.Name == m.config.StatefulSet, nil
 	})
 	if err != nil {
-		return fmt.Errorf("statefulset %s did not adopt pod %s: %w", m.StatefulSet, m.TargetName, err)
+		return fmt.Errorf("statefulset %s did not adopt pod %s: %w", m.config.StatefulSet, m.config.TargetName, err)
 	}
 	return nil
 }
@@ -203,7 +203,7 @@ func (adopt) Run(ctx context.Context, m *Migration) error {
 // Rollback orphans the pods again, so the later rollbacks (deleting the
 // restored pod, restoring the source) do not race the controller.
 func (adopt) Rollback(ctx context.Context, m *Migration) error {
-	sts, err := m.Client.AppsV1().StatefulSets(m.Namespace).Get(ctx, m.StatefulSet, metav1.GetOptions{})
+	sts, err := m.deps.Client.AppsV1().StatefulSets(m.config.Namespace).Get(ctx, m.config.StatefulSet, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -33,38 +33,38 @@ func (switchover) traits() traits { return traits{endsTotal: true} }
 
 func (s switchover) Run(ctx context.Context, m *Migration) error {
 	handover := ms2m.Control{Type: ms2m.Resume}
-	if m.Strategy == MS2M {
+	if m.config.Strategy == MS2M {
 		if err := m.haltSource(ctx); err != nil {
 			return err
 		}
-		handover = ms2m.EndReplayAt(m.SourceFinal.Position())
+		handover = ms2m.EndReplayAt(m.state.SourceFinal.Position())
 	}
-	if depth, err := m.broker.QueueDepth(ctx, m.Broker.Queue); err == nil {
+	if depth, err := m.broker.QueueDepth(ctx, m.config.Broker.Queue); err == nil {
 		m.Record.Broker.PrimaryDepthAtSwitch = depth
 	}
-	passed := &m.Committed
+	passed := &m.state.Committed
 	if s.handover {
-		passed = &m.HandedOver
+		passed = &m.state.HandedOver
 	}
 	if err := m.journaled(ctx, passed, true); err != nil {
 		return err
 	}
 	// The handover is idempotent, so a lost answer is simply asked again.
 	err := retry.OnError(retry.DefaultBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
-		_, err := m.App.Control(ctx, m.targetApp(), handover)
+		_, err := m.deps.App.Control(ctx, m.targetApp(), handover)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("hand the primary queue to the target: %w", err)
 	}
-	m.progress(report.Switchover, fmt.Sprintf("source stopped at %d; target takes over the primary queue", m.SourceFinal.LastSeq))
+	m.progress(report.Switchover, fmt.Sprintf("source stopped at %d; target takes over the primary queue", m.state.SourceFinal.LastSeq))
 	if err := m.waitPrimary(ctx, m.targetApp()); err != nil {
 		return fmt.Errorf("the target did not reach the primary queue: %w", err)
 	}
 	if c := m.Record.Cutoff; c != nil {
 		// After a cutoff the target finishes its replay here, behind the
 		// stopped source; measured on this machine's clock, to within a poll.
-		c.ReplayMillis = time.Since(m.ReplayStarted).Milliseconds()
+		c.ReplayMillis = time.Since(m.state.ReplayStarted).Milliseconds()
 	}
 	return nil
 }
@@ -82,16 +82,16 @@ func (cleanup) Name() report.PhaseName { return report.Cleanup }
 
 func (cleanup) Run(ctx context.Context, m *Migration) error {
 	var errs []error
-	if m.ReplicaSet != "" {
+	if m.state.ReplicaSet != "" {
 		if err := m.handToReplicaSet(ctx); err != nil {
 			// The source stays the ReplicaSet's (stopped), rather than
 			// leave it one pod short.
 			return errors.Join(err, m.removeReplayQueueAndImages(ctx))
 		}
 	}
-	if m.Pod != m.TargetName { // a source that held its name is gone already
-		m.progress(report.Cleanup, "deleting source pod "+m.Pod)
-		if err := kube.DeleteAndWait(ctx, m.Client, m.Namespace, m.Pod, nil); err != nil {
+	if m.config.Pod != m.config.TargetName { // a source that held its name is gone already
+		m.progress(report.Cleanup, "deleting source pod "+m.config.Pod)
+		if err := kube.DeleteAndWait(ctx, m.deps.Client, m.config.Namespace, m.config.Pod, nil); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -103,19 +103,19 @@ func (cleanup) Run(ctx context.Context, m *Migration) error {
 // keep them) the checkpoint images, once the target no longer needs them.
 func (m *Migration) removeReplayQueueAndImages(ctx context.Context) error {
 	var errs []error
-	if m.ReplayQueue != "" {
-		if err := m.broker.DeleteQueue(ctx, m.ReplayQueue); err != nil {
+	if m.state.ReplayQueue != "" {
+		if err := m.broker.DeleteQueue(ctx, m.state.ReplayQueue); err != nil {
 			errs = append(errs, err)
 		}
-		m.ReplayQueue = ""
+		m.state.ReplayQueue = ""
 	}
-	if !m.KeepImages && m.Transfer != Direct {
-		for _, ref := range m.Images {
-			if err := m.Registry.Delete(ctx, ref); err != nil {
+	if !m.config.KeepImages && m.config.Transfer != Direct {
+		for _, ref := range m.state.Images {
+			if err := m.deps.Registry.Delete(ctx, ref); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		m.Images = nil
+		m.state.Images = nil
 	}
 	return errors.Join(errs...)
 }

@@ -94,20 +94,20 @@ func (c Config) CheckpointImageOf(pod, container, tag string) string {
 }
 
 func (m *Migration) packRequest(ctx context.Context, container, node string) (agent.PackRequest, error) {
-	req := agent.PackRequest{Archive: m.Archives[container], Container: container, KeepArchive: m.keepsArchives()}
-	if m.Transfer == Direct {
+	req := agent.PackRequest{Archive: m.state.Archives[container], Container: container, KeepArchive: m.keepsArchives()}
+	if m.config.Transfer == Direct {
 		to, err := m.receiverOn(ctx, node)
 		if err != nil {
 			return req, err
 		}
 		req.SendTo, req.Token, req.CertSHA256 = to.address, to.token, to.cert
-		req.Repository, req.Tag = m.Namespace+"/"+m.Pod, container+"-"+m.tag()
-		if m.RestoreVia == RestoreRuntime {
+		req.Repository, req.Tag = m.config.Namespace+"/"+m.config.Pod, container+"-"+m.tag()
+		if m.state.RestoreVia == RestoreRuntime {
 			req.StageAs = ptr.To(m.staged(container))
 		}
 		return req, nil
 	}
-	req.Image, req.Insecure = m.CheckpointImageOf(m.Pod, container, m.tag()), m.InsecureRegistry
+	req.Image, req.Insecure = m.config.CheckpointImageOf(m.config.Pod, container, m.tag()), m.config.InsecureRegistry
 	return req, nil
 }
 
@@ -116,23 +116,35 @@ func (m *Migration) packRequest(ctx context.Context, container, node string) (ag
 // stay on the source node until the migration ends (cleanup or rollback
 // removes them).
 func (m *Migration) keepsArchives() bool {
-	return m.Transfer == Direct && m.StatefulSet != "" && m.Pod == m.TargetName
+	return m.config.Transfer == Direct && m.config.StatefulSet != "" && m.config.Pod == m.config.TargetName
 }
 
 // staged is the checkpoint of container staged for the kubectl-migrate
 // runtime on the target node, restored as that container of the target pod.
 func (m *Migration) staged(container string) ociruntime.Identity {
-	return ociruntime.Identity{Namespace: m.Namespace, Pod: m.TargetName, Container: container}
+	return ociruntime.Identity{Namespace: m.config.Namespace, Pod: m.config.TargetName, Container: container}
 }
 
-// TargetPod builds the restored pod: the source's identity labels and
+// RestoredPod builds the pod a checkpoint of source is restored into, name
+// on node, from images (by container), as via restores it: see targetPod
+// and, through the kubectl-migrate runtime, forRuntimeRestore. The engine,
+// check's canary and the dry-run plan all build it here.
+func RestoredPod(source *corev1.Pod, name, node, migrationID string, images map[string]string, registrySecret string, via Restore) *corev1.Pod {
+	pod := targetPod(source, name, node, migrationID, images, registrySecret)
+	if via == RestoreRuntime {
+		forRuntimeRestore(pod, source)
+	}
+	return pod
+}
+
+// targetPod builds the restored pod: the source's identity labels and
 // annotations, pinned to node, each migrated container running its
 // checkpoint image. A restored container gets only what restore needs (name,
 // image, ports, resources, security context, mounts) and the kubelet's
 // probes: command, environment and memory come from the checkpoint itself. Scheduling constraints are dropped
 // because the pod is pinned, and the kubelet would refuse it if the source's
 // node selector or affinity named the source node.
-func TargetPod(source *corev1.Pod, name, node, migrationID string, images map[string]string, registrySecret string) *corev1.Pod {
+func targetPod(source *corev1.Pod, name, node, migrationID string, images map[string]string, registrySecret string) *corev1.Pod {
 	annotations := maps.Clone(source.Annotations)
 	if annotations == nil {
 		annotations = map[string]string{}
@@ -221,13 +233,13 @@ func TargetPod(source *corev1.Pod, name, node, migrationID string, images map[st
 	return pod
 }
 
-// ForRuntimeRestore makes target (TargetPod's) a pod the kubectl-migrate
+// forRuntimeRestore makes target (targetPod's) a pod the kubectl-migrate
 // runtime restores: under its RuntimeClass, each container as the source
 // ran it (the image it ran, by digest, with its command and environment),
 // which the runtime's create turns into the restore of the checkpoint
 // staged for it. A later restart of the container starts it from that spec,
 // afresh, as any restart does.
-func ForRuntimeRestore(target, source *corev1.Pod) {
+func forRuntimeRestore(target, source *corev1.Pod) {
 	target.Spec.RuntimeClassName = ptr.To(ociruntime.HandlerName)
 	bases := BaseImages(source)
 	for i, c := range target.Spec.Containers {

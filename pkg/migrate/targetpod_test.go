@@ -30,7 +30,7 @@ func TestTargetPod(t *testing.T) {
 				{Name: "kube-api-access-abcde"}, {Name: "unused"}},
 		},
 	}
-	pod := TargetPod(source, "consumer-x1", "node-b", "x1", map[string]string{"app": "reg/consumer@sha256:1"}, "regcred")
+	pod := targetPod(source, "consumer-x1", "node-b", "x1", map[string]string{"app": "reg/consumer@sha256:1"}, "regcred")
 
 	if pod.Spec.NodeName != "node-b" || pod.Spec.NodeSelector != nil || pod.Spec.Affinity != nil {
 		t.Fatal("target must be pinned to node-b with the source's scheduling constraints dropped")
@@ -62,7 +62,7 @@ func TestTargetPod(t *testing.T) {
 	if source.Spec.ImagePullSecrets[0].Name != "pull" || len(source.Spec.ImagePullSecrets) != 1 {
 		t.Fatal("the source pod was modified")
 	}
-	again := TargetPod(pod, "consumer-x2", "node-a", "x2", map[string]string{"app": "reg/consumer@sha256:2"}, "regcred")
+	again := targetPod(pod, "consumer-x2", "node-a", "x2", map[string]string{"app": "reg/consumer@sha256:2"}, "regcred")
 	if again.Annotations[OriginalNameAnnotation] != "consumer" || len(again.Spec.ImagePullSecrets) != 2 {
 		t.Fatal("a second migration keeps the original name and does not repeat the secret")
 	}

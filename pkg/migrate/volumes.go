@@ -59,10 +59,10 @@ func CarriedVolumes(pod *corev1.Pod, containers []string) []string {
 }
 
 func (m *Migration) carriedVolumes() []string {
-	if m.Source == nil {
+	if m.state.Source == nil {
 		return nil
 	}
-	return CarriedVolumes(m.Source, m.Migrated)
+	return CarriedVolumes(m.state.Source, m.state.Migrated)
 }
 
 func (c Config) maxVolumeBytes() int64 { return cmp.Or(c.MaxVolumeBytes, DefaultMaxVolumeBytes) }
@@ -74,7 +74,7 @@ func (m *Migration) checkVolumeSize(ctx context.Context) error {
 	if len(volumes) == 0 {
 		return nil
 	}
-	res, err := m.Packer.SnapshotVolumes(ctx, m.SourceNode, agent.SnapshotRequest{PodUID: string(m.Source.UID), Volumes: volumes, MaxBytes: m.maxVolumeBytes()})
+	res, err := m.deps.Packer.SnapshotVolumes(ctx, m.state.SourceNode, agent.SnapshotRequest{PodUID: string(m.state.Source.UID), Volumes: volumes, MaxBytes: m.config.maxVolumeBytes()})
 	if err != nil {
 		return m.volumeError(err, volumes)
 	}
@@ -84,9 +84,9 @@ func (m *Migration) checkVolumeSize(ctx context.Context) error {
 
 func (m *Migration) volumeError(err error, volumes []string) error {
 	if strings.Contains(err.Error(), agent.ErrTooLarge.Error()) {
-		return fmt.Errorf("the emptyDir volumes %s hold more than --max-volume-data (%s) on %s: raise it, or keep that data out of the migrated containers' emptyDir volumes", strings.Join(volumes, ", "), bytesText(m.maxVolumeBytes()), m.SourceNode)
+		return fmt.Errorf("the emptyDir volumes %s hold more than --max-volume-data (%s) on %s: raise it, or keep that data out of the migrated containers' emptyDir volumes", strings.Join(volumes, ", "), bytesText(m.config.maxVolumeBytes()), m.state.SourceNode)
 	}
-	return fmt.Errorf("snapshot the emptyDir volumes on %s: %w", m.SourceNode, err)
+	return fmt.Errorf("snapshot the emptyDir volumes on %s: %w", m.state.SourceNode, err)
 }
 
 func bytesText(n int64) string {
@@ -97,13 +97,13 @@ func bytesText(n int64) string {
 // source node, named like a checkpoint's so every path that removes
 // archives (rollback, recovery, the agent's checks) covers it.
 func (m *Migration) snapshotVolumes(ctx context.Context, volumes []string) error {
-	archive := strings.Replace(agent.ArchivePattern(m.Namespace, m.Pod, agent.VolumesKey), "*", m.tag(), 1)
-	m.Archives[agent.VolumesKey] = archive
+	archive := strings.Replace(agent.ArchivePattern(m.config.Namespace, m.config.Pod, agent.VolumesKey), "*", m.tag(), 1)
+	m.state.Archives[agent.VolumesKey] = archive
 	if err := m.save(ctx); err != nil {
 		return err
 	}
 	start := time.Now()
-	res, err := m.Packer.SnapshotVolumes(ctx, m.SourceNode, agent.SnapshotRequest{PodUID: string(m.Source.UID), Volumes: volumes, Archive: archive, MaxBytes: m.maxVolumeBytes()})
+	res, err := m.deps.Packer.SnapshotVolumes(ctx, m.state.SourceNode, agent.SnapshotRequest{PodUID: string(m.state.Source.UID), Volumes: volumes, Archive: archive, MaxBytes: m.config.maxVolumeBytes()})
 	if err != nil {
 		return m.volumeError(err, volumes)
 	}
@@ -120,10 +120,10 @@ func (m *Migration) snapshotVolumes(ctx context.Context, volumes []string) error
 // volumes are taken; the journal says so first, so a rollback after a
 // crash resumes it.
 func (m *Migration) pauseSource(ctx context.Context) error {
-	if err := m.journaled(ctx, &m.SourcePaused, true); err != nil {
+	if err := m.journaled(ctx, &m.state.SourcePaused, true); err != nil {
 		return err
 	}
-	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop, Payload: ms2m.ControlPayload{Target: m.targetIdentity()}}); err != nil {
+	if _, err := m.deps.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop, Payload: ms2m.ControlPayload{Target: m.targetIdentity()}}); err != nil {
 		return fmt.Errorf("pause the source for its emptyDir snapshot: %w", err)
 	}
 	return nil
@@ -131,13 +131,13 @@ func (m *Migration) pauseSource(ctx context.Context) error {
 
 // unpauseSource lets a paused source consume again.
 func (m *Migration) unpauseSource(ctx context.Context) error {
-	if !m.SourcePaused {
+	if !m.state.SourcePaused {
 		return nil
 	}
-	if _, err := m.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Resume}); err != nil {
+	if _, err := m.deps.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Resume}); err != nil {
 		return fmt.Errorf("resume the source after its emptyDir snapshot: %w", err)
 	}
-	m.SourcePaused = false
+	m.state.SourcePaused = false
 	return m.save(ctx)
 }
 
