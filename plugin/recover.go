@@ -11,6 +11,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
@@ -110,7 +111,7 @@ func (o *RecoverOptions) recoverOne(ctx context.Context, client kubernetes.Inter
 	if errors.Is(err, report.ErrNotFound) {
 		// Stopped in preflight, before its first change: at most its
 		// leases are left.
-		n, lerr := migrate.ReleaseStaleLeases(ctx, client, namespace, id)
+		n, lerr := lease.ReleaseStale(ctx, client, namespace, id)
 		if lerr != nil {
 			return nil, lerr
 		}
@@ -163,7 +164,7 @@ func (o *RecoverOptions) recoverOne(ctx context.Context, client kubernetes.Inter
 // ends the drain's record; pods it had not started stay on the node, which
 // stays cordoned (run the drain again for them).
 func (o *RecoverOptions) recoverDrain(ctx context.Context, client kubernetes.Interface, drain *report.Record) error {
-	if err := migrate.DrainEnded(ctx, client, drain.Namespace, drain.Pod, drain.ID); err != nil {
+	if err := lease.DrainEnded(ctx, client, drain.Namespace, drain.Pod, drain.ID); err != nil {
 		return err
 	}
 	store := report.Store{Client: client}
@@ -176,7 +177,7 @@ func (o *RecoverOptions) recoverDrain(ctx context.Context, client kubernetes.Int
 		rec, err := store.Get(ctx, m.Namespace, m.Migration)
 		if errors.Is(err, report.ErrNotFound) {
 			// It died in preflight, before its first change.
-			_, err = migrate.ReleaseStaleLeases(ctx, client, m.Namespace, m.Migration)
+			_, err = lease.ReleaseStale(ctx, client, m.Namespace, m.Migration)
 			drain.Drain.Moves[i].Outcome = report.NotStarted
 			errs = append(errs, err)
 			continue
@@ -191,7 +192,7 @@ func (o *RecoverOptions) recoverDrain(ctx context.Context, client kubernetes.Int
 			drain.Drain.Moves[i].Outcome = rec.Outcome
 		}
 	}
-	if _, err := migrate.ReleaseStaleLeases(ctx, client, drain.Namespace, drain.ID); err != nil {
+	if _, err := lease.ReleaseStale(ctx, client, drain.Namespace, drain.ID); err != nil {
 		errs = append(errs, err)
 	}
 	drain.Outcome = drain.Drain.Outcome()

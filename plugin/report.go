@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report/render"
 )
@@ -185,9 +185,9 @@ func (o *ReportOptions) selected(ctx context.Context, store report.Store, client
 		}
 	}
 	for _, r := range records {
-		running := migrate.StillRunning
+		running := lease.StillRunning
 		if r.Drain != nil {
-			running = migrate.DrainStillRunning
+			running = lease.DrainStillRunning
 		}
 		if r.Outcome == report.Running && !running(ctx, client, r.Namespace, r.Pod, r.ID) {
 			r.Outcome = report.Interrupted

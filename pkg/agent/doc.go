@@ -7,8 +7,9 @@
 //
 //   - packs a checkpoint archive as an OCI checkpoint image and pushes it to
 //     a registry, or streams it to the target node's agent (Direct), which
-//     serves it to its own runtime on localhost, refusing what would fill
-//     the node;
+//     serves it to its own runtime on localhost, only with a read credential
+//     the restored pod's pull secret carries (PullPassword), refusing what
+//     would fill the node;
 //   - asks its node's runtime what it is and how it is configured, and
 //     pulls the images a restore builds on;
 //   - stops and removes a pod's sandboxes through the runtime, the way to

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
@@ -99,7 +100,7 @@ func Run(ctx context.Context, cfg Config, deps Deps, plan Plan, hooks Hooks) (*r
 	// A drain that loses its node's lock starts no more moves.
 	ctx, lockLost := context.WithCancelCause(ctx)
 	defer lockLost(nil)
-	release, err := migrate.Lock(ctx, deps.Client, cfg.Namespace, cfg.ID, migrate.LeaseName("node", plan.Node), "node "+plan.Node, lockLost)
+	release, err := lease.Lock(ctx, deps.Client, cfg.Namespace, cfg.ID, lease.Name("node", plan.Node), "node "+plan.Node, lockLost)
 	if err != nil {
 		return nil, err
 	}

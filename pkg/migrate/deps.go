@@ -107,6 +107,6 @@ type Hooks struct {
 	RollbackStarted func(cause error)
 	// LockLost is called, from another goroutine, when the migration can
 	// no longer be sure it holds its lock: it has stopped changing the
-	// cluster and leaves its journal to recovery (err wraps ErrLockLost).
+	// cluster and leaves its journal to recovery (err wraps lease.ErrLost).
 	LockLost func(err error)
 }

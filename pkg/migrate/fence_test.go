@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -30,7 +31,7 @@ func TestLostLockStopsTheMigration(t *testing.T) {
 			w.ExpireLeases() // another process takes the lease over
 			select {
 			case err := <-lost:
-				if !errors.Is(err, migrate.ErrLockLost) {
+				if !errors.Is(err, lease.ErrLost) {
 					t.Errorf("lock lost with %v", err)
 				}
 			case <-time.After(time.Minute):
@@ -40,7 +41,7 @@ func TestLostLockStopsTheMigration(t *testing.T) {
 		},
 	}
 	rec, err := migrate.Run(context.Background(), testConfig(migrate.MS2M), w.Deps(), hooks)
-	if !errors.Is(err, migrate.ErrLockLost) {
+	if !errors.Is(err, lease.ErrLost) {
 		t.Fatalf("the migration went on after losing its lock: %v", err)
 	}
 	if rec.Outcome.Final() {

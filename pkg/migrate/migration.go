@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
@@ -104,7 +105,7 @@ type Migration struct {
 	// leases are the migration's locks on its pod and StatefulSet, and
 	// fence ends its work on the cluster if it loses them; all stages share
 	// the fence.
-	leases *leases
+	leases *lease.Set
 	fence  *fence
 	// receivers are the nodes' agents a transfer without a registry sends
 	// to (direct.go); all stages share them.
@@ -236,7 +237,7 @@ func (m *Migration) markRunning(ctx context.Context) error {
 
 // fence ends a migration's work on the cluster once it can no longer be
 // sure it holds its lock: every context the migration changes the cluster
-// with, its rollback's too, ends with ErrLockLost, and its journal is no
+// with, its rollback's too, ends with lease.ErrLost, and its journal is no
 // longer written.
 type fence struct {
 	ctx context.Context

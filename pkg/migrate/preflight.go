@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -168,7 +169,7 @@ func checkSourcePod(ctx context.Context, m *Migration) error {
 func GetSourcePod(ctx context.Context, client kubernetes.Interface, namespace, name, self string) (*corev1.Pod, error) {
 	pod, err := client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		if id, held := Holder(ctx, client, namespace, name); held && id != self {
+		if id, held := lease.Holder(ctx, client, namespace, name); held && id != self {
 			return nil, fmt.Errorf("pod %s is not there while migration %s, which did not end, holds it; finish or undo that migration: %s", name, id, RecoverCommand(namespace, id))
 		}
 		return nil, fmt.Errorf("pod %s not found in namespace %s; check the name and -n", name, namespace)

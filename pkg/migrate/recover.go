@@ -37,7 +37,7 @@ func Recover(ctx context.Context, rec *report.Record, brokerURL string, deps Dep
 	}
 	defer m.closeBroker()
 	if m.broker, err = deps.DialBroker(ctx, brokerURL); err != nil {
-		m.leases.abandon(context.WithoutCancel(ctx))
+		m.leases.Abandon(context.WithoutCancel(ctx))
 		return rec, fmt.Errorf("%w; pass --broker-url with an address this machine reaches", err)
 	}
 	if m.state.Final != nil {

@@ -64,7 +64,7 @@ func Run(ctx context.Context, cfg Config, deps Deps, hooks Hooks) (*report.Recor
 		// Preflight failed before anything changed, or the plan was all that
 		// was asked for: nothing to record.
 		m.releaseAgents(ctx)
-		m.leases.release(context.WithoutCancel(ctx))
+		m.leases.Release(context.WithoutCancel(ctx))
 		return m.Record, err
 	}
 	return m.Record, errors.Join(err, m.finish(ctx))
@@ -82,12 +82,12 @@ func (m *Migration) finish(ctx context.Context) error {
 	if lost := m.fence.broken(); lost != nil {
 		// Another process may be recovering it: touch nothing, its agents
 		// included (they idle out).
-		m.leases.abandon(ctx)
+		m.leases.Abandon(ctx)
 		return fmt.Errorf("%w; the journal is left to %s", lost, RecoverCommand(m.config.Namespace, m.config.ID))
 	}
 	m.releaseAgents(ctx)
 	if !m.Record.Outcome.Final() {
-		m.leases.abandon(ctx)
+		m.leases.Abandon(ctx)
 		if err := m.save(ctx); err != nil {
 			return fmt.Errorf("%w; the journal could not be kept either: what was changed is in the errors above", err)
 		}
@@ -97,7 +97,7 @@ func (m *Migration) finish(ctx context.Context) error {
 		if err := m.broker.DeleteQueue(ctx, m.state.MigrationQueue); err != nil {
 			// Restored copies would hold on a restart; keep the journal so
 			// that recovery deletes it.
-			m.leases.abandon(ctx)
+			m.leases.Abandon(ctx)
 			return errors.Join(fmt.Errorf("delete queue %s: %w", m.state.MigrationQueue, err), m.save(ctx))
 		}
 	}
@@ -105,7 +105,7 @@ func (m *Migration) finish(ctx context.Context) error {
 	// The migration ended for good: its locks go even if its record cannot
 	// be written (say, the caller may not update ConfigMaps), or they would
 	// refuse every later migration of the pod.
-	defer m.leases.release(ctx)
+	defer m.leases.Release(ctx)
 	if err := m.deps.Records.Save(ctx, m.Record); err != nil {
 		if m.Record.Outcome == report.Succeeded {
 			return fmt.Errorf("migration succeeded but %w", err)

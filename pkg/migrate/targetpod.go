@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
 
@@ -32,7 +33,7 @@ const (
 	// first created from (JSON): a restore needs that image on the node, and
 	// a restored pod's own image is a checkpoint.
 	BaseImagesAnnotation = "migrate.ms2m.io/base-images"
-	MigrationLabel       = "migrate.ms2m.io/migration"
+	MigrationLabel       = lease.MigrationLabel
 )
 
 // saTokenVolumePrefix names the volume admission adds for the service

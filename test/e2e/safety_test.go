@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
@@ -55,7 +55,7 @@ func TestSecondMigrationRefused(t *testing.T) {
 		w := l.deploy(t, "10")
 		waitApplied(t, w, "consumer", 20)
 		first, out := l.start(t, w, "pod", "consumer", "--to", "node-b")
-		id := l.waitLease(t, w, migrate.LeaseName("pod", "consumer"))
+		id := l.waitLease(t, w, lease.Name("pod", "consumer"))
 		_, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--strategy", "stop-and-copy")
 		if err == nil || !strings.Contains(stderr, "pod consumer is being migrated by migration "+id) {
 			t.Fatalf("the second migration was not refused: %v\n%s", err, stderr)
@@ -74,7 +74,7 @@ func TestSecondMigrationRefused(t *testing.T) {
 		l := setup(t)
 		b := l.startStatefulSet(t, 20)
 		first, out := l.start(t, b.w, "sts", "consumer-0", "--to", "node-b", "--queue", b.w.Queue)
-		id := l.waitLease(t, b.w, migrate.LeaseName("sts", "consumer"))
+		id := l.waitLease(t, b.w, lease.Name("sts", "consumer"))
 		_, stderr, err := l.migrate(t, b.w, "sts", "consumer-1", "--to", "node-b", "--queue", queueOfOrdinal(b.w, 1))
 		if err == nil || !strings.Contains(stderr, "StatefulSet consumer is being migrated by migration "+id) {
 			t.Fatalf("the other ordinal's migration was not refused: %v\n%s", err, stderr)

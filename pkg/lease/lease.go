@@ -1,4 +1,9 @@
-package migrate
+// Package lease is the lock of a migration, and of a drain: a
+// coordination.k8s.io Lease on each pod, StatefulSet or node it changes,
+// renewed while its process runs, fenced (a holder that cannot vouch for its
+// leases is told, and must stop changing the cluster), and taken over only
+// by the recovery of the same migration.
+package lease
 
 import (
 	"context"
@@ -27,7 +32,7 @@ import (
 //
 // The lock is fenced: a holder that cannot renew its leases in time, or
 // finds them changed by someone else, stops changing the cluster (see
-// ErrLockLost), and a taker judges expiry by watching RenewTime stand still
+// ErrLost), and a taker judges expiry by watching RenewTime stand still
 // for a lease duration on its own clock, never by comparing its clock with
 // the holder's.
 const (
@@ -50,23 +55,27 @@ const (
 	abandonedSeconds = 1
 )
 
-// ErrLockLost ends a migration that can no longer be sure it holds its
+// MigrationLabel labels a lease with its migration's ID, as every object of
+// a migration is labelled.
+const MigrationLabel = "migrate.ms2m.io/migration"
+
+// ErrLost ends a migration that can no longer be sure it holds its
 // lock: it stops changing the cluster, keeping its journal, so that only one
 // process (its recovery) goes on with it.
-var ErrLockLost = errors.New("this migration lost its lock")
+var ErrLost = errors.New("this migration lost its lock")
 
 // LeaseName is the lease of a pod ("pod") or a StatefulSet ("sts").
-func LeaseName(kind, name string) string { return "kubectl-migrate-" + kind + "-" + name }
+func Name(kind, name string) string { return "kubectl-migrate-" + kind + "-" + name }
 
-// leases are the leases one migration holds.
-type leases struct {
-	client    kubernetes.Interface
-	namespace string
-	id        string
+// Set is the leases one migration (or drain) holds.
+type Set struct {
+	Client    kubernetes.Interface
+	Namespace string
+	ID        string
 	// duration and renewEvery default to leaseDuration and leaseRenew.
 	duration, renewEvery time.Duration
-	// lost is told, once, why the leases can no longer be vouched for.
-	lost func(error)
+	// Lost is told, once, why the leases can no longer be vouched for.
+	Lost func(error)
 
 	mu      sync.Mutex
 	held    []*coordinationv1.Lease
@@ -79,59 +88,29 @@ type leases struct {
 // errLeaseHeld is returned when another migration holds a lease.
 var errLeaseHeld = errors.New("held by another migration")
 
-// acquireLeases takes the migration's leases, or only checks that nobody
-// else holds them (dry run). With recovering, it takes over leases that
-// this same migration left un-renewed.
-func (m *Migration) acquireLeases(ctx context.Context, recovering bool) error {
-	names := []string{LeaseName("pod", m.config.Pod)}
-	what := []string{"pod " + m.config.Pod}
-	if m.config.StatefulSet != "" {
-		names = append(names, LeaseName("sts", m.config.StatefulSet))
-		what = append(what, "StatefulSet "+m.config.StatefulSet)
-	}
-	l := &leases{client: m.deps.Client, namespace: m.config.Namespace, id: m.config.ID, lost: m.loseLock}
-	if recovering {
-		m.progress(report.Preflight, "taking over the migration's lock")
-	}
-	for i, name := range names {
-		if err := l.acquire(ctx, name, what[i], m.config.DryRun, recovering); err != nil {
-			l.release(context.WithoutCancel(ctx))
-			return err
-		}
-	}
-	l.startRenewing()
-	m.leases = l
-	return nil
-}
-
-// loseLock breaks the migration's fence and says so at once.
-func (m *Migration) loseLock(err error) {
-	m.fence.lose(err)
-	if m.hooks.LockLost != nil {
-		m.hooks.LockLost(err)
-	}
-}
-
-func (l *leases) defaults() {
+func (l *Set) defaults() {
 	if l.duration == 0 {
 		l.duration, l.renewEvery = leaseDuration, leaseRenew
 	}
 }
 
-func (l *leases) acquire(ctx context.Context, name, what string, checkOnly, recovering bool) error {
+// Acquire takes lease name, guarding what (named in refusals): free, or
+// (recovering) left un-renewed by this same migration. With checkOnly it only
+// checks that nobody else holds it (a dry run).
+func (l *Set) Acquire(ctx context.Context, name, what string, checkOnly, recovering bool) error {
 	l.defaults()
-	leasesAPI := l.client.CoordinationV1().Leases(l.namespace)
+	leasesAPI := l.Client.CoordinationV1().Leases(l.Namespace)
 	now := metav1.NewMicroTime(time.Now())
 	host, _ := os.Hostname()
 	lease := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.namespace,
-			Labels: map[string]string{"app.kubernetes.io/managed-by": "kubectl-migrate", MigrationLabel: l.id},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.Namespace,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "kubectl-migrate", MigrationLabel: l.ID},
 			Annotations: map[string]string{
 				HostAnnotation:    fmt.Sprintf("%s pid %d", host, os.Getpid()),
 				ProcessAnnotation: thisProcess(),
 			}},
 		Spec: coordinationv1.LeaseSpec{
-			HolderIdentity: ptr.To(l.id), LeaseDurationSeconds: ptr.To(int32(l.duration.Seconds())),
+			HolderIdentity: ptr.To(l.ID), LeaseDurationSeconds: ptr.To(int32(l.duration.Seconds())),
 			AcquireTime: &now, RenewTime: &now,
 		},
 	}
@@ -157,17 +136,17 @@ func (l *leases) acquire(ctx context.Context, name, what string, checkOnly, reco
 	holder := ptr.Deref(existing.Spec.HolderIdentity, "")
 	ended := holderEnded(existing)
 	switch {
-	case holder != l.id && ended:
+	case holder != l.ID && ended:
 		return fmt.Errorf("%s is held by migration %s, which did not end (run by %s): %w; finish or undo it first: %s",
-			what, holder, existing.Annotations[HostAnnotation], errLeaseHeld, RecoverCommand(l.namespace, holder))
-	case holder != l.id:
+			what, holder, existing.Annotations[HostAnnotation], errLeaseHeld, report.RecoverCommand(l.Namespace, holder))
+	case holder != l.ID:
 		return fmt.Errorf("%s is being migrated by migration %s (run by %s): %w; wait for it to end, or follow it with kubectl migrate report %s; if its process died, finish or undo it: %s",
-			what, holder, existing.Annotations[HostAnnotation], errLeaseHeld, holder, RecoverCommand(l.namespace, holder))
+			what, holder, existing.Annotations[HostAnnotation], errLeaseHeld, holder, report.RecoverCommand(l.Namespace, holder))
 	case !recovering || checkOnly:
 		return fmt.Errorf("%s: lease %s names this migration already: %w", what, name, errLeaseHeld)
 	case !ended:
-		if existing, err = awaitExpiry(ctx, l.client, existing); err != nil {
-			return fmt.Errorf("migration %s is still running on %s: %w; recover it only once that process has ended", l.id, existing.Annotations[HostAnnotation], err)
+		if existing, err = awaitExpiry(ctx, l.Client, existing); err != nil {
+			return fmt.Errorf("migration %s is still running on %s: %w; recover it only once that process has ended", l.ID, existing.Annotations[HostAnnotation], err)
 		}
 	}
 	lease.ResourceVersion = existing.ResourceVersion
@@ -181,7 +160,7 @@ func (l *leases) acquire(ctx context.Context, name, what string, checkOnly, reco
 }
 
 // hold adds a lease taken with a request sent at sent.
-func (l *leases) hold(lease *coordinationv1.Lease, sent time.Time) {
+func (l *Set) hold(lease *coordinationv1.Lease, sent time.Time) {
 	if len(l.held) == 0 || sent.Before(l.renewed) {
 		l.renewed = sent
 	}
@@ -230,17 +209,17 @@ func renewTime(l *coordinationv1.Lease) time.Time {
 // holds its node's this way while its migrations take their pods' leases.
 // lost is told if the lease can no longer be vouched for.
 func Lock(ctx context.Context, client kubernetes.Interface, namespace, id, name, what string, lost func(error)) (release func(context.Context), err error) {
-	l := &leases{client: client, namespace: namespace, id: id, lost: lost}
-	if err := l.acquire(ctx, name, what, false, false); err != nil {
+	l := &Set{Client: client, Namespace: namespace, ID: id, Lost: lost}
+	if err := l.Acquire(ctx, name, what, false, false); err != nil {
 		return nil, err
 	}
-	l.startRenewing()
-	return l.release, nil
+	l.StartRenewing()
+	return l.Release, nil
 }
 
-// startRenewing renews the held leases until release, abandon or their
+// StartRenewing renews the held leases until release, abandon or their
 // loss.
-func (l *leases) startRenewing() {
+func (l *Set) StartRenewing() {
 	if len(l.held) == 0 {
 		return
 	}
@@ -256,7 +235,7 @@ func (l *leases) startRenewing() {
 // renew renews every held lease. A lease changed by someone else is lost at
 // once; one that cannot be renewed is lost before a taker watching it could
 // see it expire (a lease duration after the last renewal that reached it).
-func (l *leases) renew(ctx context.Context) {
+func (l *Set) renew(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lostErr != nil || ctx.Err() != nil {
@@ -268,7 +247,7 @@ func (l *leases) renew(ctx context.Context) {
 		next.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
 		next.Spec.LeaseDurationSeconds = ptr.To(int32(l.duration.Seconds()))
 		callCtx, cancel := context.WithTimeout(ctx, l.renewEvery/2)
-		updated, err := l.client.CoordinationV1().Leases(l.namespace).Update(callCtx, next, metav1.UpdateOptions{})
+		updated, err := l.Client.CoordinationV1().Leases(l.Namespace).Update(callCtx, next, metav1.UpdateOptions{})
 		cancel()
 		switch {
 		case err == nil:
@@ -277,9 +256,9 @@ func (l *leases) renew(ctx context.Context) {
 		case ctx.Err() != nil: // released meanwhile
 			return
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-			l.lose(fmt.Errorf("%w: lease %s was changed by another process (%v)", ErrLockLost, lease.Name, err))
+			l.lose(fmt.Errorf("%w: lease %s was changed by another process (%v)", ErrLost, lease.Name, err))
 		case time.Since(l.renewed) >= l.duration-l.renewEvery:
-			l.lose(fmt.Errorf("%w: lease %s could not be renewed for %s (%v)", ErrLockLost, lease.Name, time.Since(l.renewed).Round(time.Second), err))
+			l.lose(fmt.Errorf("%w: lease %s could not be renewed for %s (%v)", ErrLost, lease.Name, time.Since(l.renewed).Round(time.Second), err))
 		}
 		return // tried again at the next tick
 	}
@@ -288,39 +267,39 @@ func (l *leases) renew(ctx context.Context) {
 
 // lose gives the leases up for lost: they are no longer renewed nor
 // touched, and the holder is told why.
-func (l *leases) lose(err error) {
+func (l *Set) lose(err error) {
 	l.lostErr = err
 	l.stop()
-	if l.lost != nil {
-		l.lost(err)
+	if l.Lost != nil {
+		l.Lost(err)
 	}
 }
 
-func (l *leases) stopRenewing() {
+func (l *Set) stopRenewing() {
 	if l.stop != nil {
 		l.stop()
 		l.done.Wait()
 	}
 }
 
-// release deletes the leases: the migration ended for good.
-func (l *leases) release(ctx context.Context) {
+// Release deletes the leases: the migration ended for good.
+func (l *Set) Release(ctx context.Context) {
 	if l == nil {
 		return
 	}
 	l.stopRenewing()
 	if l.lostErr == nil {
 		for _, lease := range l.held {
-			_ = l.client.CoordinationV1().Leases(l.namespace).Delete(ctx, lease.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion}})
+			_ = l.Client.CoordinationV1().Leases(l.Namespace).Delete(ctx, lease.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion}})
 		}
 	}
 	l.held = nil
 }
 
-// abandon stops renewing and marks the leases as given up, so the next
+// Abandon stops renewing and marks the leases as given up, so the next
 // migration of the pod is told at once to recover this one, and its
 // recovery need not wait them out.
-func (l *leases) abandon(ctx context.Context) {
+func (l *Set) Abandon(ctx context.Context) {
 	if l == nil {
 		return
 	}
@@ -329,17 +308,17 @@ func (l *leases) abandon(ctx context.Context) {
 		for _, lease := range l.held {
 			next := lease.DeepCopy()
 			next.Spec.LeaseDurationSeconds = ptr.To(int32(abandonedSeconds))
-			_, _ = l.client.CoordinationV1().Leases(l.namespace).Update(ctx, next, metav1.UpdateOptions{})
+			_, _ = l.Client.CoordinationV1().Leases(l.Namespace).Update(ctx, next, metav1.UpdateOptions{})
 		}
 	}
 	l.held = nil
 }
 
-// ReleaseStaleLeases deletes the leases of migration id once nobody renews
+// ReleaseStale deletes the leases of migration id once nobody renews
 // them any more (waiting a lease duration to see that, unless their holder
 // is known to have ended), for a migration that stopped before it changed
 // anything (and so left no journal). It returns how many it deleted.
-func ReleaseStaleLeases(ctx context.Context, client kubernetes.Interface, namespace, id string) (int, error) {
+func ReleaseStale(ctx context.Context, client kubernetes.Interface, namespace, id string) (int, error) {
 	list, err := client.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: MigrationLabel + "=" + id})
 	if err != nil {
 		return 0, fmt.Errorf("list the leases of migration %s: %w", id, err)
@@ -364,18 +343,18 @@ func ReleaseStaleLeases(ctx context.Context, client kubernetes.Interface, namesp
 // seems to renew its lease still, for display: it compares clocks, which a
 // decision must not (see DrainEnded).
 func StillRunning(ctx context.Context, client kubernetes.Interface, namespace, pod, id string) bool {
-	return leaseSeemsHeld(ctx, client, namespace, LeaseName("pod", pod), id)
+	return leaseSeemsHeld(ctx, client, namespace, Name("pod", pod), id)
 }
 
 // DrainStillRunning is StillRunning for drain id of node.
 func DrainStillRunning(ctx context.Context, client kubernetes.Interface, namespace, node, id string) bool {
-	return leaseSeemsHeld(ctx, client, namespace, LeaseName("node", node), id)
+	return leaseSeemsHeld(ctx, client, namespace, Name("node", node), id)
 }
 
 // DrainEnded returns nil once the process running drain id of node no
 // longer renews the node's lease (it may wait a lease duration to see that).
 func DrainEnded(ctx context.Context, client kubernetes.Interface, namespace, node, id string) error {
-	l, err := client.CoordinationV1().Leases(namespace).Get(ctx, LeaseName("node", node), metav1.GetOptions{})
+	l, err := client.CoordinationV1().Leases(namespace).Get(ctx, Name("node", node), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || err == nil && (ptr.Deref(l.Spec.HolderIdentity, "") != id || holderEnded(l)) {
 		return nil
 	}
@@ -399,7 +378,7 @@ func leaseSeemsHeld(ctx context.Context, client kubernetes.Interface, namespace,
 
 // Holder returns the migration that holds the lease on pod, if any.
 func Holder(ctx context.Context, client kubernetes.Interface, namespace, pod string) (string, bool) {
-	l, err := client.CoordinationV1().Leases(namespace).Get(ctx, LeaseName("pod", pod), metav1.GetOptions{})
+	l, err := client.CoordinationV1().Leases(namespace).Get(ctx, Name("pod", pod), metav1.GetOptions{})
 	if err != nil {
 		return "", false
 	}

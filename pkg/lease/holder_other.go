@@ -1,6 +1,6 @@
 //go:build !linux
 
-package migrate
+package lease
 
 // thisProcess cannot identify a process across machines here.
 func thisProcess() string { return "" }

@@ -1,4 +1,4 @@
-package migrate
+package lease
 
 import (
 	"context"
@@ -47,18 +47,18 @@ func TestRenewalFailureLosesTheLock(t *testing.T) {
 				return false, nil, nil
 			})
 			lost := make(chan error, 1)
-			l := &leases{client: client, namespace: "default", id: "abcde", duration: 2 * time.Second, renewEvery: 100 * time.Millisecond,
-				lost: func(err error) { lost <- err }}
-			if err := l.acquire(context.Background(), "kubectl-migrate-pod-consumer", "pod consumer", false, false); err != nil {
+			l := &Set{Client: client, Namespace: "default", ID: "abcde", duration: 2 * time.Second, renewEvery: 100 * time.Millisecond,
+				Lost: func(err error) { lost <- err }}
+			if err := l.Acquire(context.Background(), "kubectl-migrate-pod-consumer", "pod consumer", false, false); err != nil {
 				t.Fatal(err)
 			}
-			l.startRenewing()
-			defer l.release(context.Background())
+			l.StartRenewing()
+			defer l.Release(context.Background())
 			waitFor(t, func() bool { return lastGood.Load() != 0 }) // renewing
 			failing.Store(true)
 			select {
 			case err := <-lost:
-				if !errors.Is(err, ErrLockLost) {
+				if !errors.Is(err, ErrLost) {
 					t.Fatalf("lost with %v", err)
 				}
 				if since := time.Since(time.Unix(0, lastGood.Load())); since > tc.before {
@@ -79,7 +79,7 @@ func TestExpiryIsObservedNotCompared(t *testing.T) {
 	ctx := context.Background()
 	lease := func(renewed time.Time) *coordinationv1.Lease {
 		return &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: LeaseName("pod", "consumer"), Namespace: "default", Labels: map[string]string{MigrationLabel: "abcde"},
+			ObjectMeta: metav1.ObjectMeta{Name: Name("pod", "consumer"), Namespace: "default", Labels: map[string]string{MigrationLabel: "abcde"},
 				Annotations: map[string]string{HostAnnotation: "elsewhere pid 1", ProcessAnnotation: "another-boot/pid:[1]/1/1"}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("abcde"), LeaseDurationSeconds: ptr.To(int32(2)), RenewTime: ptr.To(metav1.NewMicroTime(renewed))},
 		}
@@ -96,7 +96,7 @@ func TestExpiryIsObservedNotCompared(t *testing.T) {
 					return
 				case <-time.After(300 * time.Millisecond):
 				}
-				l, err := client.CoordinationV1().Leases("default").Get(ctx, LeaseName("pod", "consumer"), metav1.GetOptions{})
+				l, err := client.CoordinationV1().Leases("default").Get(ctx, Name("pod", "consumer"), metav1.GetOptions{})
 				if err != nil {
 					return
 				}
@@ -104,14 +104,14 @@ func TestExpiryIsObservedNotCompared(t *testing.T) {
 				_, _ = client.CoordinationV1().Leases("default").Update(ctx, l, metav1.UpdateOptions{})
 			}
 		}()
-		if n, err := ReleaseStaleLeases(ctx, client, "default", "abcde"); err == nil || !strings.Contains(err.Error(), "still running") || n != 0 {
+		if n, err := ReleaseStale(ctx, client, "default", "abcde"); err == nil || !strings.Contains(err.Error(), "still running") || n != 0 {
 			t.Fatalf("released a lease its holder renews: %d, %v", n, err)
 		}
 	})
 	t.Run("dead holder, clock ahead", func(t *testing.T) {
 		client := fake.NewClientset(lease(time.Now().Add(time.Hour)))
 		start := time.Now()
-		if n, err := ReleaseStaleLeases(ctx, client, "default", "abcde"); err != nil || n != 1 {
+		if n, err := ReleaseStale(ctx, client, "default", "abcde"); err != nil || n != 1 {
 			t.Fatalf("released %d: %v", n, err)
 		}
 		if took := time.Since(start); took < 2*time.Second {
