@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -147,102 +146,34 @@ func (d *drainer) runMoves(ctx context.Context) (stoppedEarly bool) {
 		d.rec.Error = err.Error()
 		return true
 	}
-	// A StatefulSet's (or ReplicaSet's) pods move one after another: the
-	// longest such chains start first, so that the rest run beside them.
-	chain := map[string]int{}
-	for _, mv := range d.plan.Moves {
-		chain[mv.chainKey()]++
-	}
-	pendingMoves := slices.Clone(d.plan.Moves)
-	slices.SortStableFunc(pendingMoves, func(a, b Move) int { return chain[b.chainKey()] - chain[a.chainKey()] })
-	var (
-		mu      sync.Mutex
-		cond    = sync.NewCond(&mu)
-		pending = pendingMoves
-		index   = map[string]int{}
-		busySts = map[string]bool{}
-		inUse   = map[string]int{}
-		stop    bool
-		wg      sync.WaitGroup
-	)
+	s := newScheduler(d.plan.Moves, limits)
+	index := map[string]int{}
 	for i, mv := range d.plan.Moves {
 		index[mv.Name()] = i
 	}
-	allowed := func(mv Move) bool {
-		if busySts[mv.chainKey()] {
-			return false
-		}
-		for _, b := range mv.Budgets {
-			if inUse[b] >= limits[b] {
-				return false
-			}
-		}
-		return true
-	}
-	running := 0
-	// next waits for a move it may start, or returns false when there is
-	// none left to start.
-	next := func() (Move, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		for {
-			if stop || ctx.Err() != nil || len(pending) == 0 {
-				return Move{}, false
-			}
-			for i, mv := range pending {
-				if allowed(mv) {
-					pending = slices.Delete(pending, i, i+1)
-					busySts[mv.chainKey()] = true
-					for _, b := range mv.Budgets {
-						inUse[b]++
-					}
-					running++
-					return mv, true
-				}
-			}
-			if running == 0 {
-				// Nothing runs that could free a budget: what waits is
-				// held by a budget that allows no disruption now.
-				for _, mv := range pending {
-					d.update(ctx, index[mv.Name()], func(m *report.DrainMove) {
-						m.Outcome, m.Error = report.Failed, "its PodDisruptionBudget "+strings.Join(mv.Budgets, ", ")+" allows no disruption now; not migrated"
-					})
-				}
-				pending = nil
-				return Move{}, false
-			}
-			cond.Wait()
-		}
-	}
-	done := func(mv Move, failed bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		delete(busySts, mv.chainKey())
-		for _, b := range mv.Budgets {
-			inUse[b]--
-		}
-		running--
-		if failed && d.cfg.FailFast {
-			stop = true
-		}
-		cond.Broadcast()
-	}
 	// A cancelled context must wake the waiting workers.
-	stopWaking := context.AfterFunc(ctx, func() { mu.Lock(); cond.Broadcast(); mu.Unlock() })
+	stopWaking := context.AfterFunc(ctx, s.wake)
 	defer stopWaking()
+	var wg sync.WaitGroup
 	for range d.cfg.Parallel {
 		wg.Go(func() {
 			for {
-				mv, ok := next()
+				mv, ok := s.next(ctx)
 				if !ok {
 					return
 				}
-				done(mv, !d.move(ctx, mv, index[mv.Name()]))
+				failed := !d.move(ctx, mv, index[mv.Name()])
+				s.done(mv, failed && d.cfg.FailFast)
 			}
 		})
 	}
 	wg.Wait()
-	return stop || ctx.Err() != nil || len(pending) > 0
+	for _, mv := range s.held {
+		d.update(ctx, index[mv.Name()], func(m *report.DrainMove) {
+			m.Outcome, m.Error = report.Failed, "its PodDisruptionBudget "+strings.Join(mv.Budgets, ", ")+" allows no disruption now; not migrated"
+		})
+	}
+	return s.stoppedEarly(ctx)
 }
 
 // chainKey groups the moves that must run one after another: a
