@@ -196,31 +196,16 @@ func (m *Migration) awaitRestored(ctx context.Context, name, node string, step r
 	// same watch on the pod stops the wait if the restore fails.
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	podFailed := make(chan error, 1)
-	kubeletAway := m.kubeletAway(watchCtx, node)
-	cannotStart := func(err error) error { return fmt.Errorf("pod %s cannot start on %s: %w", name, node, err) }
-	addressed := make(chan struct{})
-	var once sync.Once
-	running := kube.ContainersRunning("restored ", m.state.Migrated)
-	go func() {
-		_, err := kube.WaitForPod(watchCtx, m.deps.Client, m.config.Namespace, name, func(pod *corev1.Pod) (bool, error) {
-			done, err := running(pod)
-			if done || pod != nil && pod.Status.PodIP != "" {
-				once.Do(func() { close(addressed) })
-			}
-			return done, err
-		})
-		podFailed <- err
-	}()
+	pod := m.watchRestoredPod(watchCtx, name, node)
 	select {
-	case <-addressed:
-	case err := <-podFailed:
+	case <-pod.addressed:
+	case err := <-pod.ended:
 		if err != nil {
 			return ms2m.State{}, m.explainRestoreFailure(ctx, node, err)
 		}
 		// Running, so addressed too.
-	case err := <-kubeletAway:
-		return ms2m.State{}, cannotStart(err)
+	case err := <-pod.kubeletAway:
+		return ms2m.State{}, pod.cannotStart(err)
 	}
 	m.progress(report.Restore, "pod has an address; waiting for the restored application")
 	app := m.app(name)
@@ -232,13 +217,13 @@ func (m *Migration) awaitRestored(ctx context.Context, name, node string, step r
 	var podErr error
 	err := wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
 		select {
-		case err := <-podFailed:
+		case err := <-pod.ended:
 			if err != nil && ctx.Err() == nil {
 				podErr = err
 				return false, err
 			}
-		case err := <-kubeletAway:
-			podErr = cannotStart(err)
+		case err := <-pod.kubeletAway:
+			podErr = pod.cannotStart(err)
 			return false, podErr
 		default:
 		}
@@ -269,6 +254,39 @@ func (m *Migration) awaitRestored(ctx context.Context, name, node string, step r
 	m.stepTook(step, "", start, answeredAt.Sub(start), 0)
 	m.step(report.AppHolding, "", answeredAt, 0)
 	return st, nil
+}
+
+// restoredPodWatch follows a restored pod while the engine waits for its
+// application: addressed closes once the pod has an IP (or runs); ended
+// gets the watch's end, nil once the migrated containers run, or why they
+// cannot; kubeletAway, the node's kubelet stopping to answer.
+type restoredPodWatch struct {
+	name, node  string
+	addressed   chan struct{}
+	ended       chan error
+	kubeletAway <-chan error
+}
+
+// watchRestoredPod watches pod name on node until ctx ends.
+func (m *Migration) watchRestoredPod(ctx context.Context, name, node string) *restoredPodWatch {
+	w := &restoredPodWatch{name: name, node: node, addressed: make(chan struct{}), ended: make(chan error, 1), kubeletAway: m.kubeletAway(ctx, node)}
+	var once sync.Once
+	running := kube.ContainersRunning("restored ", m.state.Migrated)
+	go func() {
+		_, err := kube.WaitForPod(ctx, m.deps.Client, m.config.Namespace, name, func(pod *corev1.Pod) (bool, error) {
+			done, err := running(pod)
+			if done || pod != nil && pod.Status.PodIP != "" {
+				once.Do(func() { close(w.addressed) })
+			}
+			return done, err
+		})
+		w.ended <- err
+	}()
+	return w
+}
+
+func (w *restoredPodWatch) cannotStart(err error) error {
+	return fmt.Errorf("pod %s cannot start on %s: %w", w.name, w.node, err)
 }
 
 // Rollback deletes the restored pod, unless it may hold messages nothing
