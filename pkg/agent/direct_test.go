@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
 
 // TestDirectTransfer: the source's agent streams an archive to the target's,
@@ -415,5 +416,56 @@ func TestDirectTransferIsEncryptedAndPinned(t *testing.T) {
 	req.CertSHA256 = direct.CertSHA256()
 	if _, err := send(ctx, req); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestExpectTakesCallsOnlyFromItsMigration: the mark that holds a
+// container's create until its checkpoint arrives (/expect), and the
+// certificate senders pin (/direct), are given only with the migration's
+// control token: a call without it, or with another, marks nothing.
+func TestExpectTakesCallsOnlyFromItsMigration(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	receive, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := NewDirect(t.TempDir(), "s3cret", receive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct.StageDir = t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct.Port = ln.Addr().(*net.TCPAddr).Port // where it publishes its probe
+	served := make(chan error, 1)
+	go func() { served <- Serve(ctx, ln, time.Hour, direct, "control") }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	}()
+	base := "http://" + ln.Addr().String()
+	body := `{"containers":[{"namespace":"ns","pod":"p","container":"app"}]}`
+	mark := ociruntime.ExpectedPath(direct.StageDir, ociruntime.Identity{Namespace: "ns", Pod: "p", Container: "app"})
+	for _, token := range []string{"", "guess", "s3cret"} { // the push token is not the control token
+		if code := post(t, base+expectPath, token, body); code != http.StatusUnauthorized {
+			t.Fatalf("/expect with token %q: %d, want 401", token, code)
+		}
+		if code := post(t, base+directPath, token, `{}`); code != http.StatusUnauthorized {
+			t.Fatalf("/direct with token %q: %d, want 401", token, code)
+		}
+	}
+	if _, err := os.Stat(mark); !os.IsNotExist(err) {
+		t.Fatalf("a refused call marked %s: %v", mark, err)
+	}
+	if code := post(t, base+expectPath, "control", body); code != http.StatusOK {
+		t.Fatalf("/expect with the control token: %d", code)
+	}
+	if _, err := os.Stat(mark); err != nil {
+		t.Fatalf("the migration's own call marked nothing: %v", err)
 	}
 }
