@@ -30,7 +30,7 @@ type preflight struct{}
 
 func (preflight) Name() report.PhaseName { return report.Preflight }
 
-func (preflight) traits() traits { return traits{changesNothing: true} }
+func (preflight) traits() traits { return traits{unjournaled: true} }
 
 func (preflight) Rollback(context.Context, *Migration) error { return nil }
 

@@ -26,9 +26,11 @@ type Phase interface {
 // traits is what the runner does around a phase beyond Run and Rollback; a
 // phase declares it with a traits method, and the zero value suits most.
 type traits struct {
-	// changesNothing: no journal is saved around it (preflight: a crash in
-	// it leaves nothing to recover).
-	changesNothing bool
+	// unjournaled: no journal is saved around it. Preflight only sets up
+	// what needs no recovery: leases, which a later migration sees
+	// abandoned or expired; the arrival probe's queue, which expires; agents,
+	// which idle out. Its own failure and finish remove them at once.
+	unjournaled bool
 	// endsTotal: the migration's total time is taken when it succeeds (the
 	// switchover that completes it).
 	endsTotal bool
@@ -118,7 +120,7 @@ func (m *Migration) runPhase(ctx context.Context, i int, p Phase) error {
 	t0 := time.Now()
 	entry.StartMillis = t0.Sub(m.Record.StartedAt).Milliseconds()
 	var err error
-	if !traits.changesNothing {
+	if !traits.unjournaled {
 		err = m.save(ctx)
 	}
 	if m.hooks.PhaseStarted != nil {
@@ -149,7 +151,7 @@ func (m *Migration) runPhase(ctx context.Context, i int, p Phase) error {
 		err = fmt.Errorf("%s: %w", where, err)
 		entry.Error = err.Error()
 	}
-	if !traits.changesNothing {
+	if !traits.unjournaled {
 		// Best effort: a journal that still says "running" makes recovery
 		// run or undo this phase again, which every phase allows.
 		_ = m.save(context.WithoutCancel(ctx))
@@ -213,7 +215,7 @@ func (m *Migration) rollback(ctx context.Context, done []Phase, cause error) err
 		if i < len(m.Record.Phases) { // one record per phase run, in order
 			m.Record.Phases[i].RolledBack = true
 		}
-		if !traitsOf(done[i]).changesNothing {
+		if !traitsOf(done[i]).unjournaled {
 			_ = m.save(rbCtx)
 		}
 	}

@@ -35,8 +35,8 @@ func TestRunnerNamesNoPhase(t *testing.T) {
 // TestPhaseTraits: the traits the runner relies on are where they belong,
 // also through a shadow stage's wrapper.
 func TestPhaseTraits(t *testing.T) {
-	if !traitsOf(preflight{}).changesNothing || traitsOf(checkpoint{}).changesNothing {
-		t.Error("only preflight changes nothing")
+	if !traitsOf(preflight{}).unjournaled || traitsOf(checkpoint{}).unjournaled {
+		t.Error("only preflight goes unjournaled")
 	}
 	m := &Migration{config: Config{ReplayTimeout: 7, PhaseTimeout: 3}}
 	if tr := traitsOf(inStage{Phase: replay{}, stage: "final", onFinal: true}); tr.timeout == nil || tr.timeout(m) != 7 {
