@@ -14,7 +14,7 @@ import (
 const (
 	ExitFailed      = 1 // anything else: the cluster or a system could not be reached, …
 	ExitUsage       = 2 // bad flags or arguments: nothing was done
-	ExitRefused     = 3 // refused before any change (preflight)
+	ExitRefused     = 3 // refused before any change (preflight or setup)
 	ExitRolledBack  = 4 // failed and rolled back: the source serves
 	ExitRecover     = 5 // stopped with its journal kept: kubectl migrate recover ID
 	ExitCheckFailed = 6 // kubectl migrate check found a ✗
@@ -66,7 +66,7 @@ func outcomeCode(rec *report.Record) int {
 	switch {
 	case rec == nil:
 		return ExitFailed
-	case rec.Outcome == report.RolledBack && len(rec.Phases) < 2:
+	case rec.Outcome == report.RolledBack && rec.ChangedNothing():
 		return ExitRefused
 	case rec.Outcome == report.RolledBack:
 		return ExitRolledBack

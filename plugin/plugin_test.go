@@ -150,7 +150,7 @@ func TestPodMigratesAndReports(t *testing.T) {
 	}
 	detail := execute(t, w, "report", saved[0].ID, "-o", "json")
 	var rec report.Record
-	if err := json.Unmarshal(detail.out.Bytes(), &rec); err != nil || rec.ID != saved[0].ID || len(rec.Phases) != 8 {
+	if err := json.Unmarshal(detail.out.Bytes(), &rec); err != nil || rec.ID != saved[0].ID || len(rec.Phases) != 9 {
 		t.Fatalf("report -o json: %v %+v", err, rec)
 	}
 }
@@ -228,6 +228,7 @@ func TestExitCodesTellWhatIsLeft(t *testing.T) {
 		want  int
 	}{
 		{"refused in preflight", report.Preflight, nil, ExitRefused},
+		{"refused in setup", report.Setup, nil, ExitRefused},
 		{"rolled back", report.Checkpoint, nil, ExitRolledBack},
 		{"kept for recovery", report.Checkpoint, []string{"--keep-on-failure"}, ExitRecover},
 		{"committed, cleanup unfinished", report.Cleanup, nil, ExitRecover},

@@ -109,7 +109,7 @@ func (o *RecoverOptions) Run(ctx context.Context) error {
 func (o *RecoverOptions) recoverOne(ctx context.Context, client kubernetes.Interface, namespace, id string, rec *report.Record, getErr error) (*report.Record, error) {
 	err := getErr
 	if errors.Is(err, report.ErrNotFound) {
-		// Stopped in preflight, before its first change: at most its
+		// Stopped in setup, before its first change: at most its
 		// leases are left.
 		n, lerr := lease.ReleaseStale(ctx, client, namespace, id)
 		if lerr != nil {
@@ -176,7 +176,7 @@ func (o *RecoverOptions) recoverDrain(ctx context.Context, client kubernetes.Int
 		fmt.Fprintf(o.ErrOut, "recovering %s/%s (migration %s)\n", m.Namespace, m.Pod, m.Migration)
 		rec, err := store.Get(ctx, m.Namespace, m.Migration)
 		if errors.Is(err, report.ErrNotFound) {
-			// It died in preflight, before its first change.
+			// It died in setup, before its first change.
 			_, err = lease.ReleaseStale(ctx, client, m.Namespace, m.Migration)
 			drain.Drain.Moves[i].Outcome = report.NotStarted
 			errs = append(errs, err)

@@ -50,7 +50,7 @@ func TestMS2MSucceeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []report.PhaseName{report.Preflight, report.Prepare, report.Checkpoint, report.Image, report.Restore, report.Replay, report.Switchover, report.Cleanup}
+	want := []report.PhaseName{report.Preflight, report.Setup, report.Prepare, report.Checkpoint, report.Image, report.Restore, report.Replay, report.Switchover, report.Cleanup}
 	if got := phaseNames(rec); !slices.Equal(got, want) {
 		t.Fatalf("phases %v, want %v", got, want)
 	}
@@ -154,14 +154,14 @@ func TestStopAndCopySucceeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []report.PhaseName{report.Preflight, report.Stop, report.Checkpoint, report.Image, report.Restore, report.Switchover, report.Cleanup}
+	want := []report.PhaseName{report.Preflight, report.Setup, report.Stop, report.Checkpoint, report.Image, report.Restore, report.Switchover, report.Cleanup}
 	if got := phaseNames(rec); !slices.Equal(got, want) {
 		t.Fatalf("phases %v, want %v", got, want)
 	}
 	if slices.ContainsFunc(w.Calls, func(c string) bool { return strings.HasPrefix(c, "bind") }) {
 		t.Fatal("stop-and-copy must not bind a replay queue")
 	}
-	// After preflight's agents and the mark that a migration runs.
+	// After setup's agents and the mark that a migration runs.
 	changes := w.Changes()
 	first := slices.IndexFunc(changes, func(c string) bool { return !strings.HasPrefix(c, "declare ") }) // after the mark that a migration runs
 	if !strings.HasPrefix(changes[first], "control consumer STOP") {
@@ -176,7 +176,7 @@ func TestRollbackAtEveryPhase(t *testing.T) {
 		strategy migrate.Strategy
 		phase    report.PhaseName
 	}{
-		{migrate.MS2M, report.Preflight}, {migrate.MS2M, report.Prepare}, {migrate.MS2M, report.Checkpoint}, {migrate.MS2M, report.Image},
+		{migrate.MS2M, report.Preflight}, {migrate.MS2M, report.Setup}, {migrate.MS2M, report.Prepare}, {migrate.MS2M, report.Checkpoint}, {migrate.MS2M, report.Image},
 		{migrate.MS2M, report.Restore}, {migrate.MS2M, report.Replay}, {migrate.MS2M, report.Switchover},
 		{migrate.StopAndCopy, report.Checkpoint}, {migrate.StopAndCopy, report.Image}, {migrate.StopAndCopy, report.Restore},
 	} {
@@ -209,9 +209,15 @@ func TestRollbackAtEveryPhase(t *testing.T) {
 			if w.Queues["work.ms2m-replay"] || w.Queues["work.ms2m-migration"] || len(w.Archives) > 0 || len(w.Images) > 0 {
 				t.Fatalf("left behind: queues %v archives %v images %v", w.Queues, w.Archives, w.Images)
 			}
-			if tc.phase == report.Preflight {
-				if len(w.Records()) != 0 || len(w.Leases()) != 0 {
-					t.Fatal("a failed preflight must not leave anything in the cluster")
+			if tc.phase == report.Preflight || tc.phase == report.Setup {
+				// Refused before anything of the workload changed: no
+				// record, no lock, no agent, no probe queue.
+				w.Mu.Lock()
+				probes := w.Queues["work.ms2m-probe-abcde"]
+				w.Mu.Unlock()
+				agents := slices.Contains(w.Calls, "release agents") || !slices.ContainsFunc(w.Calls, func(c string) bool { return strings.HasPrefix(c, "warm agent ") })
+				if len(w.Records()) != 0 || len(w.Leases()) != 0 || probes || !agents || !rec.ChangedNothing() {
+					t.Fatalf("a failed %s left something: records %d, leases %v, probe queue %t, agents released %t", tc.phase, len(w.Records()), w.Leases(), probes, agents)
 				}
 				return
 			}
@@ -324,7 +330,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 	}
 	// Only the agents ran, to prove they can.
 	agentsOnly := len(w.Changes()) == 0 && slices.Contains(w.Calls, "release agents")
-	if len(rec.Phases) != 1 || !agentsOnly || len(w.Records()) != 0 || len(w.Leases()) != 0 {
+	if len(rec.Phases) != 2 || !agentsOnly || len(w.Records()) != 0 || len(w.Leases()) != 0 {
 		t.Fatalf("dry run did %v", w.Calls)
 	}
 }

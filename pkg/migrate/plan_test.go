@@ -76,7 +76,7 @@ func TestPlanIsWhatRuns(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ran := rec.Phases[1:] // after preflight
+			ran := rec.Phases[2:] // after preflight and setup
 			if len(plan) != len(ran) || len(plan) != len(c.words) {
 				t.Fatalf("plan of %d lines, %d phases ran, %d expected:\n%s", len(plan), len(ran), len(c.words), strings.Join(plan, "\n"))
 			}

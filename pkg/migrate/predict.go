@@ -13,8 +13,8 @@ import (
 )
 
 // lambdaWindow is how long a dry run counts the workload's arrivals;
-// a migration counts them during its preflight, for at least
-// lambdaMinWindow (preflight takes longer where agents start: 1.3–3 s on
+// a migration counts them during its setup, for at least
+// lambdaMinWindow (setup takes longer where agents start: 1.3–3 s on
 // the lab).
 const (
 	lambdaWindow    = 3 * time.Second
@@ -38,7 +38,7 @@ type lambdaProbe struct {
 }
 
 // startLambdaProbe binds the probe queue the prediction measures λ with,
-// during preflight (shadow mode predicts nothing). A probe that cannot be
+// during setup (shadow mode predicts nothing). A probe that cannot be
 // bound costs the prediction only.
 func (m *Migration) startLambdaProbe(ctx context.Context) {
 	if m.config.Mode == Shadow || (m.config.PredictWindow < 0 && !m.config.DryRun) {
@@ -46,7 +46,7 @@ func (m *Migration) startLambdaProbe(ctx context.Context) {
 	}
 	queue := m.config.Broker.Queue + ".ms2m-probe-" + m.config.ID
 	if err := m.broker.BindProbeQueue(ctx, m.config.Broker.Exchange, queue, probeExpiry); err != nil {
-		m.progress(report.Preflight, "no prediction: "+err.Error())
+		m.progress(report.Setup, "no prediction: "+err.Error())
 		return
 	}
 	m.probe = &lambdaProbe{queue: queue, started: time.Now()}
@@ -131,9 +131,9 @@ func (m *Migration) predict(ctx context.Context, window time.Duration) (*report.
 	// replay queue: λ times prepare and the critical path.
 	before := phase(report.Prepare) + critical
 	p.Backlog = p.Lambda * before.Seconds()
-	rest := phase(report.Preflight) + phase(report.Switchover) + phase(report.Cleanup)
+	rest := phase(report.Preflight) + phase(report.Setup) + phase(report.Switchover) + phase(report.Cleanup)
 	if rest == 0 {
-		rest = 3 * time.Second // preflight ≈ 1.3 s and cleanup ≈ 1 s on the lab
+		rest = 3 * time.Second // preflight and setup ≈ 1.3 s, cleanup ≈ 1 s on the lab
 	}
 	switch {
 	case m.config.Strategy == StopAndCopy:

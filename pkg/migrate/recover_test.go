@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
@@ -21,10 +22,11 @@ import (
 )
 
 // crashHooks end the migration's goroutine, as a SIGKILL would end the
-// process, at its nth step after preflight: a step is a phase starting (the
+// process, at its nth step after setup: a step is a phase starting (the
 // journal names it by then) or a phase reporting progress (after a change
 // inside it, such as a pod created or a StatefulSet deleted). With n = 0
-// they only count the steps.
+// they only count the steps. Preflight and setup journal nothing: a crash
+// in them leaves nothing to recover (TestACrashInSetupLeavesNothingToRecover).
 func crashHooks(n int, steps *int) migrate.Hooks {
 	counting := false
 	step := func() {
@@ -37,7 +39,7 @@ func crashHooks(n int, steps *int) migrate.Hooks {
 	}
 	return migrate.Hooks{
 		PhaseStarted: func(p report.PhaseTiming) {
-			counting = counting || p.Name != report.Preflight
+			counting = counting || p.Name != report.Preflight && p.Name != report.Setup
 			step()
 		},
 		Progress: func(report.PhaseName, string) { step() },
@@ -373,6 +375,44 @@ func TestRecoverRefusesAForgedJournal(t *testing.T) {
 	}
 	if rec := recoverTwice(t, w, genuine); rec.Outcome != report.RolledBack {
 		t.Fatalf("recovered to %s", rec.Outcome)
+	}
+	if err := w.Conservation(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestACrashInSetupLeavesNothingToRecover: a process killed in setup, once
+// it holds the lock, leaves no journal and no record; the next migration is
+// refused naming the recovery, which (finding no record) only releases the
+// stale lease; then the pod migrates, every message once.
+func TestACrashInSetupLeavesNothingToRecover(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = migrate.Run(context.Background(), testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{
+			Progress: func(phase report.PhaseName, msg string) {
+				if phase == report.Setup && msg == "lock taken" {
+					runtime.Goexit() // as SIGKILL would
+				}
+			},
+		})
+	}()
+	<-done
+	if records, leases := w.Records(), w.Leases(); len(records) != 0 || len(leases) != 1 {
+		t.Fatalf("a crash in setup left %d records and leases %v, want none and the lock", len(records), leases)
+	}
+	w.ExpireLeases()
+	next := testConfig(migrate.MS2M)
+	next.ID, next.TargetName = "fghij", "consumer-fghij"
+	if _, err := migrate.Run(context.Background(), next, w.Deps(), migrate.Hooks{}); err == nil || !strings.Contains(err.Error(), migrate.RecoverCommand("default", "abcde")) {
+		t.Fatalf("the next migration was not pointed at recovery: %v", err)
+	}
+	if n, err := lease.ReleaseStale(context.Background(), w.Client, "default", "abcde"); err != nil || n != 1 {
+		t.Fatalf("recovery released %d leases: %v", n, err)
+	}
+	if rec, err := migrate.Run(context.Background(), next, w.Deps(), migrate.Hooks{}); err != nil || rec.Outcome != report.Succeeded {
+		t.Fatalf("after the recovery: %v", err)
 	}
 	if err := w.Conservation(); err != nil {
 		t.Fatal(err)

@@ -17,15 +17,15 @@ func Phases(s Strategy, statefulSet bool, mode StatefulSetMode) []Phase {
 	}
 	if statefulSet {
 		if s == StopAndCopy {
-			return []Phase{preflight{}, stopSource{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{}, switchover{}, cleanup{}}
+			return []Phase{preflight{}, setup{}, stopSource{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{}, switchover{}, cleanup{}}
 		}
-		return []Phase{preflight{}, prepare{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{}, replay{}, switchover{}, cleanup{}}
+		return []Phase{preflight{}, setup{}, prepare{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{}, replay{}, switchover{}, cleanup{}}
 	}
 	switch s {
 	case StopAndCopy:
-		return []Phase{preflight{}, stopSource{}, checkpoint{}, packImages{}, restore{}, switchover{}, cleanup{}}
+		return []Phase{preflight{}, setup{}, stopSource{}, checkpoint{}, packImages{}, restore{}, switchover{}, cleanup{}}
 	default:
-		return []Phase{preflight{}, prepare{}, checkpoint{}, packImages{}, restore{}, replay{}, switchover{}, cleanup{}}
+		return []Phase{preflight{}, setup{}, prepare{}, checkpoint{}, packImages{}, restore{}, replay{}, switchover{}, cleanup{}}
 	}
 }
 
@@ -53,22 +53,42 @@ func Run(ctx context.Context, cfg Config, deps Deps, hooks Hooks) (*report.Recor
 	m := newMigration(cfg, deps, hooks, &State{}, rec)
 	defer m.closeBroker()
 	phases := Phases(cfg.Strategy, cfg.StatefulSet != "", cfg.Mode)
+	readying := unjournaledHead(phases)
 	if cfg.DryRun {
-		phases = phases[:1]
+		phases = phases[:readying] // they change nothing of the workload
 	}
 	err := m.run(ctx, phases, 0)
 	if cfg.DryRun && err == nil {
 		m.Record.Prediction, err = m.predict(ctx, lambdaWindow)
 	}
-	if cfg.DryRun || len(m.Record.Phases) < 2 {
-		// Preflight failed before anything changed, or the plan was all that
-		// was asked for: nothing to record.
-		m.releaseAgents(ctx)
+	if len(m.Record.Phases) <= readying {
+		// A dry run, or refused before anything of the workload changed:
+		// nothing to record, and what setup readied goes even where no
+		// rollback ran (the plan was all that was asked for, or
+		// --keep-on-failure, which keeps wreckage, not machinery).
+		if m.Record.Outcome != report.RolledBack && len(m.Record.Phases) == readying {
+			err = errors.Join(err, setup{}.Rollback(ctx, m))
+		}
 		m.leases.Release(context.WithoutCancel(ctx))
 		return m.Record, err
 	}
 	return m.Record, errors.Join(err, m.finish(ctx))
 }
+
+// unjournaledHead is how many phases at the head of phases journal nothing
+// (preflight and setup).
+func unjournaledHead(phases []Phase) int {
+	n := 0
+	for n < len(phases) && traitsOf(phases[n]).unjournaled {
+		n++
+	}
+	return n
+}
+
+// Recoverable reports whether a process that dies in p leaves a journal to
+// finish or undo the migration from; one that dies in preflight or setup
+// leaves only what ends by itself (see setup).
+func Recoverable(p Phase) bool { return !traitsOf(p).unjournaled }
 
 // finish measures what a committed migration achieved, saves the record and
 // gives up the leases. A migration that did not end for good keeps its

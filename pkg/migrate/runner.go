@@ -26,10 +26,9 @@ type Phase interface {
 // traits is what the runner does around a phase beyond Run and Rollback; a
 // phase declares it with a traits method, and the zero value suits most.
 type traits struct {
-	// unjournaled: no journal is saved around it. Preflight only sets up
-	// what needs no recovery: leases, which a later migration sees
-	// abandoned or expired; the arrival probe's queue, which expires; agents,
-	// which idle out. Its own failure and finish remove them at once.
+	// unjournaled: no journal is saved around it, since nothing it does
+	// needs recovery: preflight changes nothing, and what setup readies ends
+	// by itself. Only the head of a phase list may be unjournaled.
 	unjournaled bool
 	// endsTotal: the migration's total time is taken when it succeeds (the
 	// switchover that completes it).

@@ -30,7 +30,7 @@ func shadowPhases() []Phase {
 	shadow := func(p Phase) Phase { return inStage{Phase: p, stage: "shadow"} }
 	final := func(p Phase) Phase { return inStage{Phase: p, stage: "final", onFinal: true} }
 	return []Phase{
-		preflight{},
+		preflight{}, setup{},
 		shadow(prepare{}), shadow(checkpoint{}), shadow(packImages{}), shadow(restore{}), shadow(replay{}), shadow(handover{}),
 		final(prepare{}), final(checkpoint{}), final(packImages{}), final(detach{}), final(restore{}), final(adopt{}),
 		inStage{Phase: replay{}, stage: "final", onFinal: true, before: func(ctx context.Context, m *Migration) { m.readShadowGap(ctx) }}, final(switchover{}), final(cleanup{}),

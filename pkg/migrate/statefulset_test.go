@@ -97,9 +97,9 @@ func TestStatefulSetModes(t *testing.T) {
 		mode     migrate.StatefulSetMode
 		phases   string
 	}{
-		{migrate.MS2M, migrate.Sequential, "preflight prepare checkpoint image detach restore adopt replay switchover cleanup"},
-		{migrate.StopAndCopy, migrate.Sequential, "preflight stop checkpoint image detach restore adopt switchover cleanup"},
-		{migrate.MS2M, migrate.Shadow, "preflight prepare/shadow checkpoint/shadow image/shadow restore/shadow replay/shadow switchover/shadow " +
+		{migrate.MS2M, migrate.Sequential, "preflight setup prepare checkpoint image detach restore adopt replay switchover cleanup"},
+		{migrate.StopAndCopy, migrate.Sequential, "preflight setup stop checkpoint image detach restore adopt switchover cleanup"},
+		{migrate.MS2M, migrate.Shadow, "preflight setup prepare/shadow checkpoint/shadow image/shadow restore/shadow replay/shadow switchover/shadow " +
 			"prepare/final checkpoint/final image/final detach/final restore/final adopt/final replay/final switchover/final cleanup/final"},
 	} {
 		t.Run(string(tc.strategy)+"/"+string(tc.mode), func(t *testing.T) {

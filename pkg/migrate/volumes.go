@@ -78,7 +78,7 @@ func (m *Migration) checkVolumeSize(ctx context.Context) error {
 	if err != nil {
 		return m.volumeError(err, volumes)
 	}
-	m.progress(report.Preflight, fmt.Sprintf("emptyDir %s: %d file(s), %s, move with the pod", strings.Join(volumes, ", "), res.Files, bytesText(res.Bytes)))
+	m.progress(report.Setup, fmt.Sprintf("emptyDir %s: %d file(s), %s, move with the pod", strings.Join(volumes, ", "), res.Files, bytesText(res.Bytes)))
 	return nil
 }
 

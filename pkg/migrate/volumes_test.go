@@ -113,7 +113,7 @@ func TestEmptyDirRollsBack(t *testing.T) {
 }
 
 // TestEmptyDirOverTheLimitIsRefused: data over --max-volume-data is refused
-// in preflight, naming the flag, with nothing changed.
+// in setup (the agent measures it), naming the flag, with nothing changed.
 func TestEmptyDirOverTheLimitIsRefused(t *testing.T) {
 	w := migratetest.NewWorld(t)
 	withScratch(t, w, "")
@@ -121,7 +121,7 @@ func TestEmptyDirOverTheLimitIsRefused(t *testing.T) {
 	cfg := testConfig(migrate.MS2M)
 	cfg.MaxVolumeBytes = 2 << 20
 	_, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{})
-	if err == nil || !strings.Contains(err.Error(), "hold more than --max-volume-data (2Mi)") || !strings.HasPrefix(err.Error(), "preflight:") {
+	if err == nil || !strings.Contains(err.Error(), "hold more than --max-volume-data (2Mi)") || !strings.HasPrefix(err.Error(), "setup:") {
 		t.Fatalf("got %v", err)
 	}
 	if changes := w.Changes(); len(changes) != 0 || len(w.Records()) != 0 || len(w.Archives) != 0 {

@@ -11,7 +11,7 @@ import (
 )
 
 // phaseOrder is the order phase columns come in.
-var phaseOrder = []PhaseName{Preflight, Prepare, Stop, Checkpoint, Image, Detach, Restore, Adopt, Replay, Switchover, Cleanup}
+var phaseOrder = []PhaseName{Preflight, Setup, Prepare, Stop, Checkpoint, Image, Detach, Restore, Adopt, Replay, Switchover, Cleanup}
 
 // Facets are a record's labels with its strategy, mode and outcome, for
 // selecting and grouping records (a label of the same name wins).

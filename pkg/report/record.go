@@ -120,7 +120,10 @@ type PhaseName string
 // The phases, in the order MS2M runs them; stop-and-copy runs Stop instead
 // of Prepare and Replay.
 const (
-	Preflight  PhaseName = "preflight"
+	Preflight PhaseName = "preflight"
+	// Setup readies the lock, the agents and the arrival probe; like
+	// preflight, it changes nothing of the workload.
+	Setup      PhaseName = "setup"
 	Prepare    PhaseName = "prepare"
 	Stop       PhaseName = "stop"
 	Checkpoint PhaseName = "checkpoint"
@@ -324,6 +327,18 @@ func (r *Record) Phase(name PhaseName) (PhaseTiming, bool) {
 		}
 	}
 	return PhaseTiming{}, false
+}
+
+// ChangedNothing reports whether the migration ended before it changed
+// anything of the workload: in preflight or setup, which only check and
+// ready the machinery (a refusal).
+func (r *Record) ChangedNothing() bool {
+	for _, p := range r.Phases {
+		if p.Name != Preflight && p.Name != Setup {
+			return false
+		}
+	}
+	return true
 }
 
 // ReplayRate is μ as the replay measured it: messages replayed per second

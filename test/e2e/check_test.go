@@ -119,7 +119,7 @@ func TestCheckUnpullableAgentImage(t *testing.T) {
 
 // TestRestoreOptIn (containerd lane): a target whose runtime was left at
 // its default (restore off) fails check with the setting, and a migration
-// to it is refused in preflight with the same setting and nothing changed;
+// to it is refused before any change with the same setting;
 // with the setting on, both pass.
 func TestRestoreOptIn(t *testing.T) {
 	if os.Getenv("LAB_RUNTIME") != "containerd" {
@@ -135,7 +135,7 @@ func TestRestoreOptIn(t *testing.T) {
 		t.Fatalf("want the runtime restore link failed naming %q, got %v %+v", setting, err, res.Links)
 	}
 
-	w, before := l.refusedInPreflight(t, setting)
+	w, before := l.refusedBeforeAnyChange(t, setting)
 
 	labRestore(t, "node-b", "on")
 	if res, _, err := l.runCheck(t, "node-a", "node-b"); err != nil || !res.OK() {
@@ -149,18 +149,19 @@ func TestRestoreOptIn(t *testing.T) {
 	checkConservation(t, w, rec.TargetPod)
 }
 
-// refusedInPreflight deploys the workload and has its migration to node-b
-// refused in preflight with one line naming remedy; the source must be
-// undisturbed and nothing of the migration left. It returns the workload
-// and the source's state before.
-func (l *lab) refusedInPreflight(t *testing.T, remedy string) (*workload.Workload, ms2m.State) {
+// refusedBeforeAnyChange deploys the workload and has its migration to
+// node-b refused (exit 3: in preflight, or in setup where only the agents
+// can tell) with one line naming remedy; the source must be undisturbed and
+// nothing of the migration left. It returns the workload and the source's
+// state before.
+func (l *lab) refusedBeforeAnyChange(t *testing.T, remedy string) (*workload.Workload, ms2m.State) {
 	t.Helper()
 	w := l.deploy(t, "10")
 	before := waitApplied(t, w, "consumer", 10)
 	_, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
 	lines := strings.Split(strings.TrimSpace(stderr), "\n")
-	if last := lines[len(lines)-1]; err == nil || !strings.Contains(last, "preflight") || !strings.Contains(last, remedy) {
-		t.Fatalf("want one preflight error line naming %q, got %v:\n%s", remedy, err, stderr)
+	if last := lines[len(lines)-1]; exitCode(err) != 3 || !strings.Contains(last, remedy) {
+		t.Fatalf("want a refusal (exit 3) with one error line naming %q, got %v:\n%s", remedy, err, stderr)
 	}
 	if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary || st.PendingRestore || st.Process != before.Process {
 		t.Fatalf("the source was disturbed: %+v", st)

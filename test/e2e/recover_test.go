@@ -150,7 +150,8 @@ type crashCase struct {
 
 // everyStep, with E2E_CRASH_MATRIX=all (make crash-matrix), replaces a
 // test's chosen crash cases by one for each phase of each strategy and mode
-// after preflight: the plugin killed as it starts.
+// that journals (all after preflight and setup): the plugin killed as it
+// starts.
 func everyStep(chosen []crashCase, statefulSet bool) []crashCase {
 	if os.Getenv("E2E_CRASH_MATRIX") != "all" {
 		return chosen
@@ -165,8 +166,10 @@ func everyStep(chosen []crashCase, statefulSet bool) []crashCase {
 			if mode == migrate.Shadow && strategy != migrate.MS2M {
 				continue
 			}
-			phases := migrate.Phases(strategy, statefulSet, mode)
-			for _, p := range phases[1:] {
+			for _, p := range migrate.Phases(strategy, statefulSet, mode) {
+				if !migrate.Recoverable(p) {
+					continue // preflight and setup leave nothing to recover
+				}
 				step := string(p.Name())
 				if s, ok := p.(interface{ Stage() string }); ok && s.Stage() != "" {
 					step += "/" + s.Stage()

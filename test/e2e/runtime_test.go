@@ -185,7 +185,7 @@ func TestTheRuntimeRestoresWhereContainerdCannot(t *testing.T) {
 	if bad := link(res, check.LinkNodes); err == nil || bad.Status != check.Failed || !strings.Contains(bad.Remedy, remedy) {
 		t.Fatalf("want the nodes link failed naming %q, got %v %+v", remedy, err, res.Links)
 	}
-	w, before := l.refusedInPreflight(t, remedy)
+	w, before := l.refusedBeforeAnyChange(t, remedy)
 
 	uninstall := l.setUpRuntime(t)
 	if res, _, err := l.runCheck(t, "node-a", "node-b"); err != nil || !res.OK() {

@@ -282,7 +282,7 @@ func phaseName(column string) string {
 // (seconds), one colour per phase.
 func phases(cells []cell, base string) error {
 	// Stacked in the order phases run; any other after them.
-	order := []string{"preflight", "prepare", "stop", "checkpoint", "image", "detach", "restore", "adopt", "replay", "switchover", "cleanup"}
+	order := []string{"preflight", "setup", "prepare", "stop", "checkpoint", "image", "detach", "restore", "adopt", "replay", "switchover", "cleanup"}
 	seen := map[string]bool{}
 	for _, c := range cells {
 		for _, r := range c.runs {

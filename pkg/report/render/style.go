@@ -36,6 +36,7 @@ var (
 // phaseColors gives each phase its colour in bars and the legend.
 var phaseColors = map[report.PhaseName]color.Color{
 	report.Preflight:  lipgloss.Color("#7f8c8d"),
+	report.Setup:      lipgloss.Color("#95a5a6"),
 	report.Prepare:    lipgloss.Color("#9b59b6"),
 	report.Stop:       lipgloss.Color("#c0392b"),
 	report.Checkpoint: lipgloss.Color("#e67e22"),
@@ -53,7 +54,7 @@ var stepColor = lipgloss.Color("#bdc3c7")
 
 // phaseGlyphs stand in for colours in the stacked bar when colour is off.
 var phaseGlyphs = map[report.PhaseName]string{
-	report.Preflight: "p", report.Prepare: "q", report.Stop: "s", report.Checkpoint: "C", report.Image: "I",
+	report.Preflight: "p", report.Setup: "u", report.Prepare: "q", report.Stop: "s", report.Checkpoint: "C", report.Image: "I",
 	report.Restore: "R", report.Replay: "P", report.Switchover: "S", report.Cleanup: "c", report.Detach: "d", report.Adopt: "a",
 }
 

@@ -1,0 +1,199 @@
+package migrate
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/runtimesupport"
+)
+
+// setup readies what the later phases use, before anything of the workload
+// changes: the lock, the arrival probe, and the agents on both nodes with
+// the checks only they can make and the base images the target's restore
+// builds on. None of it needs recovery (leases a later migration sees
+// abandoned, a probe queue that expires, agents that idle out), so it
+// journals nothing; its rollback removes the probe and the agents at once.
+// The leases are the whole migration's: whoever ends it gives them up.
+type setup struct{}
+
+func (setup) Name() report.PhaseName { return report.Setup }
+
+func (setup) traits() traits { return traits{unjournaled: true} }
+
+func (setup) Describe(PlanStep) string { return "" }
+
+func (setup) Run(ctx context.Context, m *Migration) error {
+	if !m.config.DryRun { // a dry run changes nothing that needs a lock
+		if err := m.acquireLeases(ctx, false); err != nil {
+			return err
+		}
+		m.progress(report.Setup, "lock taken")
+	}
+	m.startLambdaProbe(ctx)
+	if err := m.startAgents(ctx); err != nil {
+		return err
+	}
+	m.progress(report.Setup, "agents ok")
+	if !m.config.DryRun {
+		m.expect(ctx)
+	}
+	return nil
+}
+
+func (setup) Rollback(ctx context.Context, m *Migration) error {
+	m.releaseAgents(ctx)
+	if err := m.dropProbe(ctx); err != nil {
+		m.progress(report.Setup, "probe queue not deleted (it expires by itself): "+err.Error())
+	}
+	return nil
+}
+
+// expect predicts the migration from what preflight measured, keeps the
+// prediction in the record and says it; a prediction that fails is only
+// said.
+func (m *Migration) expect(ctx context.Context) {
+	p, err := m.predict(ctx, cmp.Or(m.config.PredictWindow, lambdaMinWindow))
+	if err != nil {
+		m.progress(report.Setup, "no prediction: "+err.Error())
+		return
+	}
+	if m.Record.Prediction = p; p == nil || p.TotalMillis == 0 {
+		return
+	}
+	msg := fmt.Sprintf("expected: total ≈ %s", time.Duration(p.TotalMillis)*time.Millisecond)
+	if p.ReplayMillis > 0 {
+		msg += fmt.Sprintf(", replay ≈ %s", time.Duration(p.ReplayMillis)*time.Millisecond)
+	}
+	m.progress(report.Setup, msg+fmt.Sprintf(" (λ %.1f/s, μ %.1f/s)", p.Lambda, p.Mu))
+}
+
+// startAgents starts the warm agents on both nodes, proving that their
+// image can be pulled and is allowed to run there (packing and removing the
+// checkpoint archives need it); they stay ready for the steps that need
+// them. Meanwhile the target pulls the base images its restore builds on, so
+// that restore does not wait for them.
+func (m *Migration) startAgents(ctx context.Context) error {
+	bases := m.baseImages()
+	sourceAgent, targetAgent, puller, probePuller := m.nextAgentPod(), m.nextAgentPod(), m.nextAgentPod(), m.nextAgentPod()
+	// The target's agent reaches its runtime, to pull without a pod.
+	// With emptyDir volumes to carry, either node's agent may snapshot them
+	// (shadow mode's final stage, and a move back, start on the target).
+	carries := len(m.carriedVolumes()) > 0
+	sourceOpts := agent.WarmOptions{Volumes: carries}
+	targetOpts := agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(m.nodes.target.Status.NodeInfo.ContainerRuntimeVersion), Volumes: carries}
+	var toSource, toTarget receiver
+	if m.config.Transfer == Direct {
+		var err error
+		if targetOpts, toTarget, err = m.receiverOptions(m.nodes.target, targetOpts); err != nil {
+			return err
+		}
+		// A StatefulSet pod's rollback, and its move back, restore it on
+		// the source node.
+		if m.config.StatefulSet != "" {
+			if sourceOpts, toSource, err = m.receiverOptions(m.nodes.source, sourceOpts); err != nil {
+				return err
+			}
+		}
+	}
+	warm := func(pod, node string, opts agent.WarmOptions) error {
+		start := func() error { return m.deps.Packer.Warm(ctx, pod, node, opts) }
+		if opts.DirectToken != "" {
+			start = func() error {
+				return m.takeTurn(ctx, report.Setup, node, func(attempt int) error {
+					name := pod
+					if attempt > 0 {
+						name = fmt.Sprintf("%s%d", pod, attempt+1) // the refused one keeps its name until released
+					}
+					return m.deps.Packer.Warm(ctx, name, node, opts)
+				})
+			}
+		}
+		if err := start(); err != nil {
+			if opts.DirectToken != "" {
+				return fmt.Errorf("node %s cannot run the agent that receives the checkpoint (on the node's network, ports %d and %d): %w; free the ports, or use a registry", node, agent.DirectPort, agent.DirectReceivePort, err)
+			}
+			return fmt.Errorf("node %s cannot run the agent image %s: %w; pass --agent-image with an image the nodes can pull and run", node, m.config.AgentImage, err)
+		}
+		return nil
+	}
+	start := time.Now()
+	var sourceReady, targetReady, pullStart, pulled time.Time // each goroutine writes its own
+	var g errgroup.Group
+	g.Go(func() error {
+		err := warm(sourceAgent, m.state.SourceNode, sourceOpts)
+		sourceReady = time.Now()
+		if err != nil {
+			return err
+		}
+		if sourceOpts.DirectToken != "" {
+			if err := m.registerReceiver(ctx, m.state.SourceNode, toSource); err != nil {
+				return err
+			}
+		}
+		return m.checkVolumeSize(ctx)
+	})
+	g.Go(func() error {
+		if err := warm(targetAgent, m.config.TargetNode, targetOpts); err != nil {
+			return err
+		}
+		targetReady = time.Now()
+		if err := m.checkTargetRestores(ctx); err != nil {
+			return err
+		}
+		if m.config.Transfer == Direct {
+			if err := m.registerReceiver(ctx, m.config.TargetNode, toTarget); err != nil {
+				return err
+			}
+		}
+		if m.config.Transfer == Direct && m.state.RestoreVia != RestoreRuntime {
+			probe := agent.DirectRegistry() + "/" + agent.ProbeImage
+			if err := m.deps.Packer.Prepull(ctx, probePuller, m.config.TargetNode, []string{probe}); err != nil {
+				return fmt.Errorf("node %s's runtime cannot pull from its agent at %s (%w); let it pull from there over plain HTTP (CRI-O: insecure_registries in [crio.image]; containerd: a hosts.toml for %[2]s in its config_path), or use a registry", m.config.TargetNode, agent.DirectRegistry(), err)
+			}
+		}
+		// Through the warm agent: images the node has are found at once.
+		pullStart = time.Now()
+		if err := m.deps.Packer.Prepull(ctx, puller, m.config.TargetNode, bases); err != nil {
+			return fmt.Errorf("node %s cannot pull the images %v its restore needs: %w", m.config.TargetNode, bases, err)
+		}
+		pulled = time.Now()
+		return nil
+	})
+	err := g.Wait()
+	if err == nil {
+		m.stepTook(report.AgentsReady, "", start, max(sourceReady.Sub(start), targetReady.Sub(start)), 0)
+		m.stepTook(report.BasePull, "", pullStart, pulled.Sub(pullStart), 0)
+	}
+	return err
+}
+
+// checkTargetRestores asks the target's runtime, through its agent,
+// whether its configuration lets it restore: a runtime whose restore is
+// opt-in (containerd 2.2.7+/2.3.4+, CRI-O patch releases from September
+// 2026) and left at its default is refused here, before the checkpoint,
+// with the setting to change. A runtime that does not say keeps the
+// verdict its version gave.
+func (m *Migration) checkTargetRestores(ctx context.Context) error {
+	if m.state.RestoreVia == RestoreRuntime {
+		return nil // the container runtime only runs the containers
+	}
+	version := m.nodes.target.Status.NodeInfo.ContainerRuntimeVersion
+	if agent.RuntimeSocket(version) == "" {
+		return nil
+	}
+	info, err := m.deps.Packer.Runtime(ctx, m.config.TargetNode)
+	if err != nil {
+		m.progress(report.Setup, "the target's runtime did not say whether it restores ("+err.Error()+"); going by its version")
+		return nil
+	}
+	if s := runtimesupport.Parse(version).WithConfig(info.Config); !s.Restore {
+		return fmt.Errorf("target node %s cannot restore checkpoints: %s", m.config.TargetNode, s.Why)
+	}
+	return nil
+}
