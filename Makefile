@@ -4,7 +4,7 @@
 LAB_CACHE ?= /var/cache/kubectl-migrate-lab
 KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
-.PHONY: help build lint unit integration e2e e2e-containerd e2e-containerd24 bench-restore eval-quick bench eval eval-figures slow-faults soak crash-matrix test demo bench-transfer lab-up lab-down services-up services-down release-check krew-manifest python-image
+.PHONY: help build lint unit integration e2e e2e-containerd e2e-containerd24 bench-restore bench-size eval-quick bench eval eval-figures slow-faults soak crash-matrix test demo bench-transfer lab-up lab-down services-up services-down release-check krew-manifest python-image
 
 # The linter, pinned, installed into the checkout's bin/ from the module proxy.
 STATICCHECK_VERSION := v0.8.2
@@ -94,6 +94,18 @@ bench-restore: ## the restore paths side by side, into docs/bench/restore-paths.
 	{ echo "# make bench-restore, $$(date -u +%Y-%m-%d), commit $$(git rev-parse --short HEAD), $$(nproc) CPUs, $$(go run ./test/lab env | sed -n 's/^export LAB_RUNTIME=//p'); medians in ms unless the name says ratio"; \
 	  awk -f test/bench/distil.awk bin/bench-restore.log; } > docs/bench/restore-paths.txt
 	cat docs/bench/restore-paths.txt
+
+# The kubectl-migrate runtime's restore of 512 MiB of state beside the
+# container runtime's, against a plain node-to-node file copy plus the
+# restore itself, medians of 5 alternated rounds (CRI-O lane); a generated
+# file.
+bench-size: ## 512 MiB restored through each path, into docs/bench/restore-at-size.txt (lab, ~30 min)
+	go run ./test/lab up
+	mkdir -p bin docs/bench
+	(eval "$$(go run ./test/lab env)" && go test -tags e2e -run '^$$' -bench 'RestoreAtSize' -benchtime 1x -timeout 90m -v ./test/e2e 2>&1; echo $$? > bin/bench-size.rc) | tee bin/bench-size.log; exit $$(cat bin/bench-size.rc)
+	{ echo "# make bench-size, $$(date -u +%Y-%m-%d), commit $$(git rev-parse --short HEAD), $$(nproc) CPUs, $$(go run ./test/lab env | sed -n 's/^export LAB_RUNTIME=//p'); medians in ms unless the name says ratio"; \
+	  awk -f test/bench/distil.awk bin/bench-size.log; } > docs/bench/restore-at-size.txt
+	cat docs/bench/restore-at-size.txt
 
 # The direct transfer's stream (TLS) beside a plain file → TCP → file copy,
 # 512 MiB over loopback, alternated, three times; a generated file.

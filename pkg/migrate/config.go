@@ -161,7 +161,7 @@ type Config struct {
 	Timeout time.Duration
 	// KeepOnFailure leaves everything as it is when a migration fails.
 	KeepOnFailure bool
-	// DryRun runs preflight only.
+	// DryRun runs preflight and setup, predicts, and undoes the setup.
 	DryRun bool
 	// Labels are copied into the record, for comparing runs.
 	Labels map[string]string

@@ -54,7 +54,7 @@ func (setup) Rollback(ctx context.Context, m *Migration) error {
 	return nil
 }
 
-// expect predicts the migration from what preflight measured, keeps the
+// expect predicts the migration from what setup measured, keeps the
 // prediction in the record and says it; a prediction that fails is only
 // said.
 func (m *Migration) expect(ctx context.Context) {

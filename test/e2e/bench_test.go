@@ -3,6 +3,8 @@
 package e2e
 
 import (
+	"cmp"
+	"context"
 	cryptorand "crypto/rand"
 	"fmt"
 	"os"
@@ -43,10 +45,7 @@ import (
 // eval-quick, in .ci/run) keeps one rate, 10 msg/s, and the three pod
 // strategies: MS2M, MS2M with the cutoff, stop-and-copy.
 func BenchmarkStrategies(b *testing.B) {
-	rounds := 3
-	if n, err := strconv.Atoi(os.Getenv("E2E_EVAL_RUNS")); err == nil && n > 0 {
-		rounds = n
-	}
+	rounds := evalRounds(3)
 	var all []*report.Record
 	defer func() {
 		if dir := os.Getenv("E2E_EVAL_DIR"); dir != "" {
@@ -390,10 +389,7 @@ func BenchmarkStatefulSetModes(b *testing.B) {
 //
 //	go test -tags e2e -run '^$' -bench RestorePaths -benchtime 1x ./test/e2e
 func BenchmarkRestorePaths(b *testing.B) {
-	rounds := 5
-	if n, err := strconv.Atoi(os.Getenv("E2E_EVAL_RUNS")); err == nil && n > 0 {
-		rounds = n
-	}
+	rounds := evalRounds(5)
 	l := setup(b)
 	l.setUpRuntime(b)
 	paths := map[string][]string{
@@ -433,4 +429,73 @@ func BenchmarkRestorePaths(b *testing.B) {
 			}
 		}
 	}
+}
+
+// evalRounds is E2E_EVAL_RUNS, or def where it is not set.
+func evalRounds(def int) int {
+	if n, err := strconv.Atoi(os.Getenv("E2E_EVAL_RUNS")); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// BenchmarkRestoreAtSize migrates a consumer holding E2E_BALLAST of state
+// (default 512Mi) at 10 msg/s through the kubectl-migrate runtime and, side
+// by side, through the container runtime's restore (direct transfer),
+// alternating within each of E2E_EVAL_RUNS rounds (default 5). It sets the
+// runtime's critical path against its floor: a plain copy of a file the
+// archive's size from node-a's disk to node-b's (fileNodeCopy, each round)
+// plus the restore itself, the staged → running step (CRIU's restore as the
+// runtime runs it; CRIU alone is not timed apart). Each consumer is deleted
+// after its run, so only one holds its state at a time.
+//
+//	go test -tags e2e -run '^$' -bench RestoreAtSize -benchtime 1x ./test/e2e
+func BenchmarkRestoreAtSize(b *testing.B) {
+	rounds, ballast := evalRounds(5), cmp.Or(os.Getenv("E2E_BALLAST"), "512Mi")
+	l := setup(b)
+	l.setUpRuntime(b)
+	paths := map[string][]string{
+		"cri":     {"--restore", "cri", "--transfer", "direct"},
+		"runtime": {"--restore", "runtime"},
+	}
+	figures := map[string][]float64{}
+	var archive int64
+	for i := 0; i < rounds; i++ {
+		for _, path := range []string{"cri", "runtime"} {
+			w := l.deployWith(b, workload.Options{Rate: "10", Ballast: ballast})
+			before := waitApplied(b, w, "consumer", 20)
+			args := append([]string{"pod", "consumer", "--to", "node-b", "--label", "variant=" + path + "-" + ballast}, paths[path]...)
+			rec, stderr, err := l.migrate(b, w, args...)
+			if err != nil {
+				b.Fatalf("%s migration failed: %v\n%s", path, err, stderr)
+			}
+			l.checkMigrated(b, w, rec, before)
+			checkConservation(b, w, rec.TargetPod)
+			archive = rec.ArchiveBytes
+			figures[path+"-critical-path"] = append(figures[path+"-critical-path"], float64(rec.CriticalPathMillis()))
+			for _, p := range rec.Phases {
+				for _, st := range p.Steps {
+					if st.Name == report.StagedRunning || st.Name == report.PodRunning {
+						figures[path+"-restore"] = append(figures[path+"-restore"], float64(st.DurationMillis))
+					}
+				}
+			}
+			b.Logf("%s, %d MiB: %s", path, rec.ArchiveBytes>>20, stepSummary(rec))
+			if err := w.Delete(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		took, err := fileNodeCopy(env(b, "LAB_RUN"), archive)
+		if err != nil {
+			b.Fatal(err)
+		}
+		figures["file-node-copy"] = append(figures["file-node-copy"], float64(took.Milliseconds()))
+	}
+	for _, name := range []string{"cri-critical-path", "runtime-critical-path", "cri-restore", "runtime-restore", "file-node-copy"} {
+		b.ReportMetric(median(figures[name]), name+"-ms")
+	}
+	floor := median(figures["file-node-copy"]) + median(figures["runtime-restore"])
+	b.ReportMetric(median(figures["runtime-critical-path"])/floor, "runtime-critical-path/(file-copy+restore)-ratio")
+	b.ReportMetric(median(figures["runtime-critical-path"])/median(figures["cri-critical-path"]), "runtime/cri-critical-path-ratio")
+	b.ReportMetric(float64(archive>>20), "archive-MiB")
 }
