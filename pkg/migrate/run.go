@@ -64,9 +64,9 @@ func Run(ctx context.Context, cfg Config, deps Deps, hooks Hooks) (*report.Recor
 	if len(m.Record.Phases) <= readying {
 		// A dry run, or refused before anything of the workload changed:
 		// nothing to record, and what setup readied goes even where no
-		// rollback ran (the plan was all that was asked for, or
+		// rollback undid it (the plan was all that was asked for, or
 		// --keep-on-failure, which keeps wreckage, not machinery).
-		if m.Record.Outcome != report.RolledBack && len(m.Record.Phases) == readying {
+		if ran, ok := m.Record.Phase(report.Setup); ok && !ran.RolledBack {
 			err = errors.Join(err, setup{}.Rollback(ctx, m))
 		}
 		m.leases.Release(context.WithoutCancel(ctx))
