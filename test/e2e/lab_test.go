@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -209,19 +210,91 @@ func (l *lab) queuesGone(t testing.TB, queues ...string) {
 	}
 }
 
+// dumpDiagnostics logs what a failed test's namespace went through, the
+// most telling last (CI shows a failure's tail): its events in time order,
+// what the nodes' kubelets and runtimes said of its pods, then each pod's
+// containers and the tails of their logs, the previous instance's too.
 func (l *lab) dumpDiagnostics(t testing.TB, w *workload.Workload) {
-	pods, _ := l.client.CoreV1().Pods(w.Namespace).List(context.Background(), metav1.ListOptions{})
+	ctx := context.Background()
+	events, _ := l.client.CoreV1().Events(w.Namespace).List(ctx, metav1.ListOptions{})
+	slices.SortStableFunc(events.Items, func(a, b corev1.Event) int { return a.LastTimestamp.Compare(b.LastTimestamp.Time) })
+	for _, e := range lastN(events.Items, 30) {
+		t.Logf("event %s %s %s: %s", e.LastTimestamp.Format("15:04:05"), e.InvolvedObject.Name, e.Reason, e.Message)
+	}
+	pods, _ := l.client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{})
 	for _, p := range pods.Items {
-		t.Logf("pod %s on %s: %s %+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses)
-		if logs, err := l.client.CoreV1().Pods(w.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: ptr.To[int64](60)}).DoRaw(context.Background()); err == nil {
-			t.Logf("logs of %s:\n%s", p.Name, logs)
+		if strings.HasPrefix(p.Name, "producer") {
+			continue
+		}
+		for _, line := range lastN(nodeLogLines(p), 12) {
+			t.Logf("%s", line)
 		}
 	}
-	events, _ := l.client.CoreV1().Events(w.Namespace).List(context.Background(), metav1.ListOptions{})
-	for _, e := range events.Items {
-		t.Logf("event %s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
+	for _, p := range pods.Items {
+		t.Logf("pod %s on %s: %s", p.Name, p.Spec.NodeName, p.Status.Phase)
+		for _, c := range p.Status.ContainerStatuses {
+			t.Logf("  container %s ready=%t restarts=%d state=%s last=%s", c.Name, c.Ready, c.RestartCount, containerState(c.State), containerState(c.LastTerminationState))
+			if strings.HasPrefix(p.Name, "producer") {
+				continue
+			}
+			for _, previous := range []bool{true, false} {
+				if previous && c.LastTerminationState.Terminated == nil {
+					continue
+				}
+				logs, err := l.client.CoreV1().Pods(w.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, Previous: previous, TailLines: ptr.To[int64](15)}).DoRaw(ctx)
+				if err == nil {
+					t.Logf("  logs of %s (previous=%t):\n%s", c.Name, previous, logs)
+				}
+			}
+		}
 	}
 }
+
+// containerState says in a few words what a container state holds.
+func containerState(s corev1.ContainerState) string {
+	switch {
+	case s.Waiting != nil:
+		return "waiting " + s.Waiting.Reason + " " + s.Waiting.Message
+	case s.Running != nil:
+		return "running since " + s.Running.StartedAt.Format("15:04:05")
+	case s.Terminated != nil:
+		return fmt.Sprintf("terminated %s exit %d at %s %s", s.Terminated.Reason, s.Terminated.ExitCode, s.Terminated.FinishedAt.Format("15:04:05"), s.Terminated.Message)
+	}
+	return "none"
+}
+
+// nodeLogLines are the warnings, errors and restores in the lab's logs of
+// p's node (kubelet and runtime) that name p.
+func nodeLogLines(p corev1.Pod) []string {
+	run := os.Getenv("LAB_RUN")
+	if run == "" || p.Spec.NodeName == "" {
+		return nil
+	}
+	files, _ := filepath.Glob(filepath.Join(run, "logs", p.Spec.NodeName+"-*.log"))
+	var lines []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(data)) {
+			names := strings.Contains(line, string(p.UID)) || strings.Contains(line, p.Namespace+"/"+p.Name)
+			telling := strings.HasPrefix(line, "E") || strings.HasPrefix(line, "W") || strings.Contains(line, "level=error") ||
+				strings.Contains(line, "level=warn") || strings.Contains(line, "estor")
+			if names && telling {
+				line = strings.TrimSpace(line)
+				if len(line) > 400 {
+					line = line[:400] + "…"
+				}
+				lines = append(lines, filepath.Base(f)+": "+line)
+			}
+		}
+	}
+	return lines
+}
+
+// lastN is the last n of s.
+func lastN[T any](s []T, n int) []T { return s[max(0, len(s)-n):] }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
 
