@@ -4,6 +4,13 @@
 // restored on the other as the same process. Each link a migration relies
 // on is reported with what was seen and, when it fails, the remedy; the
 // canary, its image and archive and the agents are removed again.
+//
+// The links are the engine's own steps where a migration has them: the
+// node pair's checks and the choice of restore path (migrate.NodePair,
+// ChooseRestore, TargetRestores), the receiving agent (migrate.Receiver),
+// the kubelet's checkpoint and its explained failures, the agents' pack and
+// the restored pod (migrate.RestoredPod). What check adds is the canary, a
+// workload of its own, so that it needs none of the user's.
 package check
 
 import (
@@ -16,7 +23,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -24,6 +30,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kubelet"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
@@ -98,13 +105,10 @@ const (
 	LinkCleanup        = "cleanup"
 )
 
-// failure is a failed link's detail and remedy.
-type failure struct{ detail, remedy string }
-
-func (f failure) Error() string { return f.detail }
-
+// fail is a failed link's finding and remedy, as the engine's own checks
+// refuse.
 func fail(remedy, format string, args ...any) error {
-	return failure{detail: fmt.Sprintf(format, args...), remedy: remedy}
+	return &migrate.Refusal{Finding: fmt.Sprintf(format, args...), Remedy: remedy}
 }
 
 // checker runs the links in order; after a failure the rest are skipped.
@@ -117,19 +121,18 @@ type checker struct {
 	hook func(Link)
 
 	agentPods int
-	// targetRuntime is the target's containerRuntimeVersion, as the nodes
-	// link read it.
-	targetRuntime string
-	canary        *corev1.Pod // running on From
-	archive       string
-	image         string
-	restored      string // pod name on To
-	restoring     bool   // its create was asked for
-	before        ms2m.State
+	canary    *corev1.Pod // running on From
+	archive   string
+	image     string
+	restored  string // pod name on To
+	restoring bool   // its create was asked for
+	before    ms2m.State
+	target    *corev1.Node
 	// viaRuntime: To's runtime does not restore, the kubectl-migrate
-	// runtime does; the checkpoint is staged there (staged), not pushed.
+	// runtime does; the checkpoint is sent to To's agent (receiver), which
+	// stages it there (staged): no image.
 	viaRuntime bool
-	direct     agent.PackRequest // where and how to send the checkpoint
+	receiver   migrate.Receiver
 	staged     string
 }
 
@@ -168,9 +171,9 @@ func (c *checker) link(name string, fn func() (string, error)) {
 		l.Status, l.Detail = OK, detail
 		if err != nil {
 			l.Status, l.Detail = Failed, err.Error()
-			var f failure
-			if errors.As(err, &f) {
-				l.Detail, l.Remedy = f.detail, f.remedy
+			var r *migrate.Refusal
+			if errors.As(err, &r) {
+				l.Detail, l.Remedy = r.Finding, r.Remedy
 			}
 			c.failed = true
 		}
@@ -198,48 +201,23 @@ func (c *checker) permissions(ctx context.Context) (string, error) {
 	return fmt.Sprintf("pods, pods/proxy, configmaps in %s; agents in %s; nodes/proxy", c.cfg.Namespace, mc.Agents()), nil
 }
 
+// nodes makes the engine's checks of the node pair and picks the restore
+// path as a migration with --restore auto would.
 func (c *checker) nodes(ctx context.Context) (string, error) {
-	var seen []string
-	for _, n := range []struct {
-		name, role string
-		need       func(runtimesupport.Support) bool
-	}{
-		{c.cfg.From, "source", func(s runtimesupport.Support) bool { return s.Checkpoint }},
-		{c.cfg.To, "target", func(s runtimesupport.Support) bool { return s.Restore }},
-	} {
-		var installed bool
-		node, err := c.deps.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return "", fail("list nodes with kubectl get nodes", "node %s not found", n.name)
-		}
-		if err != nil {
-			return "", err
-		}
-		if !migrate.NodeReady(node) {
-			return "", fail("pick a Ready node", "node %s is not Ready", n.name)
-		}
-		if n.role == "target" && node.Spec.Unschedulable {
-			return "", fail("uncordon it or pick another node", "node %s is cordoned", n.name)
-		}
-		version := node.Status.NodeInfo.ContainerRuntimeVersion
-		_, installed = node.Labels[ociruntime.NodeLabel]
-		if s := runtimesupport.Parse(version); !n.need(s) {
-			if n.role != "target" || !installed {
-				remedy := s.Why
-				if n.role == "target" {
-					remedy += "; or install the kubectl-migrate runtime there: kubectl migrate node-setup " + n.name
-				}
-				return "", fail(remedy, "%s node %s runs %s", n.role, n.name, version)
-			}
-			c.viaRuntime = true
-			if c.direct.SendTo, err = migrate.DirectAddress(node); err != nil {
-				return "", fail("give the node an InternalIP address", "%v", err)
-			}
-		}
-		seen = append(seen, n.name+" "+version)
-		c.targetRuntime = version // the target's comes last
+	source, target, err := migrate.NodePair(ctx, c.deps.Client, c.cfg.From, c.cfg.To)
+	if err != nil {
+		return "", err
 	}
-	return strings.Join(seen, ", "), nil
+	via, note, err := migrate.ChooseRestore(migrate.RestoreNeeds{Target: target})
+	if err != nil {
+		return "", err
+	}
+	c.target, c.viaRuntime = target, via == migrate.RestoreRuntime
+	seen := fmt.Sprintf("%s %s, %s %s", source.Name, source.Status.NodeInfo.ContainerRuntimeVersion, target.Name, target.Status.NodeInfo.ContainerRuntimeVersion)
+	if note != "" {
+		seen += "; " + note
+	}
+	return seen, nil
 }
 
 func (c *checker) agents(ctx context.Context) (string, error) {
@@ -267,29 +245,24 @@ func (c *checker) agents(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if c.viaRuntime {
-		cert, err := c.deps.Packer.DirectCert(ctx, c.cfg.To)
-		if err != nil {
-			return "", fmt.Errorf("the agent on %s that receives the checkpoint: %w", c.cfg.To, err)
+		if c.receiver, err = c.receiver.Started(ctx, c.deps.Packer, c.cfg.To); err != nil {
+			return "", err
 		}
-		c.direct.CertSHA256 = cert
 		return c.cfg.AgentImage + " runs on both nodes; the one on " + c.cfg.To + " receives the checkpoint over TLS", nil
 	}
 	return c.cfg.AgentImage + " runs on both nodes", nil
 }
 
 // targetAgent is how To's agent runs: with the kubectl-migrate runtime, it
-// receives the checkpoint (with a token of its own) and stages it.
+// receives the checkpoint and stages it.
 func (c *checker) targetAgent() (agent.WarmOptions, error) {
-	opts := agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(c.targetRuntime)}
-	if c.viaRuntime {
-		token, err := migrate.NewDirectToken()
-		if err != nil {
-			return opts, err
-		}
-		c.direct.Token = token
-		opts.DirectToken, opts.Stage = token, true
+	opts := agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(c.target.Status.NodeInfo.ContainerRuntimeVersion)}
+	if !c.viaRuntime {
+		return opts, nil
 	}
-	return opts, nil
+	opts, receiver, err := migrate.NewReceiver(c.target, opts, true)
+	c.receiver = receiver
+	return opts, err
 }
 
 // agentRemedy tells a Pod Security refusal from an image the node cannot
@@ -302,23 +275,11 @@ func agentRemedy(err error, namespace string) string {
 }
 
 func (c *checker) runtimeRestore(ctx context.Context) (string, error) {
-	version := c.targetRuntime
 	if c.viaRuntime {
-		return fmt.Sprintf("%s on %s does not restore; the kubectl-migrate runtime does (installed by node-setup)", version, c.cfg.To), nil
+		return fmt.Sprintf("%s on %s does not restore; the kubectl-migrate runtime does (installed by node-setup)", c.target.Status.NodeInfo.ContainerRuntimeVersion, c.cfg.To), nil
 	}
-	s := runtimesupport.Parse(version)
-	info, err := c.deps.Packer.Runtime(ctx, c.cfg.To)
-	if err != nil {
-		return fmt.Sprintf("%s did not report its configuration (%v); going by its version", version, err), nil
-	}
-	s = s.WithConfig(info.Config)
-	if !s.Restore {
-		return "", fail(s.Why, "node %s: %s %s does not restore", c.cfg.To, info.Name, info.Version)
-	}
-	if s.Configured && s.OptIn != "" {
-		return fmt.Sprintf("%s %s on %s: restore is opted in", info.Name, info.Version, c.cfg.To), nil
-	}
-	return fmt.Sprintf("%s %s on %s restores by default", info.Name, info.Version, c.cfg.To), nil
+	found, _, err := migrate.TargetRestores(ctx, c.deps.Packer, c.target)
+	return found, err
 }
 
 func (c *checker) canaryApp(pod string) appctl.Target {
@@ -362,8 +323,12 @@ func MigrationID(id string) string { return "check-" + id }
 
 func (c *checker) checkpoint(ctx context.Context) (string, error) {
 	path, err := c.deps.Kubelet.Checkpoint(ctx, c.cfg.From, c.cfg.Namespace, c.canary.Name, "canary", time.Minute)
-	if err != nil {
-		return "", fail(checkpointRemedy(err), "%v", err)
+	var explained *kubelet.CheckpointError
+	switch {
+	case errors.As(err, &explained):
+		return "", fail(explained.Remedy, "%s", explained.Finding)
+	case err != nil:
+		return "", fail(kubelet.CheckpointRemedy(err), "%v", err)
 	}
 	c.archive = path
 	st, err := c.deps.App.State(ctx, c.canaryApp(c.canary.Name))
@@ -373,25 +338,9 @@ func (c *checker) checkpoint(ctx context.Context) (string, error) {
 	return fmt.Sprintf("kubelet checkpoint API and CRIU on %s: %s", c.cfg.From, path), nil
 }
 
-// checkpointRemedy names what to change for the ways a checkpoint fails.
-func checkpointRemedy(err error) string {
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "TCP socket") || strings.Contains(msg, "tcp-established"):
-		return "CRIU refused the canary's established TCP connection: put tcp-close (or tcp-established) in /etc/criu/runc.conf on every node"
-	case strings.Contains(msg, "feature gate"):
-		return "turn on the kubelet feature gate ContainerCheckpoint (on by default since Kubernetes 1.30) on the source node"
-	case strings.Contains(msg, "nodes/proxy"):
-		return "grant create on nodes/proxy (a ClusterRole)"
-	}
-	return "CRIU's log on the source node (the error names it) has the cause; the usual ones: CRIU missing or older than 4.2, an established TCP connection without tcp-close in /etc/criu/runc.conf, a connection arriving mid-dump without skip-in-flight there, a Multipath TCP socket (Go ≥ 1.24 listens with MPTCP unless told not to)"
-}
-
 func (c *checker) push(ctx context.Context) (string, error) {
 	if c.viaRuntime {
-		req := c.direct
-		req.Archive, req.Container = c.archive, "canary"
-		req.Repository, req.Tag = c.canary.Namespace+"/"+c.canary.Name, "canary-"+c.cfg.ID
+		req := c.receiver.Request(c.archive, "canary", c.cfg.Namespace, c.canary.Name, c.cfg.ID)
 		req.StageAs = &ociruntime.Identity{Namespace: c.cfg.Namespace, Pod: c.restored, Container: "canary"}
 		res, err := c.deps.Packer.Pack(ctx, c.nextPod(), c.cfg.From, req)
 		if err != nil {
@@ -462,7 +411,7 @@ func (c *checker) pull(ctx context.Context, restored chan<- restoreOutcome) (str
 		_, err := kube.WaitForPod(ctx, c.deps.Client, c.cfg.Namespace, c.restored, kube.ContainersRunning("", []string{"canary"}))
 		if err != nil {
 			msg := err.Error()
-			if why, ok := runtimesupport.ExplainRestoreFailure(c.targetRuntime, msg); ok {
+			if why, ok := runtimesupport.ExplainRestoreFailure(c.target.Status.NodeInfo.ContainerRuntimeVersion, msg); ok {
 				err = fail(why, "node %s: %s", c.cfg.To, msg)
 			} else {
 				err = fail("the runtime's log on "+c.cfg.To+" has CRIU's reason (restore.log); the target needs CRIU and the same CPU features as the source", "node %s: %s", c.cfg.To, msg)
@@ -490,8 +439,8 @@ func (c *checker) sameProcess(ctx context.Context) (string, error) {
 		return st.LastSeq > c.before.LastSeq, nil
 	})
 	if err != nil {
-		var f failure
-		if errors.As(err, &f) {
+		var r *migrate.Refusal
+		if errors.As(err, &r) {
 			return "", err
 		}
 		if st.Process == "" {

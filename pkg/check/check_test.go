@@ -72,9 +72,6 @@ func TestRemedies(t *testing.T) {
 	for _, tc := range []struct {
 		got, want string
 	}{
-		{checkpointRemedy(errors.New("criu: Connected TCP socket, consider using --tcp-established")), "tcp-close"},
-		{checkpointRemedy(errors.New("the kubelet has no checkpoint endpoint; enable the kubelet feature gate ContainerCheckpoint")), "ContainerCheckpoint"},
-		{checkpointRemedy(errors.New("dial tcp 10.0.0.1:10250: connection refused")), "tcp-close in /etc/criu/runc.conf"},
 		{agentRemedy(errors.New(`pods "x" is forbidden: violates PodSecurity "baseline:latest": hostPath volumes`), "kubectl-migrate-system"), "kubectl label namespace kubectl-migrate-system pod-security.kubernetes.io/enforce=privileged"},
 		{agentRemedy(errors.New("ErrImagePull"), "apps"), "--agent-image"},
 	} {

@@ -118,6 +118,30 @@ func isRuntimeFailure(err error) bool {
 	return errors.As(err, &status) && status.Status().Code == http.StatusInternalServerError
 }
 
+// CheckpointError is a checkpoint the kubelet or the runtime refused: what
+// happened, and what to change.
+type CheckpointError struct {
+	Finding, Remedy string
+	err             error
+}
+
+func (e *CheckpointError) Error() string { return e.Finding + "; " + e.Remedy }
+func (e *CheckpointError) Unwrap() error { return e.err }
+
+// usualCauses is what to look at when a checkpoint failed for a reason
+// nobody named.
+const usualCauses = "CRIU's log on the source node (the error names it) has the cause; the usual ones: CRIU missing or older than 4.2, an established TCP connection without tcp-close in /etc/criu/runc.conf, a connection arriving mid-dump without skip-in-flight there, a Multipath TCP socket (Go ≥ 1.24 listens with MPTCP unless told not to)"
+
+// CheckpointRemedy is what to change after the failed checkpoint err: what
+// its CheckpointError names, or the usual causes.
+func CheckpointRemedy(err error) string {
+	var ce *CheckpointError
+	if errors.As(err, &ce) {
+		return ce.Remedy
+	}
+	return usualCauses
+}
+
 func checkpointError(node, pod, container string, err error, body []byte, tries int) error {
 	what := fmt.Sprintf("checkpoint %s/%s on node %s", pod, container, node)
 	var status apierrors.APIStatus
@@ -129,16 +153,22 @@ func checkpointError(node, pod, container string, err error, body []byte, tries 
 	if detail == "" {
 		detail = err.Error()
 	}
+	explained := func(remedy, format string, args ...any) error {
+		return &CheckpointError{Finding: what + ": " + fmt.Sprintf(format, args...), Remedy: remedy, err: err}
+	}
 	switch code {
 	case http.StatusNotFound:
-		return fmt.Errorf("%s: the kubelet has no checkpoint endpoint or no such container (%s); enable the kubelet feature gate ContainerCheckpoint (on by default since 1.30)", what, truncate(detail))
+		return explained("enable the kubelet feature gate ContainerCheckpoint (on by default since 1.30)", "the kubelet has no checkpoint endpoint or no such container (%s)", truncate(detail))
 	case http.StatusForbidden:
-		return fmt.Errorf("%s: forbidden (%s); the caller needs create on nodes/proxy", what, truncate(detail))
+		return explained("the caller needs create on nodes/proxy (a ClusterRole)", "forbidden (%s)", truncate(detail))
 	case http.StatusInternalServerError:
-		if strings.Contains(detail, "criu failed") {
-			return fmt.Errorf("%s: CRIU failed %d times (%s); its log on the node says why: if it is \"In-flight connection\", connections (probes) kept arriving while the container was frozen, and skip-in-flight in /etc/criu/runc.conf on the nodes avoids it", what, tries, truncate(detail))
+		switch {
+		case strings.Contains(detail, "TCP socket") || strings.Contains(detail, "tcp-established"):
+			return explained("put tcp-close (or tcp-established) in /etc/criu/runc.conf on every node", "CRIU refused an established TCP connection (%s)", truncate(detail))
+		case strings.Contains(detail, "criu failed"):
+			return explained("CRIU's log on the node says why: if it is \"In-flight connection\", connections (probes) kept arriving while the container was frozen, and skip-in-flight in /etc/criu/runc.conf on the nodes avoids it", "CRIU failed %d times (%s)", tries, truncate(detail))
 		}
-		return fmt.Errorf("%s: the container runtime failed (%s); check that the runtime supports checkpointing and CRIU is installed on the node", what, truncate(detail))
+		return explained("check that the runtime supports checkpointing and CRIU is installed on the node", "the container runtime failed (%s)", truncate(detail))
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

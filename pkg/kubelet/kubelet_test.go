@@ -55,15 +55,20 @@ func TestCheckpointErrorsNameTheFix(t *testing.T) {
 		{http.StatusNotFound, "404 page not found", "ContainerCheckpoint"},
 		{http.StatusInternalServerError, "rpc error: unknown method CheckpointContainer", "unknown method CheckpointContainer"},
 		{http.StatusForbidden, `{"kind":"Status","code":403,"message":"forbidden"}`, "create on nodes/proxy"},
+		{http.StatusInternalServerError, "criu failed: Connected TCP socket, consider using --tcp-established", "tcp-close"},
 	} {
 		c := client(t, func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(tc.status)
 			_, _ = w.Write([]byte(tc.body))
 		})
 		_, err := c.Checkpoint(context.Background(), "node-a", "ns", "p", "app", time.Second)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%d: got %v, want %q", tc.status, err, tc.want)
+		var explained *CheckpointError
+		if !errors.As(err, &explained) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%d: got %v, want an explained error naming %q", tc.status, err, tc.want)
 		}
+	}
+	if remedy := CheckpointRemedy(errors.New("dial tcp 10.0.0.1:10250: connection refused")); !strings.Contains(remedy, "tcp-close in /etc/criu/runc.conf") {
+		t.Errorf("an unexplained failure's remedy %q names no usual cause", remedy)
 	}
 }
 

@@ -23,36 +23,73 @@ import (
 // agent on the node it was taken on to the warm agent of the node it is
 // restored on, which receives it over TLS pinned to its certificate and
 // with a push token of its own. The target's receiver is started in
-// preflight; a StatefulSet pod's source node gets one too, since its
+// setup; a StatefulSet pod's source node gets one too, since its
 // rollback and a move back restore there; a recovery starts the receivers
 // it needs, as the tokens never leave the process that made them.
 
-// receiver is one node's receiving agent.
-type receiver struct {
-	address string // host:port the sending agent reaches
-	token   string
-	cert    string // SHA-256 of its TLS certificate, which the sender pins
+// Receiver is one node's receiving agent, as the sending agent reaches it.
+// The engine and check start theirs alike.
+type Receiver struct {
+	Address string // host:port
+	Token   string
+	Cert    string // SHA-256 of its TLS certificate, which the sender pins
+}
+
+// NewReceiver adds to opts what makes node's agent a receiver, staging
+// what it receives for the kubectl-migrate runtime if stage, and returns
+// the receiver it will be once its certificate is read (Started).
+func NewReceiver(node *corev1.Node, opts agent.WarmOptions, stage bool) (agent.WarmOptions, Receiver, error) {
+	address, err := DirectAddress(node)
+	if err != nil {
+		return opts, Receiver{}, err
+	}
+	token, err := NewDirectToken()
+	if err != nil {
+		return opts, Receiver{}, err
+	}
+	opts.DirectToken, opts.Stage = token, stage
+	return opts, Receiver{Address: address, Token: token}, nil
+}
+
+// Started is r with the certificate of node's agent, started as r.
+func (r Receiver) Started(ctx context.Context, packer Packer, node string) (Receiver, error) {
+	cert, err := packer.DirectCert(ctx, node)
+	if err != nil {
+		return r, fmt.Errorf("ask node %s's agent for the certificate the checkpoint is sent to: %w", node, err)
+	}
+	r.Cert = cert
+	return r, nil
+}
+
+// Request is how the checkpoint archive of container in pod of namespace
+// is sent to r, tagged for the migration (stage) tag.
+func (r Receiver) Request(archive, container, namespace, pod, tag string) agent.PackRequest {
+	return agent.PackRequest{
+		Archive: archive, Container: container,
+		SendTo: r.Address, Token: r.Token, CertSHA256: r.Cert,
+		Repository: namespace + "/" + pod, Tag: container + "-" + tag,
+	}
 }
 
 // receivers are the migration's receiving agents by node; all stages share
 // them.
 type receivers struct {
 	mu     sync.Mutex
-	byNode map[string]receiver
+	byNode map[string]Receiver
 }
 
-func (r *receivers) get(node string) (receiver, bool) {
+func (r *receivers) get(node string) (Receiver, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rcv, ok := r.byNode[node]
 	return rcv, ok
 }
 
-func (r *receivers) set(node string, rcv receiver) {
+func (r *receivers) set(node string, rcv Receiver) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byNode == nil {
-		r.byNode = map[string]receiver{}
+		r.byNode = map[string]Receiver{}
 	}
 	r.byNode[node] = rcv
 }
@@ -78,52 +115,35 @@ func NewDirectToken() (string, error) {
 	return hex.EncodeToString(token), nil
 }
 
-// receiverOptions are the warm options that make node's agent a receiver
-// (added to opts), and the receiver it will be once its certificate is
-// known (registerReceiver).
-func (m *Migration) receiverOptions(node *corev1.Node, opts agent.WarmOptions) (agent.WarmOptions, receiver, error) {
-	address, err := DirectAddress(node)
+// registerReceiver reads the certificate of node's receiver, started as
+// rcv, and keeps it for the transfers to node.
+func (m *Migration) registerReceiver(ctx context.Context, node string, rcv Receiver) error {
+	rcv, err := rcv.Started(ctx, m.deps.Packer, node)
 	if err != nil {
-		return opts, receiver{}, err
+		return err
 	}
-	token, err := NewDirectToken()
-	if err != nil {
-		return opts, receiver{}, err
-	}
-	opts.DirectToken, opts.Stage = token, m.state.RestoreVia == RestoreRuntime
-	return opts, receiver{address: address, token: token}, nil
-}
-
-// registerReceiver reads the certificate of node's receiver, started with
-// rcv's options, and keeps it for the transfers to node.
-func (m *Migration) registerReceiver(ctx context.Context, node string, rcv receiver) error {
-	cert, err := m.deps.Packer.DirectCert(ctx, node)
-	if err != nil {
-		return fmt.Errorf("ask node %s's agent for the certificate the checkpoint is sent to: %w", node, err)
-	}
-	rcv.cert = cert
 	m.receivers.set(node, rcv)
 	return nil
 }
 
 // receiverOn is node's receiver, started now if the migration has none
 // there yet (a recovery, which starts with none).
-func (m *Migration) receiverOn(ctx context.Context, node string) (receiver, error) {
+func (m *Migration) receiverOn(ctx context.Context, node string) (Receiver, error) {
 	if rcv, ok := m.receivers.get(node); ok {
 		return rcv, nil
 	}
 	n, err := m.deps.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
-		return receiver{}, fmt.Errorf("get node %s: %w", node, err)
+		return Receiver{}, fmt.Errorf("get node %s: %w", node, err)
 	}
-	opts, rcv, err := m.receiverOptions(n, agent.WarmOptions{Volumes: len(m.carriedVolumes()) > 0})
+	opts, rcv, err := NewReceiver(n, agent.WarmOptions{Volumes: len(m.carriedVolumes()) > 0}, m.state.RestoreVia == RestoreRuntime)
 	if err != nil {
-		return receiver{}, err
+		return Receiver{}, err
 	}
 	m.progress(report.Image, "starting the agent on "+node+" that receives the checkpoint")
 	err = m.takeTurn(ctx, report.Image, node, func(int) error { return m.deps.Packer.Warm(ctx, m.nextAgentPod(), node, opts) })
 	if err != nil {
-		return receiver{}, fmt.Errorf("node %s cannot run the agent that receives the checkpoint: %w", node, err)
+		return Receiver{}, fmt.Errorf("node %s cannot run the agent that receives the checkpoint: %w", node, err)
 	}
 	return rcv, m.registerReceiver(ctx, node, rcv)
 }

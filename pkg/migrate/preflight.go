@@ -18,9 +18,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/runtimesupport"
 )
 
 // preflight checks everything it can see before anything changes, and
@@ -134,30 +132,21 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 	if m.config.TargetNode == m.state.SourceNode {
 		return fmt.Errorf("pod %s already runs on node %s; pick another --to node", m.config.Pod, m.config.TargetNode)
 	}
-	source, err := m.deps.Client.CoreV1().Nodes().Get(ctx, m.state.SourceNode, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("get source node %s: %w", m.state.SourceNode, err)
-	}
-	target, err := m.deps.Client.CoreV1().Nodes().Get(ctx, m.config.TargetNode, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("node %s not found; list nodes with kubectl get nodes", m.config.TargetNode)
-	}
-	if err != nil {
-		return fmt.Errorf("get node %s: %w", m.config.TargetNode, err)
-	}
-	if !NodeReady(target) {
-		return fmt.Errorf("node %s is not Ready; pick a Ready node", m.config.TargetNode)
-	}
-	if target.Spec.Unschedulable {
-		return fmt.Errorf("node %s is cordoned; uncordon it or pick another node", m.config.TargetNode)
-	}
-	m.nodes.source, m.nodes.target = source, target
-	if s := runtimesupport.Parse(source.Status.NodeInfo.ContainerRuntimeVersion); !s.Checkpoint {
-		return fmt.Errorf("source node %s cannot checkpoint: %s", m.state.SourceNode, s.Why)
-	}
-	via, err := m.pickRestore(runtimesupport.Parse(target.Status.NodeInfo.ContainerRuntimeVersion))
+	source, target, err := NodePair(ctx, m.deps.Client, m.state.SourceNode, m.config.TargetNode)
 	if err != nil {
 		return err
+	}
+	m.nodes.source, m.nodes.target = source, target
+	needs := RestoreNeeds{Want: m.config.Restore, Target: target, Pod: m.config.Pod, CarriesVolumes: len(m.carriedVolumes()) > 0}
+	if m.config.StatefulSet != "" {
+		needs.Source = source
+	}
+	via, note, err := ChooseRestore(needs)
+	if err != nil {
+		return err
+	}
+	if note != "" {
+		m.progress(report.Preflight, note)
 	}
 	m.state.RestoreVia, m.Record.Restore = via, string(via)
 	if via == RestoreRuntime {
@@ -170,52 +159,6 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 			" may run it while the node keeps it; use a registry that asks for credentials with --registry-secret, or --transfer direct (docs/security.md)")
 	}
 	return nil
-}
-
-// pickRestore chooses how the target restores: through its container
-// runtime where that restores (s), through the kubectl-migrate runtime
-// where node-setup installed it; a node with neither is refused with both
-// remedies. A StatefulSet pod's rollback and its move back restore it on
-// the source node the same way, so there the runtime must be on both.
-func (m *Migration) pickRestore(s runtimesupport.Support) (Restore, error) {
-	nodes := []*corev1.Node{m.nodes.target}
-	if m.config.StatefulSet != "" {
-		nodes = append(nodes, m.nodes.source)
-	}
-	var missing []string
-	for _, n := range nodes {
-		if _, installed := n.Labels[ociruntime.NodeLabel]; !installed {
-			missing = append(missing, n.Name)
-		}
-	}
-	setup := "kubectl migrate node-setup " + strings.Join(missing, " ")
-	runtimeRemedy := fmt.Sprintf("install the kubectl-migrate runtime there (%s) and pass --restore runtime", setup)
-	if m.config.StatefulSet != "" {
-		runtimeRemedy = fmt.Sprintf("install the kubectl-migrate runtime on both nodes, as a StatefulSet pod's rollback restores it on %s (%s), and pass --restore runtime", m.state.SourceNode, setup)
-	}
-	switch m.config.Restore {
-	case RestoreCRI:
-		if !s.Restore {
-			return "", fmt.Errorf("target node %s cannot restore checkpoints through its runtime: %s; or %s", m.config.TargetNode, s.Why, runtimeRemedy)
-		}
-		return RestoreCRI, nil
-	case RestoreRuntime:
-		if len(missing) > 0 {
-			return "", fmt.Errorf("node %s has no kubectl-migrate runtime (no %s label): run %s", strings.Join(missing, " and "), ociruntime.NodeLabel, setup)
-		}
-		if len(m.carriedVolumes()) > 0 {
-			return "", fmt.Errorf("pod %s has emptyDir volumes, which --restore runtime does not carry yet; use --restore cri on a node whose runtime restores", m.config.Pod)
-		}
-		return RestoreRuntime, nil
-	}
-	switch {
-	case s.Restore:
-		return RestoreCRI, nil
-	case len(missing) == 0 && len(m.carriedVolumes()) == 0:
-		m.progress(report.Preflight, fmt.Sprintf("node %s's runtime does not restore (%s): restoring through the kubectl-migrate runtime", m.config.TargetNode, s.Why))
-		return RestoreRuntime, nil
-	}
-	return "", fmt.Errorf("target node %s cannot restore checkpoints: %s; or %s", m.config.TargetNode, s.Why, runtimeRemedy)
 }
 
 // checkVolumes refuses volumes whose data cannot follow the migrated

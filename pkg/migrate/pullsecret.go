@@ -64,7 +64,7 @@ func (m *Migration) writePullSecret(ctx context.Context, pod *corev1.Pod, node s
 	if err != nil {
 		return err
 	}
-	secret, err := PullSecret(m.config.Namespace, m.pullSecretName(node), m.config.ID, rcv.token)
+	secret, err := PullSecret(m.config.Namespace, m.pullSecretName(node), m.config.ID, rcv.Token)
 	if err != nil {
 		return err
 	}

@@ -4,13 +4,13 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/runtimesupport"
 )
 
 // setup readies what the later phases use, before anything of the workload
@@ -87,16 +87,16 @@ func (m *Migration) startAgents(ctx context.Context) error {
 	carries := len(m.carriedVolumes()) > 0
 	sourceOpts := agent.WarmOptions{Volumes: carries}
 	targetOpts := agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(m.nodes.target.Status.NodeInfo.ContainerRuntimeVersion), Volumes: carries}
-	var toSource, toTarget receiver
+	var toSource, toTarget Receiver
 	if m.config.Transfer == Direct {
 		var err error
-		if targetOpts, toTarget, err = m.receiverOptions(m.nodes.target, targetOpts); err != nil {
+		if targetOpts, toTarget, err = NewReceiver(m.nodes.target, targetOpts, m.state.RestoreVia == RestoreRuntime); err != nil {
 			return err
 		}
 		// A StatefulSet pod's rollback, and its move back, restore it on
 		// the source node.
 		if m.config.StatefulSet != "" {
-			if sourceOpts, toSource, err = m.receiverOptions(m.nodes.source, sourceOpts); err != nil {
+			if sourceOpts, toSource, err = NewReceiver(m.nodes.source, sourceOpts, m.state.RestoreVia == RestoreRuntime); err != nil {
 				return err
 			}
 		}
@@ -117,6 +117,9 @@ func (m *Migration) startAgents(ctx context.Context) error {
 		if err := start(); err != nil {
 			if opts.DirectToken != "" {
 				return fmt.Errorf("node %s cannot run the agent that receives the checkpoint (on the node's network, ports %d and %d): %w; free the ports, or use a registry", node, agent.DirectPort, agent.DirectReceivePort, err)
+			}
+			if strings.Contains(err.Error(), "--agent-image") {
+				return fmt.Errorf("node %s cannot run the agent image %s: %w", node, m.config.AgentImage, err) // the agent named the remedy
 			}
 			return fmt.Errorf("node %s cannot run the agent image %s: %w; pass --agent-image with an image the nodes can pull and run", node, m.config.AgentImage, err)
 		}
@@ -173,27 +176,16 @@ func (m *Migration) startAgents(ctx context.Context) error {
 	return err
 }
 
-// checkTargetRestores asks the target's runtime, through its agent,
-// whether its configuration lets it restore: a runtime whose restore is
-// opt-in (containerd 2.2.7+/2.3.4+, CRI-O patch releases from September
-// 2026) and left at its default is refused here, before the checkpoint,
-// with the setting to change. A runtime that does not say keeps the
-// verdict its version gave.
+// checkTargetRestores refuses a target whose container runtime's
+// configuration does not let it restore (TargetRestores), before the
+// checkpoint.
 func (m *Migration) checkTargetRestores(ctx context.Context) error {
 	if m.state.RestoreVia == RestoreRuntime {
 		return nil // the container runtime only runs the containers
 	}
-	version := m.nodes.target.Status.NodeInfo.ContainerRuntimeVersion
-	if agent.RuntimeSocket(version) == "" {
-		return nil
+	found, reported, err := TargetRestores(ctx, m.deps.Packer, m.nodes.target)
+	if err == nil && !reported {
+		m.progress(report.Setup, found)
 	}
-	info, err := m.deps.Packer.Runtime(ctx, m.config.TargetNode)
-	if err != nil {
-		m.progress(report.Setup, "the target's runtime did not say whether it restores ("+err.Error()+"); going by its version")
-		return nil
-	}
-	if s := runtimesupport.Parse(version).WithConfig(info.Config); !s.Restore {
-		return fmt.Errorf("target node %s cannot restore checkpoints: %s", m.config.TargetNode, s.Why)
-	}
-	return nil
+	return err
 }

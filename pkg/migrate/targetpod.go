@@ -95,20 +95,19 @@ func (c Config) CheckpointImageOf(pod, container, tag string) string {
 }
 
 func (m *Migration) packRequest(ctx context.Context, container, node string) (agent.PackRequest, error) {
-	req := agent.PackRequest{Archive: m.state.Archives[container], Container: container, KeepArchive: m.keepsArchives()}
-	if m.config.Transfer == Direct {
-		to, err := m.receiverOn(ctx, node)
-		if err != nil {
-			return req, err
-		}
-		req.SendTo, req.Token, req.CertSHA256 = to.address, to.token, to.cert
-		req.Repository, req.Tag = m.config.Namespace+"/"+m.config.Pod, container+"-"+m.tag()
-		if m.state.RestoreVia == RestoreRuntime {
-			req.StageAs = ptr.To(m.staged(container))
-		}
-		return req, nil
+	archive := m.state.Archives[container]
+	if m.config.Transfer != Direct {
+		return agent.PackRequest{Archive: archive, Container: container, Image: m.config.CheckpointImageOf(m.config.Pod, container, m.tag()), Insecure: m.config.InsecureRegistry}, nil
 	}
-	req.Image, req.Insecure = m.config.CheckpointImageOf(m.config.Pod, container, m.tag()), m.config.InsecureRegistry
+	to, err := m.receiverOn(ctx, node)
+	if err != nil {
+		return agent.PackRequest{}, err
+	}
+	req := to.Request(archive, container, m.config.Namespace, m.config.Pod, m.tag())
+	req.KeepArchive = m.keepsArchives()
+	if m.state.RestoreVia == RestoreRuntime {
+		req.StageAs = ptr.To(m.staged(container))
+	}
 	return req, nil
 }
 
