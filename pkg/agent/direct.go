@@ -322,8 +322,8 @@ func (d *Direct) store(conn net.Conn, buffered *bufio.Reader, size int64, blobs,
 		return PackResult{}, err
 	}
 	n, err := io.CopyN(f, buffered, min(int64(buffered.Buffered()), size))
-	// TLS hands over at most a record per read: a large buffer keeps the
-	// writes to the file large (the file's ReadFrom would use 32 KiB).
+	// TLS hands over at most a record per read: filled reads into a large
+	// buffer keep the writes to the file large.
 	buf := make([]byte, 1<<20)
 	for err == nil && n < size {
 		// A sender silent this long is gone; without a deadline a
@@ -331,7 +331,7 @@ func (d *Direct) store(conn net.Conn, buffered *bufio.Reader, size int64, blobs,
 		_ = conn.SetReadDeadline(time.Now().Add(receiveIdle))
 		want := min(receiveChunk, size-n)
 		var k int64
-		k, err = io.CopyBuffer(struct{ io.Writer }{f}, io.LimitReader(conn, want), buf)
+		k, err = io.CopyBuffer(struct{ io.Writer }{f}, fillingReader{io.LimitReader(conn, want)}, buf)
 		if err == nil && k < want {
 			err = io.ErrUnexpectedEOF // the sender closed early
 		}

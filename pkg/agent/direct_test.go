@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
@@ -226,56 +227,104 @@ func TestPullWaitsForThePublication(t *testing.T) {
 // transfer's receiver over loopback, beside a plain copy of the same file
 // over one TCP connection into another file, alternating (go test -bench
 // DirectTransfer ./pkg/agent): the transfer is TLS, the copy plain, so the
-// ratio is what encryption costs on one machine. It reports when the sender has its answer (the bytes on the
-// target's disk) and when the image is published (the hash known).
+// ratio is what encryption and the receiver's work cost on one machine.
+// For an image it reports when the sender has its answer (the bytes on the
+// target's disk) and when the image is published (the hash known); staged
+// for the kubectl-migrate runtime, when the archive is extracted.
 func BenchmarkDirectTransfer(b *testing.B) {
 	const size = 512 << 20
-	archiveDir = b.TempDir()
-	b.Cleanup(func() { archiveDir = CheckpointDir })
+	archiveDir, stageDir = b.TempDir(), b.TempDir()
+	b.Cleanup(func() { archiveDir, stageDir = CheckpointDir, ociruntime.StageDir })
 	archive := filepath.Join(archiveDir, "checkpoint-p_ns-app-1.tar")
-	chunk := make([]byte, 1<<20)
-	for i := range chunk {
-		chunk[i] = byte(i*31 + i>>8)
-	}
-	f, err := os.Create(archive)
-	if err == nil {
-		_, err = io.Copy(f, io.LimitReader(&repeatedChunk{chunk: chunk}, size))
-		_ = f.Close()
-	}
-	if err != nil {
+	if err := writeArchive(archive, size); err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	direct, addr := startDirect(ctx, b)
+	direct.StageDir = stageDir
 	reader := nodeReader(direct)
-	var copies, answers, published []time.Duration
-	for i := range b.N {
-		took, err := plainFileCopy(archive, direct.Dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		copies = append(copies, took)
-		start := time.Now()
-		res, err := send(ctx, PackRequest{Archive: archive, Container: "app", SendTo: addr, Repository: "ns/p", Tag: fmt.Sprint("app-", i), Token: "s3cret", CertSHA256: direct.CertSHA256()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		answers = append(answers, time.Since(start))
-		if _, err := reader.Pull(ctx, res.Image); err != nil { // the manifest: it waits for the publication
-			b.Fatal(err)
-		}
-		published = append(published, time.Since(start))
-		_ = os.RemoveAll(filepath.Join(direct.Dir, "blobs", "sha256"))
-	}
 	median := func(d []time.Duration) float64 {
 		slices.Sort(d)
 		return float64(d[len(d)/2].Milliseconds())
 	}
-	b.ReportMetric(median(copies), "copy-ms")
-	b.ReportMetric(median(answers), "transfer-ms")
-	b.ReportMetric(median(published), "published-ms")
-	b.ReportMetric(median(answers)/median(copies), "transfer/copy")
+	req := func(i int) PackRequest {
+		return PackRequest{Archive: archive, Container: "app", SendTo: addr, Repository: "ns/p", Tag: fmt.Sprint("app-", i), Token: "s3cret", CertSHA256: direct.CertSHA256(), KeepArchive: true}
+	}
+	b.Run("image", func(b *testing.B) {
+		var copies, answers, published []time.Duration
+		for i := range b.N {
+			took, err := plainFileCopy(archive, direct.Dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			copies = append(copies, took)
+			start := time.Now()
+			res, err := send(ctx, req(i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			answers = append(answers, time.Since(start))
+			if _, err := reader.Pull(ctx, res.Image); err != nil { // the manifest: it waits for the publication
+				b.Fatal(err)
+			}
+			published = append(published, time.Since(start))
+			_ = os.RemoveAll(filepath.Join(direct.Dir, "blobs", "sha256"))
+		}
+		b.ReportMetric(median(copies), "copy-ms")
+		b.ReportMetric(median(answers), "transfer-ms")
+		b.ReportMetric(median(published), "published-ms")
+		b.ReportMetric(median(answers)/median(copies), "transfer/copy")
+	})
+	b.Run("stage", func(b *testing.B) {
+		var copies, staged []time.Duration
+		for i := range b.N {
+			took, err := plainFileCopy(archive, direct.Dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			copies = append(copies, took)
+			r := req(i)
+			r.StageAs = &ociruntime.Identity{Namespace: "ns", Pod: "p", Container: "app"}
+			start := time.Now()
+			res, err := send(ctx, r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			staged = append(staged, time.Since(start))
+			if err := os.RemoveAll(ociruntime.StagePath(stageDir, *r.StageAs)); err != nil || res.Staged == "" {
+				b.Fatal(res, err)
+			}
+		}
+		b.ReportMetric(median(copies), "copy-ms")
+		b.ReportMetric(median(staged), "staged-ms")
+		b.ReportMetric(median(staged)/median(copies), "staged/copy")
+	})
+}
+
+// writeArchive writes a checkpoint archive of about size bytes at path:
+// one file of memory pages, as CRIU's is mostly.
+func writeArchive(path string, size int64) error {
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i*31 + i>>8)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(f)
+	err = tw.WriteHeader(&tar.Header{Name: "checkpoint/pages-1.img", Mode: 0o600, Size: size, Typeflag: tar.TypeReg})
+	if err == nil {
+		_, err = io.Copy(tw, io.LimitReader(&repeatedChunk{chunk: chunk}, size))
+	}
+	if err == nil {
+		err = tw.Close()
+	}
+	if closeErr := f.Close(); err == nil {
+		err = closeErr
+	}
+	return err
 }
 
 // plainFileCopy copies the file at path over one loopback TCP connection

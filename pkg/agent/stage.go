@@ -107,6 +107,9 @@ func (d *Direct) stage(conn net.Conn, buffered *bufio.Reader, size int64, id oci
 		return PackResult{}, err
 	}
 	archive := &countingReader{r: io.LimitReader(io.MultiReader(io.LimitReader(buffered, int64(buffered.Buffered())), deadlineReader{conn}), size)}
+	// TLS hands over a record (16 KiB) per read: filling each read keeps
+	// the extracted files' writes as large as the extractor's buffer.
+	archive.r = fillingReader{archive.r}
 	_, err := untar.Extract(archive, tmp, untar.Options{MaxBytes: size, Owners: true})
 	if err == nil {
 		// What follows tar's end marker (padding) is the sender's too.
@@ -134,6 +137,17 @@ type countingReader struct {
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	return n, err
+}
+
+// fillingReader fills each read unless the stream ends first.
+type fillingReader struct{ r io.Reader }
+
+func (f fillingReader) Read(p []byte) (int, error) {
+	n, err := io.ReadFull(f.r, p)
+	if err == io.ErrUnexpectedEOF {
+		err = io.EOF
+	}
 	return n, err
 }
 
