@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -233,6 +234,9 @@ func TestPullWaitsForThePublication(t *testing.T) {
 // for the kubectl-migrate runtime, when the archive is extracted.
 func BenchmarkDirectTransfer(b *testing.B) {
 	const size = 512 << 20
+	// The receiver's log would split the benchmark's result lines.
+	log.SetOutput(io.Discard)
+	b.Cleanup(func() { log.SetOutput(os.Stderr) })
 	archiveDir, stageDir = b.TempDir(), b.TempDir()
 	b.Cleanup(func() { archiveDir, stageDir = CheckpointDir, ociruntime.StageDir })
 	archive := filepath.Join(archiveDir, "checkpoint-p_ns-app-1.tar")
