@@ -69,7 +69,8 @@ type RestoreNeeds struct {
 	// Source is set when the source node must restore the same way: a
 	// StatefulSet pod's rollback and its move back restore it there.
 	Source *corev1.Node
-	// Pod carries emptyDir volumes, which only the runtime's restore carries.
+	// Pod is the pod to restore; CarriesVolumes, that it has emptyDir
+	// data to carry, which the kubectl-migrate runtime does not carry yet.
 	Pod            string
 	CarriesVolumes bool
 }
