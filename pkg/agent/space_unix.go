@@ -16,14 +16,3 @@ func spaceFor(dir string, size int64) (ok bool, free int64) {
 	reserve := max(int64(st.Blocks)*int64(st.Bsize)/20, 1<<30)
 	return size <= free-reserve, free
 }
-
-type owner struct{ uid, gid int }
-
-// ownerOf is the file's owner, for a copy that keeps it.
-func ownerOf(info interface{ Sys() any }) (owner, bool) {
-	st, ok := info.Sys().(*syscall.Stat_t)
-	if !ok {
-		return owner{}, false
-	}
-	return owner{int(st.Uid), int(st.Gid)}, true
-}

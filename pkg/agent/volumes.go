@@ -11,15 +11,15 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/treecopy"
 )
 
 // VolumesKey names a migration's emptyDir snapshot among its checkpoint
-// archives and images, beside the containers' names: it cannot be one of
-// them (container names are DNS labels, which have no dots).
-const VolumesKey = "ms2m.volumes"
+// archives, images and staged checkpoints, beside the containers' names.
+const VolumesKey = ociruntime.VolumesKey
 
 // PodsDir is where the kubelet keeps each pod's volumes.
 const PodsDir = "/var/lib/kubelet/pods"
@@ -181,7 +181,7 @@ func FillVolumes(src, dst string) (string, error) {
 			from.Close()
 			return "", fmt.Errorf("emptyDir %s is not mounted at %s: %w", e.Name(), filepath.Join(dst, e.Name()), err)
 		}
-		n, err := copyTree(from, to)
+		n, err := treecopy.Copy(from, to)
 		from.Close()
 		to.Close()
 		if err != nil {
@@ -190,75 +190,4 @@ func FillVolumes(src, dst string) (string, error) {
 		files += n
 	}
 	return fmt.Sprintf("filled %d emptyDir volume(s), %d file(s)", len(entries), files), nil
-}
-
-func copyTree(from, to *os.Root) (int, error) {
-	files := 0
-	type dirTimes struct {
-		rel   string
-		mtime time.Time
-	}
-	var dirs []dirTimes
-	err := fs.WalkDir(from.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		mode := info.Mode()
-		switch {
-		case mode.IsDir():
-			if rel != "." {
-				if err := to.Mkdir(rel, mode.Perm()); err != nil && !errors.Is(err, fs.ErrExist) {
-					return err
-				}
-			}
-			dirs = append(dirs, dirTimes{rel, info.ModTime()})
-		case mode&fs.ModeSymlink != 0:
-			link, err := from.Readlink(rel)
-			if err != nil {
-				return err
-			}
-			if err := to.Symlink(link, rel); err != nil {
-				return err
-			}
-		case mode.IsRegular():
-			if err := copyFile(from, to, rel, mode.Perm()); err != nil {
-				return err
-			}
-			_ = to.Chtimes(rel, info.ModTime(), info.ModTime())
-			files++
-		}
-		if st, ok := ownerOf(info); ok {
-			_ = to.Lchown(rel, st.uid, st.gid) // only root may; others own what they copy
-		}
-		if rel != "." && mode&fs.ModeSymlink == 0 { // the mount point keeps its own mode
-			_ = to.Chmod(rel, mode.Perm())
-		}
-		return nil
-	})
-	// Directories' times last: filling them changed them.
-	for i := len(dirs) - 1; i >= 0; i-- {
-		_ = to.Chtimes(dirs[i].rel, dirs[i].mtime, dirs[i].mtime)
-	}
-	return files, err
-}
-
-func copyFile(from, to *os.Root, rel string, perm fs.FileMode) error {
-	in, err := from.Open(rel)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := to.OpenFile(rel, os.O_CREATE|os.O_EXCL|os.O_WRONLY, perm)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

@@ -131,9 +131,9 @@ func (m *Migration) removeStaged(ctx context.Context) error {
 // the source there: a StatefulSet pod's rollback after its source was
 // deleted. The target's restore used the first copies.
 func (m *Migration) stageOnSource(ctx context.Context) error {
-	for _, c := range m.state.Migrated {
+	for _, c := range m.packed() {
 		if _, kept := m.state.Archives[c]; !kept {
-			return fmt.Errorf("the checkpoint archive of container %s is no longer on %s", c, m.state.SourceNode)
+			return fmt.Errorf("the archive of %s is no longer on %s", archiveName(c), m.state.SourceNode)
 		}
 		req, err := m.packRequest(ctx, c, m.state.SourceNode)
 		if err != nil {
@@ -141,12 +141,31 @@ func (m *Migration) stageOnSource(ctx context.Context) error {
 		}
 		res, err := m.deps.Packer.Pack(ctx, m.nextAgentPod(), m.state.SourceNode, req)
 		if err != nil {
-			return fmt.Errorf("stage the checkpoint of container %s on %s: %w", c, m.state.SourceNode, err)
+			return fmt.Errorf("stage %s on %s: %w", archiveName(c), m.state.SourceNode, err)
 		}
-		m.progress(report.Detach, fmt.Sprintf("container %s staged on %s for the kubectl-migrate runtime", c, m.state.SourceNode))
+		m.progress(report.Detach, fmt.Sprintf("%s staged on %s for the kubectl-migrate runtime", archiveName(c), m.state.SourceNode))
 		m.state.Images[c] = res.Staged
 	}
 	return nil
+}
+
+// packed names the archives a migration sends: the emptyDir data first,
+// as the kubectl-migrate runtime restores a container as soon as its
+// checkpoint is staged, filling the volumes it mounts then; then each
+// migrated container's checkpoint.
+func (m *Migration) packed() []string {
+	if _, ok := m.state.Archives[agent.VolumesKey]; ok {
+		return append([]string{agent.VolumesKey}, m.state.Migrated...)
+	}
+	return slices.Clone(m.state.Migrated)
+}
+
+// archiveName says what the archive of key (packed) holds.
+func archiveName(key string) string {
+	if key == agent.VolumesKey {
+		return "the emptyDir volumes"
+	}
+	return "container " + key
 }
 
 // packImages packs each archive as a checkpoint image and pushes it, from a
@@ -160,11 +179,7 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 	if m.state.Images == nil {
 		m.state.Images = map[string]string{}
 	}
-	packed := slices.Clone(m.state.Migrated)
-	if _, ok := m.state.Archives[agent.VolumesKey]; ok {
-		packed = append(packed, agent.VolumesKey)
-	}
-	for _, c := range packed {
+	for _, c := range m.packed() {
 		req, err := m.packRequest(ctx, c, m.config.TargetNode)
 		if err != nil {
 			return err
@@ -185,17 +200,14 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 		if err := m.save(ctx); err != nil {
 			return err
 		}
+		what := archiveName(c)
 		if res.Staged != "" {
 			m.Record.ArchiveBytes += res.ArchiveBytes
-			m.progress(report.Image, fmt.Sprintf("container %s staged on %s for the kubectl-migrate runtime (%d KiB, sent in %d ms)", c, m.config.TargetNode, res.ArchiveBytes/1024, res.PushMillis))
+			m.progress(report.Image, fmt.Sprintf("%s staged on %s for the kubectl-migrate runtime (%d KiB, sent in %d ms)", what, m.config.TargetNode, res.ArchiveBytes/1024, res.PushMillis))
 			continue
 		}
 		m.Record.Images = append(m.Record.Images, res.Image)
 		m.Record.ArchiveBytes += res.ArchiveBytes
-		what := "container " + c
-		if c == agent.VolumesKey {
-			what = "emptyDir volumes"
-		}
 		if m.config.Transfer == Direct {
 			m.progress(report.Image, fmt.Sprintf("%s → %s (%d KiB, sent in %d ms)", what, res.Image, res.ArchiveBytes/1024, res.PushMillis))
 			continue

@@ -69,10 +69,6 @@ type RestoreNeeds struct {
 	// Source is set when the source node must restore the same way: a
 	// StatefulSet pod's rollback and its move back restore it there.
 	Source *corev1.Node
-	// Pod is the pod to restore; CarriesVolumes, that it has emptyDir
-	// data to carry, which the kubectl-migrate runtime does not carry yet.
-	Pod            string
-	CarriesVolumes bool
 }
 
 // ChooseRestore picks how the target restores: through its container
@@ -107,15 +103,12 @@ func ChooseRestore(n RestoreNeeds) (via Restore, note string, err error) {
 		if len(missing) > 0 {
 			return "", "", refuse("run "+setup, "node %s has no kubectl-migrate runtime (no %s label)", strings.Join(missing, " and "), ociruntime.NodeLabel)
 		}
-		if n.CarriesVolumes {
-			return "", "", refuse("use --restore cri on a node whose runtime restores", "pod %s has emptyDir volumes, which --restore runtime does not carry yet", n.Pod)
-		}
 		return RestoreRuntime, "", nil
 	}
 	switch {
 	case s.Restore:
 		return RestoreCRI, "", nil
-	case len(missing) == 0 && !n.CarriesVolumes:
+	case len(missing) == 0:
 		return RestoreRuntime, fmt.Sprintf("node %s's runtime does not restore (%s): restoring through the kubectl-migrate runtime", n.Target.Name, s.Why), nil
 	}
 	return "", "", refuse(s.Why+"; "+runtimeRemedy, "target node %s cannot restore checkpoints", n.Target.Name)

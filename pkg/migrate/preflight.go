@@ -137,7 +137,7 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 		return err
 	}
 	m.nodes.source, m.nodes.target = source, target
-	needs := RestoreNeeds{Want: m.config.Restore, Target: target, Pod: m.config.Pod, CarriesVolumes: len(m.carriedVolumes()) > 0}
+	needs := RestoreNeeds{Want: m.config.Restore, Target: target}
 	if m.config.StatefulSet != "" {
 		needs.Source = source
 	}

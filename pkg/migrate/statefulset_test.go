@@ -307,6 +307,26 @@ func TestShadowGapsComeFromThePodThatServed(t *testing.T) {
 	}
 }
 
+// runtimeOnly makes w's nodes run containerd 2.4 (no CRI restore), with the
+// kubectl-migrate runtime installed on nodes.
+func runtimeOnly(t *testing.T, w *migratetest.World, nodes ...string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, name := range []string{"node-a", "node-b"} {
+		node, err := w.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Status.NodeInfo.ContainerRuntimeVersion = "containerd://2.4.2"
+		if slices.Contains(nodes, name) {
+			node.Labels = map[string]string{ociruntime.NodeLabel: "installed"}
+		}
+		if _, err := w.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestStatefulSetRuntimeRestore moves a StatefulSet pod between nodes whose
 // runtime does not restore, through the kubectl-migrate runtime on both, in
 // each mode: the checkpoint goes node to node and is staged, no image is
@@ -316,21 +336,7 @@ func TestShadowGapsComeFromThePodThatServed(t *testing.T) {
 // setup, as its rollback could not restore there.
 func TestStatefulSetRuntimeRestore(t *testing.T) {
 	ctx := context.Background()
-	runtimeOn := func(w *migratetest.World, nodes ...string) {
-		for _, name := range []string{"node-a", "node-b"} {
-			node, err := w.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			node.Status.NodeInfo.ContainerRuntimeVersion = "containerd://2.4.2"
-			if slices.Contains(nodes, name) {
-				node.Labels = map[string]string{ociruntime.NodeLabel: "installed"}
-			}
-			if _, err := w.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	runtimeOn := func(w *migratetest.World, nodes ...string) { runtimeOnly(t, w, nodes...) }
 	noImages := func(t *testing.T, w *migratetest.World, rec *report.Record) {
 		t.Helper()
 		w.Mu.Lock()

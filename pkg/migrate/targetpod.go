@@ -241,6 +241,7 @@ func targetPod(source *corev1.Pod, name, node, migrationID string, images map[st
 // afresh, as any restart does.
 func forRuntimeRestore(target, source *corev1.Pod) {
 	target.Spec.RuntimeClassName = ptr.To(ociruntime.HandlerName)
+	target.Spec.InitContainers = nil // the runtime fills the emptyDir volumes itself
 	bases := BaseImages(source)
 	for i, c := range target.Spec.Containers {
 		j := slices.IndexFunc(source.Spec.Containers, func(s corev1.Container) bool { return s.Name == c.Name })

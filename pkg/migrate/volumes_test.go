@@ -86,6 +86,40 @@ func TestEmptyDirMovesWithThePod(t *testing.T) {
 	}
 }
 
+// TestEmptyDirMovesThroughTheRuntime: where the kubectl-migrate runtime
+// restores, the emptyDir data is staged on the target before the
+// checkpoint (the runtime restores a container once its checkpoint is
+// staged, filling the volumes in that create), the target has no init
+// container, and nothing is left staged, archived or in a registry.
+func TestEmptyDirMovesThroughTheRuntime(t *testing.T) {
+	for _, strategy := range []migrate.Strategy{migrate.MS2M, migrate.StopAndCopy} {
+		t.Run(string(strategy), func(t *testing.T) {
+			w := migratetest.NewWorld(t)
+			withScratch(t, w, corev1.StorageMediumMemory)
+			runtimeOnly(t, w, "node-a", "node-b")
+			rec, err := migrate.Run(context.Background(), testConfig(strategy), w.Deps(), migrate.Hooks{})
+			if err != nil || rec.Restore != string(migrate.RestoreRuntime) {
+				t.Fatalf("%v, restored through %q", err, rec.Restore)
+			}
+			calls := strings.Join(w.Calls, "\n")
+			volumes, app := strings.Index(calls, "stage /var/lib/kubectl-migrate/restore/default/consumer-abcde/ms2m.volumes\n"), strings.Index(calls, "stage /var/lib/kubectl-migrate/restore/default/consumer-abcde/app\n")
+			if volumes < 0 || app < volumes || !strings.Contains(calls, "runtime fills the emptyDir volumes of consumer-abcde") {
+				t.Fatalf("the emptyDir data was not staged before the checkpoint and filled by the runtime:\n%s", calls)
+			}
+			target, err := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer-abcde", metav1.GetOptions{})
+			if err != nil || len(target.Spec.InitContainers) != 0 {
+				t.Fatalf("target's init containers: %+v (%v)", target.Spec.InitContainers, err)
+			}
+			if len(w.Archives) != 0 || len(w.Images) != 0 || len(w.Staged) != 0 || len(rec.Images) != 0 {
+				t.Fatalf("left behind: archives %v images %v staged %v; record's images %v", w.Archives, w.Images, w.Staged, rec.Images)
+			}
+			if err := w.Conservation(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestEmptyDirRollsBack: a migration that fails after the snapshot leaves
 // the source consuming and nothing of the snapshot anywhere.
 func TestEmptyDirRollsBack(t *testing.T) {

@@ -20,9 +20,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/treecopy"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/untar"
 )
 
@@ -50,6 +53,10 @@ const (
 	// ExpectedSuffix marks, beside a container's stage path, a checkpoint
 	// on its way (ExpectedPath).
 	ExpectedSuffix = ".expected"
+	// VolumesKey stands for a pod's emptyDir data where a container's name
+	// would (StagePath): no container has it, as container names are DNS
+	// labels, which have no dots.
+	VolumesKey = "ms2m.volumes"
 	// ExpectTimeout bounds one create's wait for an expected checkpoint,
 	// well inside the kubelet's 2-minute limit on a runtime call; the
 	// kubelet's next try waits again.
@@ -209,7 +216,13 @@ type bundleSpec struct {
 	Root struct {
 		Path string `json:"path"`
 	} `json:"root"`
+	Mounts      []bundleMount     `json:"mounts"`
 	Annotations map[string]string `json:"annotations"`
+}
+
+type bundleMount struct {
+	Destination string `json:"destination"`
+	Source      string `json:"source"`
 }
 
 // Identity is a container's place in the cluster, from the annotations its
@@ -288,7 +301,70 @@ func (r Runtime) claim(inv invocation) (string, error) {
 		_ = os.RemoveAll(within)
 		return "", fmt.Errorf("restore %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
 	}
+	if err := r.fillVolumes(id, spec.Mounts); err != nil {
+		_ = os.RemoveAll(within)
+		return "", fmt.Errorf("restore %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
+	}
 	return within, nil
+}
+
+// emptyDirPath is how a kubelet's emptyDir volume ends on the node.
+const emptyDirPath = "/volumes/kubernetes.io~empty-dir/"
+
+// fillVolumes writes the emptyDir data staged for id's pod (VolumesKey,
+// each volume under image.VolumesRoot/NAME) into the volumes of that name
+// this container mounts, before CRIU restores the process, whose open files
+// there must exist. The first create that mounts a volume claims its data
+// (a rename within the stage) and fills it; the stage goes once all are.
+func (r Runtime) fillVolumes(id Identity, mounts []bundleMount) error {
+	podVolumes := StagePath(r.Stage, Identity{Namespace: id.Namespace, Pod: id.Pod, Container: VolumesKey})
+	staged := filepath.Join(podVolumes, image.VolumesRoot)
+	entries, err := os.ReadDir(staged)
+	if err != nil {
+		return nil // none staged
+	}
+	left := 0
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") {
+			continue // another container's claim
+		}
+		left++
+		i := slices.IndexFunc(mounts, func(m bundleMount) bool { return strings.HasSuffix(m.Source, emptyDirPath+name) })
+		if i < 0 {
+			continue // another migrated container mounts it
+		}
+		claimed := filepath.Join(staged, "."+name+".claimed")
+		if err := os.Rename(filepath.Join(staged, name), claimed); err != nil {
+			return fmt.Errorf("claim the data of emptyDir %s: %w", name, err)
+		}
+		err := copyInto(claimed, mounts[i].Source)
+		_ = os.RemoveAll(claimed)
+		if err != nil {
+			return fmt.Errorf("fill emptyDir %s: %w", name, err)
+		}
+		left--
+	}
+	if left == 0 {
+		return os.RemoveAll(podVolumes)
+	}
+	return nil
+}
+
+// copyInto copies the tree at from into the directory to.
+func copyInto(from, to string) error {
+	src, err := os.OpenRoot(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenRoot(to)
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	_, err = treecopy.Copy(src, dst)
+	return err
 }
 
 // awaitExpected waits, while a migration expects a checkpoint for id

@@ -291,3 +291,70 @@ func TestACreateExpectingACheckpointWaitsForIt(t *testing.T) {
 		}
 	})
 }
+
+// TestARestoringCreateFillsTheEmptyDirVolumesItMounts: emptyDir data staged
+// for the pod is written into the volumes a restoring container mounts
+// before runc restores it (its open files there must exist); a volume only
+// another container mounts waits for that container's create, and once
+// every volume is filled nothing of the data is left staged.
+func TestARestoringCreateFillsTheEmptyDirVolumesItMounts(t *testing.T) {
+	w := newWorld(t, crioContainer)
+	pods := t.TempDir()
+	emptyDir := func(name string) string {
+		dir := filepath.Join(pods, "uid-1", "volumes", "kubernetes.io~empty-dir", name)
+		must(t, os.MkdirAll(dir, 0o777))
+		return dir
+	}
+	scratch, other := emptyDir("scratch"), emptyDir("other")
+	writeSpec := func(container string, mounts ...string) {
+		annotations := map[string]string{}
+		for k, v := range crioContainer {
+			annotations[k] = v
+		}
+		annotations["io.kubernetes.container.name"] = container
+		var ms []map[string]string
+		for _, m := range mounts {
+			ms = append(ms, map[string]string{"destination": "/data/" + filepath.Base(m), "source": m})
+		}
+		spec, _ := json.Marshal(map[string]any{"root": map[string]any{"path": w.rootfs}, "mounts": ms, "annotations": annotations})
+		must(t, os.WriteFile(filepath.Join(w.bundle, "config.json"), spec, 0o644))
+	}
+	volumes := StagePath(w.r.Stage, Identity{"shop", "consumer-2", VolumesKey})
+	for name, files := range map[string]map[string]string{"scratch": {"ledger": "1\n2\n", "sub/part": "p"}, "other": {"x": "y"}} {
+		for rel, body := range files {
+			path := filepath.Join(volumes, "ms2m", "volumes", name, rel)
+			must(t, os.MkdirAll(filepath.Dir(path), 0o755))
+			must(t, os.WriteFile(path, []byte(body), 0o640))
+		}
+	}
+
+	w.stage(t, app)
+	writeSpec("app", scratch)
+	if pass, err := w.r.Run(createArgs(w.bundle)); err != nil || pass {
+		t.Fatalf("create of app: pass %v, err %v", pass, err)
+	}
+	for rel, want := range map[string]string{"ledger": "1\n2\n", "sub/part": "p"} {
+		if b, err := os.ReadFile(filepath.Join(scratch, rel)); err != nil || string(b) != want {
+			t.Errorf("scratch/%s: %q, %v", rel, b, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(scratch, "ledger")); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("the ledger's mode: %v, %v", fi, err)
+	}
+	if entries, _ := os.ReadDir(other); len(entries) != 0 {
+		t.Errorf("app's create filled a volume it does not mount: %v", entries)
+	}
+
+	side := Identity{"shop", "consumer-2", "side"}
+	w.stage(t, side)
+	writeSpec("side", other)
+	if pass, err := w.r.Run(append(createArgs(w.bundle)[:len(createArgs(w.bundle))-1], "ctr2")); err != nil || pass {
+		t.Fatalf("create of side: pass %v, err %v", pass, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(other, "x")); err != nil || string(b) != "y" {
+		t.Errorf("other/x: %q, %v", b, err)
+	}
+	if _, err := os.Stat(volumes); !os.IsNotExist(err) {
+		t.Errorf("the emptyDir data is still staged: %v", err)
+	}
+}

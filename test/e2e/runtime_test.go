@@ -18,6 +18,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/check"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
 
 // The restore path that needs no CRI restore: the kubectl-migrate runtime,
@@ -122,8 +123,8 @@ func (l *lab) setUpRuntime(t testing.TB) (uninstall func()) {
 // TestRuntimeRestore sets the runtime up with node-setup, migrates the
 // live consumer with --restore runtime as MS2M and as stop-and-copy
 // (restored: same process, state continued; every message applied exactly
-// once; nothing staged left, no image made), and uninstalls it: the nodes'
-// files are as before.
+// once; nothing staged left, no image made), with emptyDir volumes too, and
+// uninstalls it: the nodes' files are as before.
 func TestRuntimeRestore(t *testing.T) {
 	l := setup(t)
 	l.setUpRuntime(t)
@@ -143,6 +144,26 @@ func TestRuntimeRestore(t *testing.T) {
 			}
 			checkConservation(t, w, rec.TargetPod)
 			t.Logf("runtime restore, %s: critical path %d ms, total %d ms, downtime %d ms", strategy, rec.CriticalPathMillis(), rec.TotalMillis, rec.Downtime.Millis)
+		})
+	}
+	// emptyDir data moves on this path too, on disk and in memory (tmpfs):
+	// the runtime fills the volumes in the create that restores, so the
+	// target has no init container; the ledger the consumer keeps open
+	// there must hold every applied message once (checkConservation).
+	for _, tc := range []struct{ scratch, strategy string }{{"memory", "ms2m"}, {"disk", "stop-and-copy"}} {
+		t.Run("emptyDir/"+tc.strategy+"/"+tc.scratch, func(t *testing.T) {
+			l, w, rec, _, _ := migrateLiveApp(t, workload.Options{Rate: "10", Scratch: tc.scratch}, 30, "--restore", "runtime", "--strategy", tc.strategy)
+			target, err := l.client.CoreV1().Pods(w.Namespace).Get(context.Background(), rec.TargetPod, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !runtimeRestored(target) || len(target.Spec.InitContainers) != 0 {
+				t.Fatalf("the target was not restored by the runtime alone: runtime class %v, init containers %v", target.Spec.RuntimeClassName, target.Spec.InitContainers)
+			}
+			checkConservation(t, w, rec.TargetPod)
+			for _, n := range []string{"node-a", "node-b"} {
+				l.nothingStaged(t, n)
+			}
 		})
 	}
 	// A migration whose process dies is recovered: rolled back with the

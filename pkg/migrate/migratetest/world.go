@@ -253,10 +253,19 @@ func (w *World) startKubelet() {
 func (w *World) run(ctx context.Context, pod *corev1.Pod, id ociruntime.Identity, underRuntime bool) {
 	state := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
 	staged := agent.StagedPath(id)
+	volumes := agent.StagedPath(ociruntime.Identity{Namespace: id.Namespace, Pod: id.Pod, Container: agent.VolumesKey})
 	w.Mu.Lock()
 	hasCheckpoint := w.Staged[staged]
 	delete(w.Staged, staged) // the runtime claims it, restored or not
+	// The create that restores fills the emptyDir volumes staged by then.
+	fills := underRuntime && hasCheckpoint && w.Staged[volumes]
+	if fills {
+		delete(w.Staged, volumes)
+	}
 	w.Mu.Unlock()
+	if fills {
+		w.record("runtime fills the emptyDir volumes of %s", id.Pod)
+	}
 	switch {
 	case pod.Annotations[freshAnnotation] != "" || underRuntime && !hasCheckpoint:
 		w.Mu.Lock()
