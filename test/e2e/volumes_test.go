@@ -92,17 +92,21 @@ func TestEmptyDirOverTheLimitIsRefused(t *testing.T) {
 	checkConservation(t, w, "consumer")
 }
 
+// keepsALedger makes a StatefulSet's consumers keep a ledger of every value
+// they apply in an emptyDir, which their conservation check reads.
+func keepsALedger(_ string, sts *appsv1.StatefulSet) {
+	spec := &sts.Spec.Template.Spec
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	c := &spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "scratch", MountPath: "/scratch"})
+	c.Args = append(c.Args, "--ledger=/scratch/ledger")
+}
+
 // TestStatefulSetShadowCarriesEmptyDir: in shadow mode the emptyDir moves
 // twice, source → shadow → final pod, each time as of its checkpoint, and
 // the final consumer-0's ledger file holds every applied message once.
 func TestStatefulSetShadowCarriesEmptyDir(t *testing.T) {
-	rec := migrateStatefulSet(t, func(_ string, sts *appsv1.StatefulSet) {
-		spec := &sts.Spec.Template.Spec
-		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-		c := &spec.Containers[0]
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "scratch", MountPath: "/scratch"})
-		c.Args = append(c.Args, "--ledger=/scratch/ledger")
-	}, "--mode", "shadow")
+	rec := migrateStatefulSet(t, keepsALedger, "--mode", "shadow")
 	// Each stage's checkpoint and volumes: four images.
 	if len(rec.Images) != 4 {
 		t.Fatalf("images %v, want a checkpoint and a volume image per stage", rec.Images)
