@@ -164,8 +164,8 @@ func migrateStatefulSet(t *testing.T, change func(ns string, sts *appsv1.Statefu
 
 	// Ordinal 0 saw every message exactly once; so did the untouched ordinal 1.
 	got, sent := checkOrdinalsConserve(t, w)
-	t.Logf("conservation: %d sent; consumer-0 (moved) and consumer-1 (untouched) each applied all exactly once (digest %s); downtime %d ms of %d ms",
-		sent.Totals.Count, got.Totals.Digest, rec.Downtime.Millis, rec.TotalMillis)
+	t.Logf("conservation: %d sent; consumer-0 (moved) and consumer-1 (untouched) each applied all exactly once (digest %s, consumer-0's state %s); downtime %d ms of %d ms",
+		sent.Totals.Count, got.Totals.Digest, got.App, rec.Downtime.Millis, rec.TotalMillis)
 
 	// A later rollout still works: the controller replaces both pods.
 	patch := []byte(`{"spec":{"template":{"metadata":{"annotations":{"e2e/rollout":"1"}}}}}`)
