@@ -140,7 +140,11 @@ func (o *migrationFlags) printPlan(c migrate.Config, source *corev1.Pod, predict
 		if c.Strategy == migrate.MS2M {
 			pause = " (the source stops consuming meanwhile, so files and memory are of one moment)"
 		}
-		fmt.Fprintf(&b, "  emptyDir %s move with it: copied on %s as it is checkpointed%s, and into the target's volumes by an init container before the restore.\n", strings.Join(volumes, ", "), source.Spec.NodeName, pause)
+		into := "by an init container"
+		if c.Restore == migrate.RestoreRuntime {
+			into = "by the kubectl-migrate runtime"
+		}
+		fmt.Fprintf(&b, "  emptyDir %s move with it: copied on %s as it is checkpointed%s, and into the target's volumes %s before the restore.\n", strings.Join(volumes, ", "), source.Spec.NodeName, pause, into)
 	}
 	if owner := metav1.GetControllerOf(source); owner != nil && owner.Kind == "ReplicaSet" {
 		fmt.Fprintf(&b, "  The copy goes without the labels ReplicaSet %s selects until it has taken over; then it gets them, the ReplicaSet adopts it and drops %s.\n", owner.Name, source.Name)
