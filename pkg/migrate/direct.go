@@ -116,14 +116,14 @@ func NewDirectToken() (string, error) {
 }
 
 // registerReceiver reads the certificate of node's receiver, started as
-// rcv, and keeps it for the transfers to node.
-func (m *Migration) registerReceiver(ctx context.Context, node string, rcv Receiver) error {
+// rcv, and keeps the receiver with it for the transfers to node.
+func (m *Migration) registerReceiver(ctx context.Context, node string, rcv Receiver) (Receiver, error) {
 	rcv, err := rcv.Started(ctx, m.deps.Packer, node)
 	if err != nil {
-		return err
+		return rcv, err
 	}
 	m.receivers.set(node, rcv)
-	return nil
+	return rcv, nil
 }
 
 // receiverOn is node's receiver, started now if the migration has none
@@ -145,7 +145,7 @@ func (m *Migration) receiverOn(ctx context.Context, node string) (Receiver, erro
 	if err != nil {
 		return Receiver{}, fmt.Errorf("node %s cannot run the agent that receives the checkpoint: %w", node, err)
 	}
-	return rcv, m.registerReceiver(ctx, node, rcv)
+	return m.registerReceiver(ctx, node, rcv)
 }
 
 // takeTurn runs warm, which starts a receiver on node, once no other

@@ -35,7 +35,10 @@ type Journal struct {
 
 // journal saves a migration's Journal with its record.
 type journal struct {
-	config Config
+	// config is the migration's own: what preflight settled (a restore
+	// through the kubectl-migrate runtime sends directly) is what a
+	// recovery must act on.
+	config *Config
 	state  *State
 	record *report.Record
 	store  RecordStore
@@ -46,7 +49,7 @@ type journal struct {
 var saveBackoff = wait.Backoff{Steps: 6, Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1}
 
 func (j *journal) save(ctx context.Context) error {
-	data, err := json.Marshal(Journal{Config: redactConfig(j.config), State: j.state.forJournal()})
+	data, err := json.Marshal(Journal{Config: redactConfig(*j.config), State: j.state.forJournal()})
 	if err != nil {
 		return err
 	}
@@ -182,8 +185,12 @@ func (j Journal) verify(r *report.Record) error {
 			}
 		}
 		for ctr, ref := range s.Images {
-			staged := agent.StagedPath(ociruntime.Identity{Namespace: c.Namespace, Pod: c.TargetName, Container: ctr})
-			if ref != staged && !isImageOf(ref, c.CheckpointImageOf(pod, ctr, tag)) {
+			// Staged for one of the migration's pods: a shadow's final
+			// stage restores the pod under its own name.
+			staged := slices.ContainsFunc(pods, func(p string) bool {
+				return ref == agent.StagedPath(ociruntime.Identity{Namespace: c.Namespace, Pod: p, Container: ctr})
+			})
+			if !staged && !isImageOf(ref, c.CheckpointImageOf(pod, ctr, tag)) {
 				return fmt.Errorf("image %s", ref)
 			}
 		}

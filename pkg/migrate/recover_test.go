@@ -98,48 +98,75 @@ func recoverTwice(t *testing.T, w *migratetest.World, rec *report.Record) *repor
 	return got
 }
 
-// TestRecoverFromACrashAtEveryStep kills the migration at each step after
-// preflight and recovers it: before the commit point the source serves
-// again with nothing left behind; after it the target serves.
-func TestRecoverFromACrashAtEveryStep(t *testing.T) {
-	for _, strategy := range migrate.Strategies {
-		steps := crashSteps(t, newWorld, testConfig(strategy))
-		for n := 1; n <= steps; n++ {
-			t.Run(fmt.Sprintf("%s/%d", strategy, n), func(t *testing.T) {
-				t.Parallel()
-				w := migratetest.NewWorld(t)
-				crashed := crashAt(t, w, testConfig(strategy), n)
-				last := crashed.Phases[len(crashed.Phases)-1]
-				rec := recoverTwice(t, w, crashed)
-				if err := w.Conservation(); err != nil {
-					t.Fatalf("crashed in %s, recovered to %s: %v", last.Name, rec.Outcome, err)
-				}
-				ctx := context.Background()
-				_, srcErr := w.Client.CoreV1().Pods("default").Get(ctx, "consumer", metav1.GetOptions{})
-				_, tgtErr := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-abcde", metav1.GetOptions{})
-				w.Mu.Lock()
-				defer w.Mu.Unlock()
-				if rec.Outcome == report.Succeeded {
-					if !apierrors.IsNotFound(srcErr) || tgtErr != nil || w.Apps["consumer-abcde"].Mode != ms2m.ModePrimary {
-						t.Fatalf("crashed in %s, completed, but source %v, target %v", last.Name, srcErr, tgtErr)
-					}
-				} else {
-					if srcErr != nil || !apierrors.IsNotFound(tgtErr) {
-						t.Fatalf("crashed in %s, rolled back, but source %v, target %v", last.Name, srcErr, tgtErr)
-					}
-					if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
-						t.Fatalf("source not serving after recovery: %+v", src)
-					}
-				}
-				// Only a crash past the commit point completes.
-				if committed := last.Name == report.Cleanup || last.Name == report.Switchover && rec.Outcome == report.Succeeded; committed != (rec.Outcome == report.Succeeded) {
-					t.Fatalf("crashed in %s, recovered to %s", last.Name, rec.Outcome)
-				}
-				if w.Queues["work.ms2m-replay"] || w.Queues["work.ms2m-migration"] || len(w.Archives) > 0 || (rec.Outcome == report.RolledBack && len(w.Images) > 0) {
-					t.Fatalf("left behind: queues %v archives %v images %v", w.Queues, w.Archives, w.Images)
-				}
-			})
+// restorePaths are the worlds the crash matrices run in: nodes whose
+// container runtime restores, and nodes where only the kubectl-migrate
+// runtime does (the checkpoints staged, not imaged).
+var restorePaths = []struct {
+	name  string
+	world func(func(*testing.T) *migratetest.World) func(*testing.T) *migratetest.World
+}{
+	{"cri", func(world func(*testing.T) *migratetest.World) func(*testing.T) *migratetest.World { return world }},
+	{"runtime", func(world func(*testing.T) *migratetest.World) func(*testing.T) *migratetest.World {
+		return func(t *testing.T) *migratetest.World {
+			w := world(t)
+			runtimeOnly(t, w, "node-a", "node-b")
+			return w
 		}
+	}},
+}
+
+// TestRecoverFromACrashAtEveryStep kills the migration at each step after
+// preflight and recovers it, on either restore path: before the commit
+// point the source serves again with nothing left behind; after it the
+// target serves.
+func TestRecoverFromACrashAtEveryStep(t *testing.T) {
+	for _, path := range restorePaths {
+		world := path.world(newWorld)
+		for _, strategy := range migrate.Strategies {
+			steps := crashSteps(t, world, testConfig(strategy))
+			for n := 1; n <= steps; n++ {
+				t.Run(fmt.Sprintf("%s/%s/%d", path.name, strategy, n), func(t *testing.T) {
+					t.Parallel()
+					recoverPodAt(t, world(t), strategy, n)
+				})
+			}
+		}
+	}
+}
+
+// recoverPodAt crashes a bare pod's migration in w at step n, recovers
+// it, and checks the pod serves where the commit point says, nothing left.
+func recoverPodAt(t *testing.T, w *migratetest.World, strategy migrate.Strategy, n int) {
+	t.Helper()
+	crashed := crashAt(t, w, testConfig(strategy), n)
+	last := crashed.Phases[len(crashed.Phases)-1]
+	rec := recoverTwice(t, w, crashed)
+	if err := w.Conservation(); err != nil {
+		t.Fatalf("crashed in %s, recovered to %s: %v", last.Name, rec.Outcome, err)
+	}
+	ctx := context.Background()
+	_, srcErr := w.Client.CoreV1().Pods("default").Get(ctx, "consumer", metav1.GetOptions{})
+	_, tgtErr := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-abcde", metav1.GetOptions{})
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	if rec.Outcome == report.Succeeded {
+		if !apierrors.IsNotFound(srcErr) || tgtErr != nil || w.Apps["consumer-abcde"].Mode != ms2m.ModePrimary {
+			t.Fatalf("crashed in %s, completed, but source %v, target %v", last.Name, srcErr, tgtErr)
+		}
+	} else {
+		if srcErr != nil || !apierrors.IsNotFound(tgtErr) {
+			t.Fatalf("crashed in %s, rolled back, but source %v, target %v", last.Name, srcErr, tgtErr)
+		}
+		if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
+			t.Fatalf("source not serving after recovery: %+v", src)
+		}
+	}
+	// Only a crash past the commit point completes.
+	if committed := last.Name == report.Cleanup || last.Name == report.Switchover && rec.Outcome == report.Succeeded; committed != (rec.Outcome == report.Succeeded) {
+		t.Fatalf("crashed in %s, recovered to %s", last.Name, rec.Outcome)
+	}
+	if w.Queues["work.ms2m-replay"] || w.Queues["work.ms2m-migration"] || len(w.Archives) > 0 || (rec.Outcome == report.RolledBack && len(w.Images) > 0) || len(w.Staged) > 0 {
+		t.Fatalf("left behind: queues %v archives %v images %v staged %v", w.Queues, w.Archives, w.Images, w.Staged)
 	}
 }
 
@@ -150,25 +177,40 @@ func TestRecoverStatefulSetFromACrashAtEveryStep(t *testing.T) {
 		strategy migrate.Strategy
 		mode     migrate.StatefulSetMode
 	}{{migrate.MS2M, migrate.Sequential}, {migrate.StopAndCopy, migrate.Sequential}, {migrate.MS2M, migrate.Shadow}} {
-		steps := crashSteps(t, migratetest.NewStatefulSetWorld, stsConfig(tc.strategy, tc.mode))
-		for n := 1; n <= steps; n++ {
-			t.Run(fmt.Sprintf("%s/%s/%d", tc.strategy, tc.mode, n), func(t *testing.T) {
-				t.Parallel()
-				w := migratetest.NewStatefulSetWorld(t)
-				other := consumer1(t, w)
-				crashed := crashAt(t, w, stsConfig(tc.strategy, tc.mode), n)
-				last := crashed.Phases[len(crashed.Phases)-1]
-				rec := recoverTwice(t, w, crashed)
-				if err := w.Conservation(); err != nil {
-					t.Fatalf("crashed in %s, recovered to %s: %v", last.Name, rec.Outcome, err)
-				}
-				node := "node-a"
-				if rec.Outcome == report.Succeeded {
-					node = "node-b"
-				}
-				checkStatefulSet(t, w, node, other)
-			})
+		for _, path := range restorePaths {
+			world := path.world(migratetest.NewStatefulSetWorld)
+			steps := crashSteps(t, world, stsConfig(tc.strategy, tc.mode))
+			for n := 1; n <= steps; n++ {
+				t.Run(fmt.Sprintf("%s/%s/%s/%d", path.name, tc.strategy, tc.mode, n), func(t *testing.T) {
+					t.Parallel()
+					recoverStatefulSetAt(t, world(t), tc.strategy, tc.mode, n)
+				})
+			}
 		}
+	}
+}
+
+// recoverStatefulSetAt crashes a StatefulSet pod's migration in w at step
+// n and recovers it: the StatefulSet serves on the node the commit point
+// says, never left deleted.
+func recoverStatefulSetAt(t *testing.T, w *migratetest.World, strategy migrate.Strategy, mode migrate.StatefulSetMode, n int) {
+	t.Helper()
+	other := consumer1(t, w)
+	crashed := crashAt(t, w, stsConfig(strategy, mode), n)
+	last := crashed.Phases[len(crashed.Phases)-1]
+	rec := recoverTwice(t, w, crashed)
+	if err := w.Conservation(); err != nil {
+		t.Fatalf("crashed in %s, recovered to %s: %v", last.Name, rec.Outcome, err)
+	}
+	node := "node-a"
+	if rec.Outcome == report.Succeeded {
+		node = "node-b"
+	}
+	checkStatefulSet(t, w, node, other)
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	if len(w.Staged) > 0 {
+		t.Fatalf("crashed in %s, recovered to %s, left staged %v", last.Name, rec.Outcome, w.Staged)
 	}
 }
 

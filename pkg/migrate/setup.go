@@ -135,7 +135,7 @@ func (m *Migration) startAgents(ctx context.Context) error {
 			return err
 		}
 		if sourceOpts.DirectToken != "" {
-			if err := m.registerReceiver(ctx, m.state.SourceNode, toSource); err != nil {
+			if _, err := m.registerReceiver(ctx, m.state.SourceNode, toSource); err != nil {
 				return err
 			}
 		}
@@ -150,7 +150,7 @@ func (m *Migration) startAgents(ctx context.Context) error {
 			return err
 		}
 		if m.config.Transfer == Direct {
-			if err := m.registerReceiver(ctx, m.config.TargetNode, toTarget); err != nil {
+			if _, err := m.registerReceiver(ctx, m.config.TargetNode, toTarget); err != nil {
 				return err
 			}
 		}
