@@ -79,6 +79,20 @@ func crashAt(t *testing.T, w *migratetest.World, cfg migrate.Config, n int) *rep
 
 func newWorld(t *testing.T) *migratetest.World { return migratetest.NewWorld(t) }
 
+// crashAndRecover crashes cfg's migration in w at step n, recovers it, and
+// checks that no message was lost or applied twice; it returns the phase
+// it crashed in and the recovered record.
+func crashAndRecover(t *testing.T, w *migratetest.World, cfg migrate.Config, n int) (report.PhaseTiming, *report.Record) {
+	t.Helper()
+	crashed := crashAt(t, w, cfg, n)
+	last := crashed.Phases[len(crashed.Phases)-1]
+	rec := recoverTwice(t, w, crashed)
+	if err := w.Conservation(); err != nil {
+		t.Fatalf("crashed in %s, recovered to %s: %v", last.Name, rec.Outcome, err)
+	}
+	return last, rec
+}
+
 // recoverTwice recovers rec, then recovers again, which must find nothing.
 func recoverTwice(t *testing.T, w *migratetest.World, rec *report.Record) *report.Record {
 	t.Helper()
@@ -138,12 +152,7 @@ func TestRecoverFromACrashAtEveryStep(t *testing.T) {
 // it, and checks the pod serves where the commit point says, nothing left.
 func recoverPodAt(t *testing.T, w *migratetest.World, strategy migrate.Strategy, n int) {
 	t.Helper()
-	crashed := crashAt(t, w, testConfig(strategy), n)
-	last := crashed.Phases[len(crashed.Phases)-1]
-	rec := recoverTwice(t, w, crashed)
-	if err := w.Conservation(); err != nil {
-		t.Fatalf("crashed in %s, recovered to %s: %v", last.Name, rec.Outcome, err)
-	}
+	last, rec := crashAndRecover(t, w, testConfig(strategy), n)
 	ctx := context.Background()
 	_, srcErr := w.Client.CoreV1().Pods("default").Get(ctx, "consumer", metav1.GetOptions{})
 	_, tgtErr := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-abcde", metav1.GetOptions{})
@@ -196,12 +205,7 @@ func TestRecoverStatefulSetFromACrashAtEveryStep(t *testing.T) {
 func recoverStatefulSetAt(t *testing.T, w *migratetest.World, strategy migrate.Strategy, mode migrate.StatefulSetMode, n int) {
 	t.Helper()
 	other := consumer1(t, w)
-	crashed := crashAt(t, w, stsConfig(strategy, mode), n)
-	last := crashed.Phases[len(crashed.Phases)-1]
-	rec := recoverTwice(t, w, crashed)
-	if err := w.Conservation(); err != nil {
-		t.Fatalf("crashed in %s, recovered to %s: %v", last.Name, rec.Outcome, err)
-	}
+	last, rec := crashAndRecover(t, w, stsConfig(strategy, mode), n)
 	node := "node-a"
 	if rec.Outcome == report.Succeeded {
 		node = "node-b"

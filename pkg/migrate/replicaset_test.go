@@ -198,12 +198,7 @@ func TestRecoverReplicaSetPodFromACrashAtEveryStep(t *testing.T) {
 				t.Parallel()
 				w := migratetest.NewReplicaSetWorld(t)
 				before := readReplicaSet(t, w)
-				crashed := crashAt(t, w, testConfig(strategy), n)
-				last := crashed.Phases[len(crashed.Phases)-1]
-				rec := recoverTwice(t, w, crashed)
-				if err := w.Conservation(); err != nil {
-					t.Fatalf("crashed in %s, recovered to %s: %v", last.Name, rec.Outcome, err)
-				}
+				_, rec := crashAndRecover(t, w, testConfig(strategy), n)
 				want := "consumer"
 				if rec.Outcome == report.Succeeded {
 					want = "consumer-abcde"
