@@ -118,7 +118,7 @@ func (o *migrationFlags) printPlan(c migrate.Config, source *corev1.Pod, predict
 		if len(migrate.CarriedVolumes(source, slices.Collect(maps.Keys(images)))) > 0 {
 			images[agent.VolumesKey] = "<" + c.CheckpointImageOf(c.Pod, agent.VolumesKey, c.ID) + ">"
 		}
-		return printData(o.Out, o.Output, migrate.RestoredPod(source, c.TargetName, c.TargetNode, c.ID, images, c.RegistrySecret, c.Restore))
+		return printData(o.Out, o.Output, migrate.PlannedTarget(c, source, images))
 	}
 	var b strings.Builder
 	how := string(c.Strategy)

@@ -146,11 +146,7 @@ func (l Launcher) Prepull(ctx context.Context, podName, node string, images []st
 // namespace, with its pull secrets, and nothing a restricted Pod Security
 // level forbids (it only runs the agent binary's noop).
 func (l Launcher) PullerSpec(podName, node string, images []string) *corev1.Pod {
-	restricted := &corev1.SecurityContext{
-		RunAsUser: ptr.To[int64](65534), RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
-		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-	}
+	restricted := Restricted()
 	mount := []corev1.VolumeMount{{Name: "agent-bin", MountPath: "/kubectl-migrate"}}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: podName, Namespace: l.appNamespace(), Labels: l.Labels},
@@ -177,6 +173,17 @@ func (l Launcher) PullerSpec(podName, node string, images []string) *corev1.Pod 
 		})
 	}
 	return pod
+}
+
+// Restricted is a container's security context that no Pod Security level
+// refuses, for the agent binary's noop wherever it runs in an application's
+// namespace.
+func Restricted() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsUser: ptr.To[int64](65534), RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
 }
 
 // appNamespace is where the migrated pod lives.

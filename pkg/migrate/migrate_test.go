@@ -724,8 +724,42 @@ func TestRuntimeRestore(t *testing.T) {
 			if expect < 0 || checkpointed < expect || !created(first) || created(report.Restore) {
 				t.Fatalf("expected at %d, checkpointed at %d; created in %s: %t\n%s", expect, checkpointed, first, created(first), calls)
 			}
+			// Its address was reported before the checkpoint: an init
+			// container (the agent's noop) ends the kubelet's first sync.
+			ph, _ := rec.Phase(first)
+			if !slices.ContainsFunc(ph.Steps, func(s report.Step) bool { return s.Name == report.PodAddressed }) {
+				t.Fatalf("no %q step in %s: %+v", report.PodAddressed, first, ph.Steps)
+			}
+			if inits := target.Spec.InitContainers; len(inits) != 1 || inits[0].Name != migrate.AddressInitContainer || inits[0].Image != testConfig(strategy).AgentImage || !slices.Equal(inits[0].Args, []string{"noop"}) {
+				t.Fatalf("target's init containers: %+v", inits)
+			}
 		})
 	}
+
+	// The early target's address init container cannot be pulled: the
+	// migration says so, naming --agent-image, before the checkpoint, and
+	// rolls back.
+	t.Run("rollback/address", func(t *testing.T) {
+		w := migratetest.NewWorld(t)
+		setTarget(w, true)
+		w.InitWaiting = "ErrImagePull"
+		rec, err := migrate.Run(ctx, testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{})
+		if err == nil || rec.Outcome != report.RolledBack || !strings.Contains(err.Error(), "--agent-image") {
+			t.Fatalf("%v %s", err, rec.Outcome)
+		}
+		if strings.Contains(strings.Join(w.Calls, "\n"), "checkpoint default/consumer/app") {
+			t.Fatalf("checkpointed although the target could not start:\n%s", strings.Join(w.Calls, "\n"))
+		}
+		if _, err := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-abcde", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("the target is left: %v", err)
+		}
+		if len(w.Staged) != 0 || len(w.Expected) != 0 {
+			t.Fatalf("left staged: %v %v", w.Staged, w.Expected)
+		}
+		if err := w.Conservation(); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	// Failed before its checkpoint was staged, the target created early
 	// goes, and then its mark: the source serves on.

@@ -23,6 +23,16 @@ import (
 // appPollInterval paces polls of an application's state, which has no watch.
 const appPollInterval = 100 * time.Millisecond
 
+// A restored copy is asked with a short deadline at first: while CRIU
+// restores it, its pod's network drops the API server's connection
+// attempt, whose SYN the kernel sends again only after a second; a new
+// ask sends a new one. The deadline doubles after each ask that runs out,
+// so a slow but answering cluster is still heard.
+const (
+	firstAskTimeout = 250 * time.Millisecond
+	lastAskTimeout  = 4 * time.Second
+)
+
 // restore creates the target pod from the checkpoint images and waits until
 // the restored application answers, proving it was restored (same process
 // identity as the source) rather than started afresh.
@@ -106,8 +116,60 @@ func (m *Migration) createTargetEarly(ctx context.Context) error {
 			err = saveErr
 		}
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return m.awaitAddressed(ctx, m.config.TargetName, m.config.TargetNode)
 }
+
+// awaitAddressed waits until the kubelet reports the address of pod name,
+// created early (addressFirst), and has moved on to creating its restoring
+// containers: its address init container ended. Then the checkpoint may be
+// taken, with no wait for the kubelet left on the critical path.
+func (m *Migration) awaitAddressed(ctx context.Context, name, node string) error {
+	start := time.Now()
+	if m.phase < len(m.Record.Phases) {
+		m.progress(m.Record.Phases[m.phase].Name, "waiting for the kubelet to report the address of "+name)
+	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	kubeletAway := m.kubeletAway(watchCtx, node)
+	addressed := make(chan error, 1)
+	go func() {
+		_, err := kube.WaitForPod(watchCtx, m.deps.Client, m.config.Namespace, name, func(pod *corev1.Pod) (bool, error) {
+			if pod == nil {
+				return false, fmt.Errorf("pod %s was deleted", name)
+			}
+			i := slices.IndexFunc(pod.Status.InitContainerStatuses, func(s corev1.ContainerStatus) bool { return s.Name == AddressInitContainer })
+			if i < 0 {
+				return false, nil
+			}
+			switch st := pod.Status.InitContainerStatuses[i].State; {
+			case st.Terminated != nil && st.Terminated.ExitCode != 0:
+				return false, fmt.Errorf("its init container %s ended with exit code %d: %s", AddressInitContainer, st.Terminated.ExitCode, st.Terminated.Message)
+			case st.Terminated != nil:
+				return pod.Status.PodIP != "", nil
+			case st.Waiting != nil && slices.Contains(cannotStart, st.Waiting.Reason):
+				return false, fmt.Errorf("its init container %s cannot start (%s: %s); pass --agent-image with an image node %s can pull", AddressInitContainer, st.Waiting.Reason, st.Waiting.Message, node)
+			}
+			return false, nil
+		})
+		addressed <- err
+	}()
+	select {
+	case err := <-addressed:
+		if err != nil {
+			return fmt.Errorf("pod %s on %s: %w", name, node, err)
+		}
+	case err := <-kubeletAway:
+		return fmt.Errorf("pod %s cannot start on %s: %w", name, node, err)
+	}
+	m.step(report.PodAddressed, "", start, 0)
+	return nil
+}
+
+// cannotStart are the reasons a container waits that need someone to act.
+var cannotStart = []string{"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
 
 // undoTargetEarly deletes the target createTargetEarly made, then the marks:
 // in that order, since a create the kubelet tries again with no mark would
@@ -152,6 +214,9 @@ func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.P
 // through the kubectl-migrate runtime from its own images.
 func (m *Migration) createTarget(ctx context.Context, name, node string) (*corev1.Pod, error) {
 	pod := RestoredPod(m.state.Source, name, node, m.config.ID, m.state.Images, m.config.RegistrySecret, m.state.RestoreVia)
+	if m.createsTargetEarly() && name == m.config.TargetName {
+		addressFirst(pod, m.config.AgentImage)
+	}
 	if m.config.StatefulSet != "" {
 		// Per-pod Services select this label: the StatefulSet's own name has
 		// it, a shadow copy must not.
@@ -215,6 +280,7 @@ func (m *Migration) awaitRestored(ctx context.Context, name, node string, step r
 	var st ms2m.State
 	var answeredAt time.Time
 	var podErr error
+	ask := firstAskTimeout
 	err := wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
 		select {
 		case err := <-pod.ended:
@@ -227,8 +293,15 @@ func (m *Migration) awaitRestored(ctx context.Context, name, node string, step r
 			return false, podErr
 		default:
 		}
+		askCtx, cancel := context.WithTimeout(ctx, ask)
 		var err error
-		if st, err = m.deps.App.State(ctx, app); err != nil {
+		st, err = m.deps.App.State(askCtx, app)
+		timedOut := askCtx.Err() == context.DeadlineExceeded
+		cancel()
+		if err != nil {
+			if timedOut {
+				ask = min(2*ask, lastAskTimeout)
+			}
 			return false, nil
 		}
 		if answeredAt.IsZero() {

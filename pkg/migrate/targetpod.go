@@ -233,6 +233,38 @@ func targetPod(source *corev1.Pod, name, node, migrationID string, images map[st
 	return pod
 }
 
+// PlannedTarget is the pod the migration c creates from source's
+// checkpoints (images, by container), as its dry run shows it.
+func PlannedTarget(c Config, source *corev1.Pod, images map[string]string) *corev1.Pod {
+	pod := RestoredPod(source, c.TargetName, c.TargetNode, c.ID, images, c.RegistrySecret, c.Restore)
+	if createsTargetEarly(c.Restore, c.StatefulSet, c.TargetName) {
+		addressFirst(pod, c.AgentImage)
+	}
+	return pod
+}
+
+// AddressInitContainer is the no-op init container of a target created
+// before its checkpoint exists (addressFirst).
+const AddressInitContainer = "kubectl-migrate-address"
+
+// addressFirst gives a target created before its checkpoint exists an init
+// container that runs the agent binary's noop (its image is on the node,
+// where the agent runs). The kubelet reports a pod's IP from a sync after
+// the one that made its sandbox, and the runtime holds the sync that
+// creates the restoring container until the checkpoint arrives. With an
+// init container the sandbox's sync ends early and the next one reports
+// the address before it creates that container. Without it the address
+// (the engine reaches the restored copy through it) waits for the
+// kubelet's relist after the restore: up to a second more on the critical
+// path.
+func addressFirst(pod *corev1.Pod, agentImage string) {
+	pod.Spec.InitContainers = append(pod.Spec.InitContainers, corev1.Container{
+		Name: AddressInitContainer, Image: agentImage, ImagePullPolicy: corev1.PullIfNotPresent,
+		Args: []string{"noop"}, SecurityContext: agent.Restricted(),
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	})
+}
+
 // forRuntimeRestore makes target (targetPod's) a pod the kubectl-migrate
 // runtime restores: under its RuntimeClass, each container as the source
 // ran it (the image it ran, by digest, with its command and environment),

@@ -188,6 +188,9 @@ const (
 	Push StepName = "push"
 	// PodCreate is the API call that creates the restored pod.
 	PodCreate StepName = "pod create"
+	// PodAddressed is, for a pod created before its checkpoint existed, its
+	// create to the kubelet reporting its address.
+	PodAddressed StepName = "pod addressed"
 	// PodRunning is the restored pod created → running: sandbox, image
 	// pull and the runtime's CRIU restore.
 	PodRunning StepName = "created → running"

@@ -385,7 +385,8 @@ func BenchmarkStatefulSetModes(b *testing.B) {
 // at 10 msg/s, alternating within each of E2E_EVAL_RUNS rounds (default 5),
 // and reports the medians of the critical path and the downtime, and the
 // runtime's ratio to each. node-setup installs the runtime first and
-// removes it at the end.
+// removes it at the end. E2E_PATHS (e.g. "runtime,direct") runs only those
+// paths.
 //
 //	go test -tags e2e -run '^$' -bench RestorePaths -benchtime 1x ./test/e2e
 func BenchmarkRestorePaths(b *testing.B) {
@@ -398,6 +399,9 @@ func BenchmarkRestorePaths(b *testing.B) {
 		"runtime":  {"--restore", "runtime"},
 	}
 	names := []string{"registry", "direct", "runtime"}
+	if v := os.Getenv("E2E_PATHS"); v != "" {
+		names = strings.Split(v, ",")
+	}
 	figures := map[string][]float64{}
 	for i := 0; i < rounds; i++ {
 		for _, strategy := range []string{"ms2m", "stop-and-copy"} {

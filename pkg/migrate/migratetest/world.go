@@ -73,6 +73,10 @@ type World struct {
 	// last application.
 	AppliedDelay map[string]time.Duration
 
+	// InitWaiting, if set, is why a pod's init containers wait to start
+	// (e.g. ErrImagePull): they never end.
+	InitWaiting string
+
 	// VolumeBytes is what the source's emptyDir volumes hold, as its agent
 	// measures them.
 	VolumeBytes int64
@@ -221,6 +225,7 @@ func (w *World) startKubelet() {
 			expected := w.Expected[agent.ExpectedPath(id)]
 			w.Mu.Unlock()
 			if underRuntime && expected {
+				w.reportAddress(ctx, pod)
 				// The runtime holds the create until the checkpoint is
 				// staged, or fails it when the mark goes.
 				go func() {
@@ -246,6 +251,25 @@ func (w *World) startKubelet() {
 			w.run(ctx, pod, id, underRuntime)
 		}
 	}()
+}
+
+// reportAddress reports pod's address once its init containers ended, as
+// the kubelet does before it creates the containers the runtime holds.
+func (w *World) reportAddress(ctx context.Context, pod *corev1.Pod) {
+	if len(pod.Spec.InitContainers) == 0 {
+		return
+	}
+	pod.Status.PodIP = "10.0.0.2"
+	state := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}
+	if w.InitWaiting != "" {
+		state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: w.InitWaiting}}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		pod.Status.InitContainerStatuses = append(pod.Status.InitContainerStatuses, corev1.ContainerStatus{Name: c.Name, State: state})
+	}
+	if updated, err := w.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err == nil {
+		*pod = *updated
+	}
 }
 
 // run starts pod as its node's runtime would: restored from the checkpoint,
