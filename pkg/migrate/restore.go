@@ -23,11 +23,12 @@ import (
 // appPollInterval paces polls of an application's state, which has no watch.
 const appPollInterval = 100 * time.Millisecond
 
-// A restored copy is asked with a short deadline at first: while CRIU
-// restores it, its pod's network drops the API server's connection
-// attempt, whose SYN the kernel sends again only after a second; a new
-// ask sends a new one. The deadline doubles after each ask that runs out,
-// so a slow but answering cluster is still heard.
+// A restored copy is asked with a short deadline at first: the API
+// server's connection to a pod that CRIU is restoring can stall for a
+// second (on the lab, one restore in six without the deadline: a dropped
+// SYN waits for the kernel's resend), and a new ask opens a new one. The
+// deadline doubles after each ask that runs out, so a slow but answering
+// cluster is still heard.
 const (
 	firstAskTimeout = 250 * time.Millisecond
 	lastAskTimeout  = 4 * time.Second
