@@ -257,12 +257,20 @@ const AddressInitContainer = "kubectl-migrate-address"
 // (the engine reaches the restored copy through it) waits for the
 // kubelet's relist after the restore: up to a second more on the critical
 // path.
+//
+// It takes the first container's resources: a quota that wants every
+// container to state them is met, and an init container no larger than
+// the pod's containers adds nothing to what the pod asks of the node.
 func addressFirst(pod *corev1.Pod, agentImage string) {
-	pod.Spec.InitContainers = append(pod.Spec.InitContainers, corev1.Container{
+	init := corev1.Container{
 		Name: AddressInitContainer, Image: agentImage, ImagePullPolicy: corev1.PullIfNotPresent,
 		Args: []string{"noop"}, SecurityContext: agent.Restricted(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-	})
+	}
+	if len(pod.Spec.Containers) > 0 {
+		init.Resources = *pod.Spec.Containers[0].Resources.DeepCopy()
+	}
+	pod.Spec.InitContainers = append(pod.Spec.InitContainers, init)
 }
 
 // forRuntimeRestore makes target (targetPod's) a pod the kubectl-migrate
