@@ -56,7 +56,7 @@ func (s PlanStep) early() string {
 	if !createsTargetEarly(s.Restore, s.StatefulSet, s.TargetName) {
 		return ""
 	}
-	return fmt.Sprintf("create pod %s on %s from its own images under RuntimeClass %s, whose runtime holds its start until the checkpoint is staged; ", s.TargetName, s.TargetNode, ociruntime.HandlerName)
+	return fmt.Sprintf("create pod %s on %s from its own images under RuntimeClass %s, whose runtime holds its start until the checkpoint is staged, and wait for its address; ", s.TargetName, s.TargetNode, ociruntime.HandlerName)
 }
 
 func (prepare) Describe(s PlanStep) string {

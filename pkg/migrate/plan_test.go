@@ -56,7 +56,7 @@ func TestPlanIsWhatRuns(t *testing.T) {
 		{"pod/ms2m/runtime", throughRuntime(migrate.MS2M), withRuntime,
 			[]string{"create pod consumer-abcde on node-b from its own images under RuntimeClass kubectl-migrate", "checkpoint", "stages them for the kubectl-migrate runtime", "wait until pod consumer-abcde has restored", "replay", "stop", "delete"}},
 		{"pod/stop-and-copy/runtime", throughRuntime(migrate.StopAndCopy), withRuntime,
-			[]string{"holds its start until the checkpoint is staged; stop consumer consuming", "checkpoint", "stages them", "wait until pod consumer-abcde", "consumer-abcde resumes", "delete"}},
+			[]string{"holds its start until the checkpoint is staged, and wait for its address; stop consumer consuming", "checkpoint", "stages them", "wait until pod consumer-abcde", "consumer-abcde resumes", "delete"}},
 		{"pod/stop-and-copy", bare(migrate.StopAndCopy, migrate.ViaRegistry), pod,
 			[]string{"stop consumer consuming", "checkpoint", "pack and push", "restore pod consumer-abcde", "consumer-abcde resumes", "delete pod consumer"}},
 		{"sts/ms2m/sequential", sts(migrate.MS2M, migrate.Sequential), set,
