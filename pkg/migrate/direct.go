@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -14,8 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -140,6 +143,9 @@ func (m *Migration) receiverOn(ctx context.Context, node string) (Receiver, erro
 	if err != nil {
 		return Receiver{}, err
 	}
+	if err := m.endLeftReceivers(ctx, node); err != nil {
+		return Receiver{}, err
+	}
 	m.progress(report.Image, "starting the agent on "+node+" that receives the checkpoint")
 	err = m.takeTurn(ctx, report.Image, node, func(int) error { return m.deps.Packer.Warm(ctx, m.nextAgentPod(), node, opts) })
 	if err != nil {
@@ -191,21 +197,52 @@ func (m *Migration) awaitFreeReceivePorts(ctx context.Context, phase report.Phas
 // otherReceiverOn names another migration's agent that holds node's
 // receive ports, if one runs.
 func (m *Migration) otherReceiverOn(ctx context.Context, node string) (string, error) {
-	pods, err := m.deps.Client.CoreV1().Pods(m.config.AgentNamespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-	if err != nil {
-		return "", fmt.Errorf("list the agents on %s: %w", node, err)
+	pods, err := m.receiversOn(ctx, node)
+	for _, p := range pods {
+		if p.Labels[MigrationLabel] != m.config.ID {
+			return p.Name, err
+		}
 	}
-	for _, p := range pods.Items {
-		if p.Labels[MigrationLabel] == m.config.ID || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+	return "", err
+}
+
+// endLeftReceivers deletes the receivers this migration has on node that
+// this process did not start: a process that died left them holding the
+// node's receive ports, with tokens no one has any more (a recovery's
+// receiver could not start beside them).
+func (m *Migration) endLeftReceivers(ctx context.Context, node string) error {
+	pods, err := m.receiversOn(ctx, node)
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		if p.Labels[MigrationLabel] != m.config.ID {
 			continue
 		}
-		for _, c := range p.Spec.Containers {
-			for _, port := range c.Ports {
-				if port.HostPort == agent.DirectReceivePort {
-					return p.Name, nil
-				}
-			}
+		m.progress(report.Image, "ending "+p.Name+", which a process that stopped left receiving on "+node)
+		if err := kube.DeleteAndWait(ctx, m.deps.Client, p.Namespace, p.Name, ptr.To[int64](0)); err != nil {
+			return fmt.Errorf("end the agent %s left on %s: %w", p.Name, node, err)
 		}
 	}
-	return "", nil
+	return nil
+}
+
+// receiversOn are the agents that run on node and hold its receive ports.
+func (m *Migration) receiversOn(ctx context.Context, node string) ([]corev1.Pod, error) {
+	pods, err := m.deps.Client.CoreV1().Pods(m.config.AgentNamespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return nil, fmt.Errorf("list the agents on %s: %w", node, err)
+	}
+	var receiving []corev1.Pod
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if slices.ContainsFunc(p.Spec.Containers, func(c corev1.Container) bool {
+			return slices.ContainsFunc(c.Ports, func(port corev1.ContainerPort) bool { return port.HostPort == agent.DirectReceivePort })
+		}) {
+			receiving = append(receiving, p)
+		}
+	}
+	return receiving, nil
 }

@@ -238,20 +238,27 @@ func TestRecoverStatefulSetAfterCrash(t *testing.T) {
 	}, true) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			l := setup(t)
-			b := l.startStatefulSet(t, 20)
-			rec := l.crashAndRecover(t, b.w, tc, "sts", "consumer-0", "--queue", b.w.Queue)
-			node := "node-a"
-			if rec.Outcome == report.Succeeded {
-				node = "node-b"
-			}
-			if _, st := l.checkStatefulSetAfter(t, b, node); st.Mode != ms2m.ModePrimary {
-				t.Fatalf("consumer-0 does not consume its queue after recovery: %+v", st)
-			}
-			checkConservation(t, b.w, "consumer-0")
-			l.nothingLeft(t, b.w, "consumer-0-shadow")
+			setup(t).recoverStatefulSetAfterCrash(t, tc)
 		})
 	}
+}
+
+// recoverStatefulSetAfterCrash runs a live StatefulSet, crashes tc's
+// migration of consumer-0, recovers it and checks where consumer-0 serves,
+// conservation and that nothing is left; it returns the recovered record.
+func (l *lab) recoverStatefulSetAfterCrash(t *testing.T, tc crashCase) report.Record {
+	b := l.startStatefulSet(t, 20)
+	rec := l.crashAndRecover(t, b.w, tc, "sts", "consumer-0", "--queue", b.w.Queue)
+	node := "node-a"
+	if rec.Outcome == report.Succeeded {
+		node = "node-b"
+	}
+	if _, st := l.checkStatefulSetAfter(t, b, node); st.Mode != ms2m.ModePrimary {
+		t.Fatalf("consumer-0 does not consume its queue after recovery: %+v", st)
+	}
+	checkConservation(t, b.w, "consumer-0")
+	l.nothingLeft(t, b.w, "consumer-0-shadow")
+	return rec
 }
 
 // crashAndRecover runs the migration of tc, kills it, checks that the next

@@ -265,6 +265,25 @@ func TestEveryMoveThroughTheRuntime(t *testing.T) {
 			l.nothingStaged(t, n)
 		}
 	})
+	// A StatefulSet move whose process dies is recovered through the
+	// runtime too: rolled back after the source was deleted (restored from
+	// the archives kept on its node) or during a shadow's final stage, and
+	// completed past the commit point; E2E_CRASH_MATRIX=all, every step.
+	for _, tc := range everyStep([]crashCase{
+		{name: "sequential/restore", args: []string{"--inject-crash", "restore"}, want: report.RolledBack},
+		{name: "shadow/detach-final", args: []string{"--mode", "shadow", "--inject-crash", "detach/final"}, want: report.RolledBack},
+		{name: "sequential/cleanup", args: []string{"--inject-crash", "cleanup"}, want: report.Succeeded},
+	}, true) {
+		t.Run("sts/crash/"+tc.name, func(t *testing.T) {
+			rec := l.recoverStatefulSetAfterCrash(t, tc)
+			if rec.Restore != "runtime" {
+				t.Fatalf("restored through %q", rec.Restore)
+			}
+			for _, n := range []string{"node-a", "node-b"} {
+				l.nothingStaged(t, n)
+			}
+		})
+	}
 	t.Run("cutoff", func(t *testing.T) {
 		_, w, rec := migrateLivePodAt(t, "16", "--replay-max", "4s")
 		if rec.Restore != "runtime" || rec.Cutoff == nil || !rec.Cutoff.Fired {
