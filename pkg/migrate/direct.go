@@ -235,8 +235,8 @@ func (m *Migration) receiversOn(ctx context.Context, node string) ([]corev1.Pod,
 	}
 	var receiving []corev1.Pod
 	for _, p := range pods.Items {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
+		if p.Spec.NodeName != node || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue // not every client honours the field selector
 		}
 		if slices.ContainsFunc(p.Spec.Containers, func(c corev1.Container) bool {
 			return slices.ContainsFunc(c.Ports, func(port corev1.ContainerPort) bool { return port.HostPort == agent.DirectReceivePort })

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -516,18 +518,59 @@ func (f *fakePacker) Expect(_ context.Context, node string, ids []ociruntime.Ide
 	return nil
 }
 
-func (f *fakePacker) Warm(_ context.Context, podName, node string, opts agent.WarmOptions) error {
-	(*World)(f).record("warm agent %s on %s (direct %t)", podName, node, opts.DirectToken != "")
-	return nil
+// agentLabels are the labels of the agent pods the fake starts.
+var agentLabels = map[string]string{"app.kubernetes.io/name": "kubectl-migrate-agent"}
+
+// Warm starts a receiving agent (one with a DirectToken) as a pod holding
+// node's receive port, which the kubelet refuses while another pod holds it,
+// and which stays until Release: a process that dies leaves it running.
+func (f *fakePacker) Warm(ctx context.Context, podName, node string, opts agent.WarmOptions) error {
+	w := (*World)(f)
+	w.record("warm agent %s on %s (direct %t)", podName, node, opts.DirectToken != "")
+	if opts.DirectToken == "" {
+		return nil
+	}
+	pods, err := w.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning && slices.ContainsFunc(p.Spec.Containers, func(c corev1.Container) bool {
+			return slices.ContainsFunc(c.Ports, func(port corev1.ContainerPort) bool { return port.HostPort == agent.DirectReceivePort })
+		}) {
+			return fmt.Errorf("the agent on %s ended: no termination message (pod %s holds the receive port)", node, p.Name)
+		}
+	}
+	// Its migration's ID is the first word of its stage tag.
+	id, _, _ := strings.Cut(strings.TrimPrefix(podName, "kubectl-migrate-agent-"), "-")
+	labels := maps.Clone(agentLabels)
+	labels[migrate.MigrationLabel] = id
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: podName, Namespace: "default", Labels: labels},
+		Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, Containers: []corev1.Container{{
+			Name: "agent", Ports: []corev1.ContainerPort{{ContainerPort: agent.DirectReceivePort, HostPort: agent.DirectReceivePort}},
+		}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	_, err = w.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	return err
 }
 
-// Release lists the agent pods to end them, as the real launcher does, so
-// it fails when the API server cannot be reached.
+// Release ends the agent pods, as the real launcher does, so it fails when
+// the API server cannot be reached.
 func (f *fakePacker) Release(ctx context.Context) error {
 	w := (*World)(f)
 	w.record("release agents")
-	_, err := w.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kubectl-migrate-agent"})
-	return err
+	pods, err := w.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(agentLabels).String()})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		if err := w.Client.CoreV1().Pods("default").Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fakeDirectCert is the fingerprint of every fake direct-transfer agent's
