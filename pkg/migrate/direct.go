@@ -97,6 +97,47 @@ func (r *receivers) set(node string, rcv Receiver) {
 	r.byNode[node] = rcv
 }
 
+// nodeSet is a set of node names, safe for concurrent use.
+type nodeSet struct {
+	mu    sync.Mutex
+	nodes map[string]bool
+}
+
+func (s *nodeSet) add(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nodes == nil {
+		s.nodes = map[string]bool{}
+	}
+	s.nodes[node] = true
+}
+
+func (s *nodeSet) has(node string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nodes[node]
+}
+
+// agentOn makes sure this process has a warm agent on node, to pack, send
+// or snapshot there: setup starts one on each node, a recovery starts with
+// none. A StatefulSet pod's agents also receive when the transfer is
+// direct, as setup starts them.
+func (m *Migration) agentOn(ctx context.Context, node string) error {
+	if m.config.Transfer == Direct && m.config.StatefulSet != "" {
+		_, err := m.receiverOn(ctx, node)
+		return err
+	}
+	if _, ok := m.receivers.get(node); ok || m.warm.has(node) {
+		return nil
+	}
+	m.progress(report.Image, "starting the agent on "+node)
+	if err := m.deps.Packer.Warm(ctx, m.nextAgentPod(), node, agent.WarmOptions{Volumes: len(m.carriedVolumes()) > 0}); err != nil {
+		return fmt.Errorf("node %s cannot run the agent: %w", node, err)
+	}
+	m.warm.add(node)
+	return nil
+}
+
 // DirectAddress is where the source's agent sends node's agent the
 // checkpoint: the node's InternalIP, DirectReceivePort.
 func DirectAddress(node *corev1.Node) (string, error) {

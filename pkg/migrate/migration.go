@@ -110,6 +110,9 @@ type Migration struct {
 	// receivers are the nodes' agents a transfer without a registry sends
 	// to (direct.go); all stages share them.
 	receivers *receivers
+	// warm are the nodes where this process started a warm agent, which
+	// packs, sends and snapshots there; all stages share them.
+	warm *nodeSet
 	// nodes are the source and target Nodes as preflight read them.
 	nodes struct{ source, target *corev1.Node }
 	// shadow is a shadow-mode migration's own: its final stage (whose
@@ -195,7 +198,7 @@ func (m *Migration) nextStage(stage string, from *corev1.Pod, name, node string,
 	}
 	return &Migration{
 		config: cfg, deps: m.deps, hooks: m.hooks, Record: m.Record, state: state,
-		journal: m.journal, broker: m.broker, fence: m.fence, receivers: m.receivers,
+		journal: m.journal, broker: m.broker, fence: m.fence, receivers: m.receivers, warm: m.warm,
 	}
 }
 

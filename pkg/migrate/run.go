@@ -32,7 +32,7 @@ func Phases(s Strategy, statefulSet bool, mode StatefulSetMode) []Phase {
 // newMigration builds the top-level migration of cfg around state and
 // record, with the journal that saves them.
 func newMigration(cfg Config, deps Deps, hooks Hooks, state *State, record *report.Record) *Migration {
-	m := &Migration{config: cfg, deps: deps, hooks: hooks, state: state, Record: record, fence: newFence(), receivers: &receivers{}}
+	m := &Migration{config: cfg, deps: deps, hooks: hooks, state: state, Record: record, fence: newFence(), receivers: &receivers{}, warm: &nodeSet{}}
 	if !cfg.DryRun {
 		m.journal = &journal{config: &m.config, state: state, record: record, store: deps.Records}
 	}

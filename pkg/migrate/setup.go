@@ -114,16 +114,17 @@ func (m *Migration) startAgents(ctx context.Context) error {
 				})
 			}
 		}
-		if err := start(); err != nil {
-			if opts.DirectToken != "" {
-				return fmt.Errorf("node %s cannot run the agent that receives the checkpoint (on the node's network, ports %d and %d): %w; free the ports, or use a registry", node, agent.DirectPort, agent.DirectReceivePort, err)
-			}
-			if strings.Contains(err.Error(), "--agent-image") {
-				return fmt.Errorf("node %s cannot run the agent image %s: %w", node, m.config.AgentImage, err) // the agent named the remedy
-			}
-			return fmt.Errorf("node %s cannot run the agent image %s: %w; pass --agent-image with an image the nodes can pull and run", node, m.config.AgentImage, err)
+		err := start()
+		switch {
+		case err == nil:
+			m.warm.add(node)
+			return nil
+		case opts.DirectToken != "":
+			return fmt.Errorf("node %s cannot run the agent that receives the checkpoint (on the node's network, ports %d and %d): %w; free the ports, or use a registry", node, agent.DirectPort, agent.DirectReceivePort, err)
+		case strings.Contains(err.Error(), "--agent-image"):
+			return fmt.Errorf("node %s cannot run the agent image %s: %w", node, m.config.AgentImage, err) // the agent named the remedy
 		}
-		return nil
+		return fmt.Errorf("node %s cannot run the agent image %s: %w; pass --agent-image with an image the nodes can pull and run", node, m.config.AgentImage, err)
 	}
 	start := time.Now()
 	var sourceReady, targetReady, pullStart, pulled time.Time // each goroutine writes its own

@@ -103,6 +103,11 @@ func (m *Migration) packRequest(ctx context.Context, container, node string) (ag
 	if err != nil {
 		return agent.PackRequest{}, err
 	}
+	// The sending agent must run too: after a crash none does until this
+	// starts it (a shadow's move back sends from the shadow's node).
+	if err := m.agentOn(ctx, m.state.SourceNode); err != nil {
+		return agent.PackRequest{}, err
+	}
 	req := to.Request(archive, container, m.config.Namespace, m.config.Pod, m.tag())
 	req.KeepArchive = m.keepsArchives()
 	if m.state.RestoreVia == RestoreRuntime {

@@ -102,6 +102,9 @@ func (m *Migration) snapshotVolumes(ctx context.Context, volumes []string) error
 	if err := m.save(ctx); err != nil {
 		return err
 	}
+	if err := m.agentOn(ctx, m.state.SourceNode); err != nil {
+		return err
+	}
 	start := time.Now()
 	res, err := m.deps.Packer.SnapshotVolumes(ctx, m.state.SourceNode, agent.SnapshotRequest{PodUID: string(m.state.Source.UID), Volumes: volumes, Archive: archive, MaxBytes: m.config.maxVolumeBytes()})
 	if err != nil {

@@ -326,7 +326,7 @@ func (w *World) run(ctx context.Context, pod *corev1.Pod, id ociruntime.Identity
 // Deps returns the engine dependencies backed by w.
 func (w *World) Deps() migrate.Deps {
 	return migrate.Deps{
-		Client: w.engine, Kubelet: (*fakeKubelet)(w), Packer: (*fakePacker)(w),
+		Client: w.engine, Kubelet: (*fakeKubelet)(w), Packer: &fakePacker{w: w},
 		DialBroker: func(context.Context, string) (migrate.Broker, error) { return (*fakeBroker)(w), nil },
 		App:        (*fakeApp)(w), Registry: (*fakeRegistry)(w), Records: report.Store{Client: w.engine},
 	}
@@ -407,12 +407,18 @@ func (f *fakeKubelet) Healthy(_ context.Context, node string) error {
 	return nil
 }
 
-type fakePacker World
+// fakePacker is one process's agents: the warm ones it started (which a
+// new process, say a recovery, does not have) and the World's pods.
+type fakePacker struct {
+	w    *World
+	mu   sync.Mutex
+	warm map[string]bool // by node
+}
 
 // StopPod ends the application of the pod with uid, as stopping its
 // sandbox through the runtime would.
 func (f *fakePacker) StopPod(ctx context.Context, node, uid string) (agent.StopPodResult, error) {
-	w := (*World)(f)
+	w := f.w
 	pods, err := w.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return agent.StopPodResult{}, err
@@ -434,8 +440,11 @@ func (f *fakePacker) StopPod(ctx context.Context, node, uid string) (agent.StopP
 }
 
 func (f *fakePacker) Pack(_ context.Context, podName, node string, req agent.PackRequest) (agent.PackResult, error) {
-	w := (*World)(f)
+	w := f.w
 	w.record("pack %s on %s via %s", req.Archive, node, podName)
+	if req.SendTo != "" && !f.serving(node) {
+		return agent.PackResult{}, fmt.Errorf("a transfer without a registry needs the warm agent on %s, which is gone; run the migration again", node)
+	}
 	if req.SendTo != "" {
 		if req.CertSHA256 != fakeDirectCert {
 			return agent.PackResult{}, fmt.Errorf("send to %s pinning %q, not the target agent's certificate", req.SendTo, req.CertSHA256)
@@ -473,11 +482,14 @@ func (f *fakePacker) Pack(_ context.Context, podName, node string, req agent.Pac
 // SnapshotVolumes measures the pod's emptyDir volumes as VolumeBytes, and
 // with an archive leaves one, as the agent does.
 func (f *fakePacker) SnapshotVolumes(_ context.Context, node string, req agent.SnapshotRequest) (agent.SnapshotResult, error) {
-	w := (*World)(f)
+	w := f.w
 	if req.Archive == "" {
 		w.record("measure emptyDir %v of %s on %s", req.Volumes, req.PodUID, node)
 	} else {
 		w.record("snapshot emptyDir %v of %s on %s to %s", req.Volumes, req.PodUID, node, req.Archive)
+	}
+	if !f.serving(node) {
+		return agent.SnapshotResult{}, fmt.Errorf("snapshotting emptyDir volumes needs the warm agent on %s, which is gone; run the migration again", node)
 	}
 	if req.MaxBytes > 0 && w.VolumeBytes > req.MaxBytes {
 		return agent.SnapshotResult{}, fmt.Errorf("%w: emptyDir %s holds more than %d bytes", agent.ErrTooLarge, req.Volumes[0], req.MaxBytes)
@@ -491,7 +503,7 @@ func (f *fakePacker) SnapshotVolumes(_ context.Context, node string, req agent.S
 }
 
 func (f *fakePacker) Remove(_ context.Context, podName, node string, archives []string) error {
-	w := (*World)(f)
+	w := f.w
 	w.record("remove %v on %s", archives, node)
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
@@ -508,7 +520,7 @@ func (f *fakePacker) Remove(_ context.Context, podName, node string, archives []
 }
 
 func (f *fakePacker) Expect(_ context.Context, node string, ids []ociruntime.Identity) error {
-	w := (*World)(f)
+	w := f.w
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
 	for _, id := range ids {
@@ -525,9 +537,10 @@ var agentLabels = map[string]string{"app.kubernetes.io/name": "kubectl-migrate-a
 // node's receive port, which the kubelet refuses while another pod holds it,
 // and which stays until Release: a process that dies leaves it running.
 func (f *fakePacker) Warm(ctx context.Context, podName, node string, opts agent.WarmOptions) error {
-	w := (*World)(f)
+	w := f.w
 	w.record("warm agent %s on %s (direct %t)", podName, node, opts.DirectToken != "")
 	if opts.DirectToken == "" {
+		f.serve(node)
 		return nil
 	}
 	pods, err := w.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
@@ -552,15 +565,37 @@ func (f *fakePacker) Warm(ctx context.Context, podName, node string, opts agent.
 		}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
-	_, err = w.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
-	return err
+	if _, err = w.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	f.serve(node)
+	return nil
+}
+
+// serve keeps node's warm agent for this process's later calls.
+func (f *fakePacker) serve(node string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.warm == nil {
+		f.warm = map[string]bool{}
+	}
+	f.warm[node] = true
+}
+
+func (f *fakePacker) serving(node string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.warm[node]
 }
 
 // Release ends the agent pods, as the real launcher does, so it fails when
 // the API server cannot be reached.
 func (f *fakePacker) Release(ctx context.Context) error {
-	w := (*World)(f)
+	w := f.w
 	w.record("release agents")
+	f.mu.Lock()
+	f.warm = nil
+	f.mu.Unlock()
 	pods, err := w.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(agentLabels).String()})
 	if err != nil {
 		return err
@@ -578,12 +613,12 @@ func (f *fakePacker) Release(ctx context.Context) error {
 const fakeDirectCert = "0123abcd"
 
 func (f *fakePacker) DirectCert(_ context.Context, node string) (string, error) {
-	(*World)(f).record("ask the direct agent on %s for its certificate", node)
+	f.w.record("ask the direct agent on %s for its certificate", node)
 	return fakeDirectCert, nil
 }
 
 func (f *fakePacker) Runtime(_ context.Context, node string) (agent.RuntimeInfo, error) {
-	w := (*World)(f)
+	w := f.w
 	w.record("ask the runtime on %s", node)
 	n, err := w.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 	if err != nil {
@@ -594,13 +629,13 @@ func (f *fakePacker) Runtime(_ context.Context, node string) (agent.RuntimeInfo,
 }
 
 func (f *fakePacker) Prepull(_ context.Context, podName, node string, images []string) error {
-	(*World)(f).record("prepull %v on %s", images, node)
+	f.w.record("prepull %v on %s", images, node)
 	for _, img := range images {
 		if strings.HasSuffix(img, "@sha256:abc") { // what Pack pushes
 			return fmt.Errorf("agent container cannot start: %s is a checkpoint, not a base image", img)
 		}
 	}
-	return (*World)(f).fail(report.Setup)
+	return f.w.fail(report.Setup)
 }
 
 type fakeBroker World
