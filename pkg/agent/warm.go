@@ -143,6 +143,15 @@ func (l Launcher) Warm(ctx context.Context, podName, node string, opts WarmOptio
 	return nil
 }
 
+// HoldsReceivePort reports whether pod claims its node's receive port, as
+// a direct transfer's target does (directPod): the kubelet starts no second
+// one on that node while it runs.
+func HoldsReceivePort(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool {
+		return slices.ContainsFunc(c.Ports, func(port corev1.ContainerPort) bool { return port.HostPort == DirectReceivePort })
+	})
+}
+
 // directPod makes pod a direct transfer's target: on the node's network, so
 // that the node's runtime pulls from it on localhost and the source's agent
 // reaches it at the node's address.

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -279,9 +278,7 @@ func (m *Migration) receiversOn(ctx context.Context, node string) ([]corev1.Pod,
 		if p.Spec.NodeName != node || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue // not every client honours the field selector
 		}
-		if slices.ContainsFunc(p.Spec.Containers, func(c corev1.Container) bool {
-			return slices.ContainsFunc(c.Ports, func(port corev1.ContainerPort) bool { return port.HostPort == agent.DirectReceivePort })
-		}) {
+		if agent.HoldsReceivePort(&p) {
 			receiving = append(receiving, p)
 		}
 	}

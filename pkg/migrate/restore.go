@@ -150,7 +150,7 @@ func (m *Migration) awaitAddressed(ctx context.Context, name, node string) error
 				return false, fmt.Errorf("its init container %s ended with exit code %d: %s", AddressInitContainer, st.Terminated.ExitCode, st.Terminated.Message)
 			case st.Terminated != nil:
 				return pod.Status.PodIP != "", nil
-			case st.Waiting != nil && slices.Contains(cannotStart, st.Waiting.Reason):
+			case kube.StartFailed(st.Waiting):
 				return false, fmt.Errorf("its init container %s cannot start (%s: %s); pass --agent-image with an image node %s can pull", AddressInitContainer, st.Waiting.Reason, st.Waiting.Message, node)
 			}
 			return false, nil
@@ -168,9 +168,6 @@ func (m *Migration) awaitAddressed(ctx context.Context, name, node string) error
 	m.step(report.PodAddressed, "", start, 0)
 	return nil
 }
-
-// cannotStart are the reasons a container waits that need someone to act.
-var cannotStart = []string{"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
 
 // undoTargetEarly deletes the target createTargetEarly made, then the marks:
 // in that order, since a create the kubelet tries again with no mark would

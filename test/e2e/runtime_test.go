@@ -150,8 +150,9 @@ func TestRuntimeRestore(t *testing.T) {
 	}
 	// emptyDir data moves on this path too, on disk and in memory (tmpfs):
 	// the runtime fills the volumes in the create that restores, so the
-	// target has no init container but the address one's noop; the ledger the consumer keeps open
-	// there must hold every applied message once (checkConservation).
+	// target has no init container but the address one's noop; the ledger
+	// the consumer keeps open there must hold every applied message once
+	// (checkConservation).
 	for _, tc := range []struct{ scratch, strategy string }{{"memory", "ms2m"}, {"disk", "stop-and-copy"}} {
 		t.Run("emptyDir/"+tc.strategy+"/"+tc.scratch, func(t *testing.T) {
 			l, w, rec, _, _ := migrateLiveApp(t, workload.Options{Rate: "10", Scratch: tc.scratch}, 30, "--restore", "runtime", "--strategy", tc.strategy)

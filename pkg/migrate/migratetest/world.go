@@ -548,9 +548,7 @@ func (f *fakePacker) Warm(ctx context.Context, podName, node string, opts agent.
 		return err
 	}
 	for _, p := range pods.Items {
-		if p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning && slices.ContainsFunc(p.Spec.Containers, func(c corev1.Container) bool {
-			return slices.ContainsFunc(c.Ports, func(port corev1.ContainerPort) bool { return port.HostPort == agent.DirectReceivePort })
-		}) {
+		if p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning && agent.HoldsReceivePort(&p) {
 			return fmt.Errorf("the agent on %s ended: no termination message (pod %s holds the receive port)", node, p.Name)
 		}
 	}
