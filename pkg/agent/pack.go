@@ -126,7 +126,7 @@ func removeAfterPush(req PackRequest, ref string) error {
 // kubelet's call), or a checkpoint staged for the runtime (StagedPath).
 func Remove(path string) error {
 	if id, ok := stagedIdentity(path); ok {
-		return os.RemoveAll(ociruntime.StagePath(stageDir, id))
+		return removeStaged(ociruntime.StagePath(stageDir, id))
 	}
 	if err := ValidateArchive(path); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -102,7 +103,7 @@ func (d *Direct) stage(conn net.Conn, buffered *bufio.Reader, size int64, id oci
 	}
 	suffix := make([]byte, 6)
 	_, _ = rand.Read(suffix)
-	tmp := final + ".receiving-" + hex.EncodeToString(suffix)
+	tmp := final + receivingInfix + hex.EncodeToString(suffix)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return PackResult{}, err
 	}
@@ -127,6 +128,26 @@ func (d *Direct) stage(conn net.Conn, buffered *bufio.Reader, size int64, id oci
 		return PackResult{}, fmt.Errorf("stage the checkpoint for %s: %w", stageQuery(id), err)
 	}
 	return PackResult{ArchiveBytes: size, Staged: StagedPath(id)}, nil
+}
+
+// receivingInfix names a checkpoint being extracted beside its StagePath.
+const receivingInfix = ".receiving-"
+
+// removeStaged deletes the checkpoint staged at final and any extraction of
+// one for it that an agent ended mid-way left beside it: process memory,
+// which the agent's own cleanup never reached, and no journal names.
+func removeStaged(final string) error {
+	errs := []error{os.RemoveAll(final)}
+	entries, err := os.ReadDir(filepath.Dir(final))
+	if err != nil && !os.IsNotExist(err) {
+		errs = append(errs, err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), filepath.Base(final)+receivingInfix) {
+			errs = append(errs, os.RemoveAll(filepath.Join(filepath.Dir(final), e.Name())))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 type countingReader struct {

@@ -70,11 +70,26 @@ func TestDirectTransferStagesForTheRuntime(t *testing.T) {
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatal("the archive is still on the source node")
 	}
+	// An agent ended while extracting leaves its partial copy beside the
+	// staged path; another container's is not this checkpoint's.
+	partial := staged + receivingInfix + "0a1b2c"
+	other := ociruntime.StagePath(stageDir, ociruntime.Identity{Namespace: "shop", Pod: "consumer-x", Container: "app2"}) + receivingInfix + "3d4e5f"
+	for _, dir := range []string{partial, other} {
+		if err := os.MkdirAll(filepath.Join(dir, "checkpoint"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := Remove(res.Staged); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(staged); !os.IsNotExist(err) {
 		t.Fatal("Remove left the staged checkpoint")
+	}
+	if _, err := os.Stat(partial); !os.IsNotExist(err) {
+		t.Fatal("Remove left a partial extraction of the checkpoint")
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Fatalf("Remove took another container's extraction: %v", err)
 	}
 	if err := Remove(ociruntime.StageDir + "/shop/../../etc"); err == nil {
 		t.Fatal("Remove took a path that leaves the stage")

@@ -102,12 +102,26 @@ func (m *Migration) removeArchives(ctx context.Context) error {
 // removeStaged deletes the checkpoints staged on the target node for the
 // kubectl-migrate runtime (RestoreRuntime): unlike a direct transfer's
 // images, they do not go with the target's agent. One the runtime restored
-// is gone already.
+// is gone already. Through the runtime every one this migration may have
+// sent is removed, journaled or not: a process that died as an agent
+// staged one (or while it was extracting one) never wrote it down, and it
+// is the application's memory.
 func (m *Migration) removeStaged(ctx context.Context) error {
 	var staged []string
 	for c, ref := range m.state.Images {
 		if ref == agent.StagedPath(m.staged(c)) {
 			staged = append(staged, ref)
+		}
+	}
+	if m.state.RestoreVia == RestoreRuntime {
+		sent := slices.Clone(m.state.Migrated)
+		if m.state.Source != nil && len(CarriedVolumes(m.state.Source, m.state.Migrated)) > 0 {
+			sent = append(sent, agent.VolumesKey)
+		}
+		for _, c := range sent {
+			if ref := agent.StagedPath(m.staged(c)); !slices.Contains(staged, ref) {
+				staged = append(staged, ref)
+			}
 		}
 	}
 	if len(staged) == 0 {

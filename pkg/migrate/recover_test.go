@@ -218,6 +218,53 @@ func recoverStatefulSetAt(t *testing.T, w *migratetest.World, strategy migrate.S
 	}
 }
 
+// TestACrashAsACheckpointIsStagedLeavesNoCopy kills the migration as the
+// target's agent stages a checkpoint for the kubectl-migrate runtime,
+// before the journal names it: the recovery removes it all the same (it is
+// the application's memory), and no message is lost or applied twice.
+func TestACrashAsACheckpointIsStagedLeavesNoCopy(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		world func(*testing.T) *migratetest.World
+		cfg   migrate.Config
+	}{
+		{"pod/ms2m", newWorld, testConfig(migrate.MS2M)},
+		{"pod/stop-and-copy", newWorld, testConfig(migrate.StopAndCopy)},
+		{"sts/sequential", migratetest.NewStatefulSetWorld, stsConfig(migrate.MS2M, migrate.Sequential)},
+		{"sts/shadow", migratetest.NewStatefulSetWorld, stsConfig(migrate.MS2M, migrate.Shadow)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w := tc.world(t)
+			runtimeOnly(t, w, "node-a", "node-b")
+			w.DieAfterStaging = true
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, _ = migrate.Run(context.Background(), tc.cfg, w.Deps(), migrate.Hooks{})
+			}()
+			<-done
+			w.ExpireLeases()
+			w.Mu.Lock()
+			died := !w.DieAfterStaging
+			w.Mu.Unlock()
+			records := w.Records()
+			if !died || len(records) != 1 || records[0].Outcome != report.Running {
+				t.Fatalf("the migration did not die staging a checkpoint (died %v, %d records)", died, len(records))
+			}
+			rec := recoverTwice(t, w, records[0])
+			if err := w.Conservation(); err != nil {
+				t.Fatalf("recovered to %s: %v", rec.Outcome, err)
+			}
+			w.Mu.Lock()
+			defer w.Mu.Unlock()
+			if len(w.Staged) > 0 || len(w.Expected) > 0 {
+				t.Fatalf("recovered to %s, left staged %v, marks %v", rec.Outcome, w.Staged, w.Expected)
+			}
+		})
+	}
+}
+
 func TestSecondMigrationRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,6 +79,11 @@ type World struct {
 	// InitWaiting, if set, is why a pod's init containers wait to start
 	// (e.g. ErrImagePull): they never end.
 	InitWaiting string
+
+	// DieAfterStaging, if set, ends the migration's goroutine (as a
+	// SIGKILL ends the process) as soon as an agent has staged a
+	// checkpoint for it: before the migration could journal it. Once.
+	DieAfterStaging bool
 
 	// VolumeBytes is what the source's emptyDir volumes hold, as its agent
 	// measures them.
@@ -463,6 +469,10 @@ func (f *fakePacker) Pack(_ context.Context, podName, node string, req agent.Pac
 				delete(w.Archives, req.Archive)
 			}
 			w.Staged[staged] = true
+			if w.DieAfterStaging {
+				w.DieAfterStaging = false
+				goruntime.Goexit()
+			}
 			return agent.PackResult{Staged: staged, ArchiveBytes: 2048}, nil
 		}
 	}
