@@ -230,6 +230,18 @@ func targetPod(source *corev1.Pod, name, node, migrationID string, images map[st
 	if img := images[agent.VolumesKey]; img != "" {
 		pod.Spec.InitContainers = []corev1.Container{volumeInit(source, img, slices.Collect(maps.Keys(images)))}
 	}
+	// The other init containers did their work on the source, and the
+	// restored state has it; sidecars (init containers that keep running)
+	// serve beside the application, so they go with it and, not
+	// checkpointed, start afresh like a container that is not migrated,
+	// after the emptyDir volumes are filled.
+	for _, c := range spec.InitContainers {
+		if isSidecar(c) {
+			c = *c.DeepCopy()
+			c.VolumeMounts = keptMounts(c.VolumeMounts)
+			pod.Spec.InitContainers = append(pod.Spec.InitContainers, c)
+		}
+	}
 	for _, v := range spec.Volumes {
 		if usedVolumes[v.Name] {
 			pod.Spec.Volumes = append(pod.Spec.Volumes, v)
@@ -261,7 +273,9 @@ const AddressInitContainer = "kubectl-migrate-address"
 // the address before it creates that container. Without it the address
 // (the engine reaches the restored copy through it) waits for the
 // kubelet's relist after the restore: up to a second more on the critical
-// path.
+// path. It comes after the pod's sidecars, which the kubelet starts before
+// it: once it has ended, creating the restoring containers is all that is
+// left.
 //
 // It takes the first container's resources: a quota that wants every
 // container to state them is met, and an init container no larger than
@@ -286,7 +300,8 @@ func addressFirst(pod *corev1.Pod, agentImage string) {
 // afresh, as any restart does.
 func forRuntimeRestore(target, source *corev1.Pod) {
 	target.Spec.RuntimeClassName = ptr.To(ociruntime.HandlerName)
-	target.Spec.InitContainers = nil // the runtime fills the emptyDir volumes itself
+	// The runtime fills the emptyDir volumes itself.
+	target.Spec.InitContainers = slices.DeleteFunc(target.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == volumeInitContainer })
 	bases := BaseImages(source)
 	for i, c := range target.Spec.Containers {
 		j := slices.IndexFunc(source.Spec.Containers, func(s corev1.Container) bool { return s.Name == c.Name })
@@ -298,4 +313,10 @@ func forRuntimeRestore(target, source *corev1.Pod) {
 		full.VolumeMounts = c.VolumeMounts
 		target.Spec.Containers[i] = full
 	}
+}
+
+// isSidecar tells a native sidecar: an init container that keeps running
+// beside the pod's containers.
+func isSidecar(c corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 }

@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 )
 
 func TestTargetPod(t *testing.T) {
@@ -92,5 +94,48 @@ func TestBaseImagesPinTheRunningDigest(t *testing.T) {
 		if got := BaseImages(pod)["c"]; got != tc.want {
 			t.Errorf("%s running %q: base %s, want %s", tc.image, tc.imageID, got, tc.want)
 		}
+	}
+}
+
+// TestTargetPodKeepsSidecars: a native sidecar goes with the pod on every
+// path, starting afresh after the emptyDir volumes are filled and before
+// the address wait ends; the other init containers ran on the source.
+func TestTargetPodKeepsSidecars(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	source := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "consumer", Namespace: "ns"},
+		Spec: corev1.PodSpec{
+			NodeName: "node-a",
+			InitContainers: []corev1.Container{
+				{Name: "migrate-schema", Image: "tools:1"},
+				{Name: "log-shipper", Image: "shipper:1", RestartPolicy: &always, VolumeMounts: []corev1.VolumeMount{
+					{Name: "logs", MountPath: "/logs"}, {Name: "kube-api-access-abcde", MountPath: "/var/run/secrets"}}},
+			},
+			Containers: []corev1.Container{{Name: "app", Image: "app:1", VolumeMounts: []corev1.VolumeMount{{Name: "logs", MountPath: "/var/log/app"}}}},
+			Volumes:    []corev1.Volume{{Name: "logs", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}, {Name: "kube-api-access-abcde"}},
+		},
+	}
+	names := func(cs []corev1.Container) string {
+		var n []string
+		for _, c := range cs {
+			n = append(n, c.Name)
+		}
+		return strings.Join(n, ",")
+	}
+	images := map[string]string{"app": "reg/consumer@sha256:1", agent.VolumesKey: "reg/volumes@sha256:1"}
+	cri := RestoredPod(source, "consumer-x1", "node-b", "x1", images, "", RestoreCRI)
+	if got := names(cri.Spec.InitContainers); got != volumeInitContainer+",log-shipper" {
+		t.Fatalf("init containers through the CRI: %s", got)
+	}
+	shipper := cri.Spec.InitContainers[1]
+	if shipper.Image != "shipper:1" || *shipper.RestartPolicy != always || len(shipper.VolumeMounts) != 1 || shipper.VolumeMounts[0].Name != "logs" {
+		t.Fatalf("the sidecar must start afresh from its spec, without the token mount: %+v", shipper)
+	}
+	c := Config{Restore: RestoreRuntime, TargetName: "consumer-x1", TargetNode: "node-b", ID: "x1", AgentImage: "agent:1"}
+	if got := names(PlannedTarget(c, source, images).Spec.InitContainers); got != "log-shipper,"+AddressInitContainer {
+		t.Fatalf("init containers through the kubectl-migrate runtime: %s", got)
+	}
+	if len(cri.Spec.Volumes) != 1 || cri.Spec.Volumes[0].Name != "logs" {
+		t.Fatalf("volumes %v", cri.Spec.Volumes)
 	}
 }
