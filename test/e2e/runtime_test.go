@@ -153,15 +153,29 @@ func TestRuntimeRestore(t *testing.T) {
 	// target has no init container but the address one's noop; the ledger
 	// the consumer keeps open there must hold every applied message once
 	// (checkConservation).
-	for _, tc := range []struct{ scratch, strategy string }{{"memory", "ms2m"}, {"disk", "stop-and-copy"}} {
-		t.Run("emptyDir/"+tc.strategy+"/"+tc.scratch, func(t *testing.T) {
-			l, w, rec, _, _ := migrateLiveApp(t, workload.Options{Rate: "10", Scratch: tc.scratch}, 30, "--restore", "runtime", "--strategy", tc.strategy)
+	// A native sidecar goes with the pod, started afresh before the address
+	// init container.
+	for _, tc := range []struct {
+		scratch, strategy string
+		sidecar           bool
+	}{{"memory", "ms2m", false}, {"disk", "stop-and-copy", true}} {
+		name := "emptyDir/" + tc.strategy + "/" + tc.scratch
+		if tc.sidecar {
+			name += "/sidecar"
+		}
+		t.Run(name, func(t *testing.T) {
+			l, w, rec, _, _ := migrateLiveApp(t, workload.Options{Rate: "10", Scratch: tc.scratch, Sidecar: tc.sidecar}, 30, "--restore", "runtime", "--strategy", tc.strategy)
 			target, err := l.client.CoreV1().Pods(w.Namespace).Get(context.Background(), rec.TargetPod, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !runtimeRestored(target) || slices.ContainsFunc(target.Spec.InitContainers, func(c corev1.Container) bool { return c.Name != migrate.AddressInitContainer }) {
+			if !runtimeRestored(target) || slices.ContainsFunc(target.Spec.InitContainers, func(c corev1.Container) bool {
+				return c.Name != migrate.AddressInitContainer && c.Name != workload.SidecarName
+			}) {
 				t.Fatalf("the target was not restored by the runtime alone: runtime class %v, init containers %v", target.Spec.RuntimeClassName, target.Spec.InitContainers)
+			}
+			if tc.sidecar {
+				checkSidecarRunning(t, target, 0)
 			}
 			checkConservation(t, w, rec.TargetPod)
 			for _, n := range []string{"node-a", "node-b"} {

@@ -29,23 +29,29 @@ import (
 func TestEmptyDirMovesWithThePod(t *testing.T) {
 	for _, tc := range []struct {
 		name, scratch string
+		sidecar       bool
 		flags         []string
 	}{
-		{"ms2m/registry/disk", "disk", nil},
-		{"ms2m/direct/memory", "memory", []string{"--transfer", "direct"}},
-		{"stop-and-copy/registry/memory", "memory", []string{"--strategy", "stop-and-copy"}},
+		{"ms2m/registry/disk/sidecar", "disk", true, nil},
+		{"ms2m/direct/memory", "memory", false, []string{"--transfer", "direct"}},
+		{"stop-and-copy/registry/memory", "memory", false, []string{"--strategy", "stop-and-copy"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, w, rec, _, _ := migrateLiveApp(t, workload.Options{Rate: "10", Scratch: tc.scratch}, 30, tc.flags...)
+			l, w, rec, _, _ := migrateLiveApp(t, workload.Options{Rate: "10", Scratch: tc.scratch, Sidecar: tc.sidecar}, 30, tc.flags...)
 			pod, err := l.client.CoreV1().Pods(w.Namespace).Get(context.Background(), rec.TargetPod, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(pod.Spec.InitContainers) != 1 || !slices.Contains(rec.Images, pod.Spec.InitContainers[0].Image) {
+			wantInits := 1
+			if tc.sidecar {
+				wantInits = 2 // the sidecar after the volumes are filled
+				checkSidecarRunning(t, pod, 1)
+			}
+			if len(pod.Spec.InitContainers) != wantInits || !slices.Contains(rec.Images, pod.Spec.InitContainers[0].Image) {
 				t.Fatalf("target's init containers %+v; the migration's images %v", pod.Spec.InitContainers, rec.Images)
 			}
 			volumeImage := pod.Spec.InitContainers[0].Image
-			if len(pod.Status.InitContainerStatuses) != 1 || pod.Status.InitContainerStatuses[0].State.Terminated == nil ||
+			if len(pod.Status.InitContainerStatuses) != wantInits || pod.Status.InitContainerStatuses[0].State.Terminated == nil ||
 				pod.Status.InitContainerStatuses[0].State.Terminated.ExitCode != 0 {
 				t.Fatalf("the init container that fills the emptyDir: %+v", pod.Status.InitContainerStatuses)
 			}
@@ -111,4 +117,19 @@ func TestStatefulSetShadowCarriesEmptyDir(t *testing.T) {
 	if len(rec.Images) != 4 {
 		t.Fatalf("images %v, want a checkpoint and a volume image per stage", rec.Images)
 	}
+}
+
+// checkSidecarRunning: the target pod's native sidecar (workload.Options.
+// Sidecar) is its ith init container, started afresh and running.
+func checkSidecarRunning(t testing.TB, pod *corev1.Pod, i int) {
+	t.Helper()
+	if len(pod.Spec.InitContainers) <= i || pod.Spec.InitContainers[i].Name != workload.SidecarName {
+		t.Fatalf("%s has no sidecar as init container %d: %+v", pod.Name, i, pod.Spec.InitContainers)
+	}
+	for _, st := range pod.Status.InitContainerStatuses {
+		if st.Name == workload.SidecarName && st.State.Running != nil && st.Started != nil && *st.Started {
+			return
+		}
+	}
+	t.Fatalf("the sidecar of %s is not running: %+v", pod.Name, pod.Status.InitContainerStatuses)
 }

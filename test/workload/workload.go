@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
@@ -46,7 +47,13 @@ type Options struct {
 	// or "memory" for medium: Memory) where it keeps a ledger of every
 	// value it applies; CheckConservation then checks the ledger too.
 	Scratch string
+	// Sidecar gives the consumer a native sidecar (an init container with
+	// restartPolicy Always), SidecarName, running the agent image's canary.
+	Sidecar bool
 }
+
+// SidecarName is the consumer's sidecar (Options.Sidecar).
+const SidecarName = "sidecar"
 
 // Workload is one producer/consumer pair in a namespace of its own, with
 // queue names of its own, so runs never see each other's messages.
@@ -114,6 +121,12 @@ func Deploy(ctx context.Context, client kubernetes.Interface, o Options) (*Workl
 		c := &consumer.Spec.Containers[0]
 		c.VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
 		c.Args = append(c.Args, "--ledger=/scratch/ledger")
+	}
+	if o.Sidecar {
+		consumer.Spec.InitContainers = []corev1.Container{{
+			Name: SidecarName, Image: o.ImagePrefix + "/kubectl-migrate-agent:lab", Args: []string{"canary"},
+			RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		}}
 	}
 	producer := w.pod(o, "producer", producerImage, producerArgs, nil)
 	w.producer = producer.DeepCopy()
