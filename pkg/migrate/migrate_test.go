@@ -553,6 +553,43 @@ func TestReplayWaitsForASourceThatRestarts(t *testing.T) {
 	}
 }
 
+// TestARestoredCopyIsAskedAgainWhileAnAskStalls: the first asks of the
+// restored copy hang (opened while CRIU restored it, their SYN dropped);
+// the engine asks again meanwhile and goes on with the first answer, on
+// either restore path: the stalled asks are cancelled when the copy has
+// answered, not waited out to their deadline.
+func TestARestoredCopyIsAskedAgainWhileAnAskStalls(t *testing.T) {
+	for _, path := range restorePaths {
+		t.Run(path.name, func(t *testing.T) {
+			w := path.world(newWorld)(t)
+			w.Mu.Lock()
+			w.Stalled["consumer-abcde"] = 2
+			w.Mu.Unlock()
+			rec, err := migrate.Run(context.Background(), testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{})
+			if err != nil || rec.Outcome != report.Succeeded {
+				t.Fatalf("outcome %s: %v", rec.Outcome, err)
+			}
+			var ends []error
+			if err := wait(func() bool {
+				w.Mu.Lock()
+				defer w.Mu.Unlock()
+				ends = slices.Clone(w.StallEnds)
+				return len(ends) == 2
+			}); err != nil {
+				t.Fatalf("the stalled asks never ended: %v", ends)
+			}
+			for _, end := range ends {
+				if !errors.Is(end, context.Canceled) {
+					t.Fatalf("a stalled ask was waited out (%v) rather than asked past", end)
+				}
+			}
+			if err := w.Conservation(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestTargetKubeletGone: the target node's kubelet goes away, for good, as
 // the restore starts (it never starts the pod) or during replay (it never
 // confirms the restored copy's deletion). The migration rolls back within

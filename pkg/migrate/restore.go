@@ -10,9 +10,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
@@ -23,15 +23,14 @@ import (
 // appPollInterval paces polls of an application's state, which has no watch.
 const appPollInterval = 100 * time.Millisecond
 
-// A restored copy is asked with a short deadline at first: the API
-// server's connection to a pod that CRIU is restoring can stall for a
-// second (on the lab, one restore in six without the deadline: a dropped
-// SYN waits for the kernel's resend), and a new ask opens a new one. The
-// deadline doubles after each ask that runs out, so a slow but answering
-// cluster is still heard.
+// A restored copy is asked again every appPollInterval without waiting for
+// the asks before: a connection opened while CRIU restores the pod can
+// stall for a second (a dropped SYN waits for the kernel's resend), while
+// one opened after the restore is answered at once. Each ask may take askTimeout, so a slow but
+// answering cluster is still heard; at most asksInFlight are open at once.
 const (
-	firstAskTimeout = 250 * time.Millisecond
-	lastAskTimeout  = 4 * time.Second
+	askTimeout   = 4 * time.Second
+	asksInFlight = 8
 )
 
 // restore creates the target pod from the checkpoint images and waits until
@@ -277,31 +276,8 @@ func (m *Migration) awaitRestored(ctx context.Context, name, node string, step r
 	// after reconnecting, so wait for that.
 	var st ms2m.State
 	var answeredAt time.Time
-	var podErr error
-	ask := firstAskTimeout
-	err := wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
-		select {
-		case err := <-pod.ended:
-			if err != nil && ctx.Err() == nil {
-				podErr = err
-				return false, err
-			}
-		case err := <-pod.kubeletAway:
-			podErr = pod.cannotStart(err)
-			return false, podErr
-		default:
-		}
-		askCtx, cancel := context.WithTimeout(ctx, ask)
-		var err error
-		st, err = m.deps.App.State(askCtx, app)
-		timedOut := askCtx.Err() == context.DeadlineExceeded
-		cancel()
-		if err != nil {
-			if timedOut {
-				ask = min(2*ask, lastAskTimeout)
-			}
-			return false, nil
-		}
+	podErr, err := m.askUntilHolding(ctx, app, pod, func(answer ms2m.State) (bool, error) {
+		st = answer
 		if answeredAt.IsZero() {
 			answeredAt = time.Now()
 		}
@@ -325,6 +301,61 @@ func (m *Migration) awaitRestored(ctx context.Context, name, node string, step r
 	m.stepTook(step, "", start, answeredAt.Sub(start), 0)
 	m.step(report.AppHolding, "", answeredAt, 0)
 	return st, nil
+}
+
+// askUntilHolding asks app for its state, a new ask every appPollInterval
+// whether or not the ones before have answered (askTimeout), and hands each
+// answer to done until done says so or fails. It stops with podErr if the
+// pod's watch says its containers cannot run, and with ctx.
+func (m *Migration) askUntilHolding(ctx context.Context, app appctl.Target, pod *restoredPodWatch, done func(ms2m.State) (bool, error)) (podErr, err error) {
+	type answer struct {
+		st  ms2m.State
+		err error
+	}
+	asking, stopAsking := context.WithCancel(ctx)
+	defer stopAsking()
+	answers := make(chan answer, asksInFlight) // room for every open ask: none blocks after the return
+	open := 0
+	ask := func() {
+		if open == asksInFlight {
+			return
+		}
+		open++
+		go func() {
+			askCtx, cancel := context.WithTimeout(asking, askTimeout)
+			defer cancel()
+			st, err := m.deps.App.State(askCtx, app)
+			answers <- answer{st, err}
+		}()
+	}
+	tick := time.NewTicker(appPollInterval)
+	defer tick.Stop()
+	ended := pod.ended
+	ask()
+	for {
+		select {
+		case <-tick.C:
+			ask()
+		case a := <-answers:
+			open--
+			if a.err != nil {
+				continue
+			}
+			if ok, err := done(a.st); ok || err != nil {
+				return nil, err
+			}
+		case err := <-ended:
+			if err != nil {
+				return err, err
+			}
+			ended = nil // running: only the application can say more
+		case err := <-pod.kubeletAway:
+			err = pod.cannotStart(err)
+			return err, err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // restoredPodWatch follows a restored pod while the engine waits for its

@@ -110,6 +110,11 @@ type World struct {
 	// Unanswered makes a pod's next state reads fail, as a restarting
 	// process's endpoint does (set it under Mu).
 	Unanswered map[string]int
+	// Stalled makes a pod's next state reads hang until their caller gives
+	// up, as a connection opened while CRIU restores the pod does (set it
+	// under Mu); StallEnds says why each ended, in order.
+	Stalled   map[string]int
+	StallEnds []error
 	// reconnecting restored apps switch to hold after their first answer.
 	reconnecting map[string]bool
 	// deletedSets are the StatefulSets whose deletion has begun.
@@ -161,7 +166,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 		T: t, Client: fake.NewClientset(objects...),
 		Queues:   map[string]bool{"work": true},
 		Apps:     map[string]*ms2m.State{"consumer": {Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
-		Archives: map[string]bool{}, Images: map[string]bool{}, Staged: map[string]bool{}, Expected: map[string]bool{}, reconnecting: map[string]bool{}, Unanswered: map[string]int{},
+		Archives: map[string]bool{}, Images: map[string]bool{}, Staged: map[string]bool{}, Expected: map[string]bool{}, reconnecting: map[string]bool{}, Unanswered: map[string]int{}, Stalled: map[string]int{},
 		failed: map[report.PhaseName]int{}, published: 100, deletedSets: map[types.UID]bool{},
 		acked: map[string]uint64{}, restored: map[string]bool{},
 	}
@@ -789,9 +794,18 @@ func (w *World) Conservation() error {
 
 type fakeApp World
 
-func (f *fakeApp) State(_ context.Context, t appctl.Target) (ms2m.State, error) {
+func (f *fakeApp) State(ctx context.Context, t appctl.Target) (ms2m.State, error) {
 	w := (*World)(f)
 	w.Mu.Lock()
+	if w.Stalled[t.Pod] > 0 {
+		w.Stalled[t.Pod]--
+		w.Mu.Unlock()
+		<-ctx.Done()
+		w.Mu.Lock()
+		w.StallEnds = append(w.StallEnds, ctx.Err())
+		w.Mu.Unlock()
+		return ms2m.State{}, ctx.Err()
+	}
 	defer w.Mu.Unlock()
 	st, ok := w.Apps[t.Pod]
 	if w.Unanswered[t.Pod] > 0 {
