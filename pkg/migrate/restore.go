@@ -26,8 +26,9 @@ const appPollInterval = 100 * time.Millisecond
 // A restored copy is asked again every appPollInterval without waiting for
 // the asks before: a connection opened while CRIU restores the pod can
 // stall for a second (a dropped SYN waits for the kernel's resend), while
-// one opened after the restore is answered at once. Each ask may take askTimeout, so a slow but
-// answering cluster is still heard; at most asksInFlight are open at once.
+// one opened after the restore is answered at once. Each ask may take
+// askTimeout, so a slow but answering cluster is still heard; at most
+// asksInFlight are open at once.
 const (
 	askTimeout   = 4 * time.Second
 	asksInFlight = 8
