@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
@@ -290,6 +291,12 @@ func TestPreflightRefusals(t *testing.T) {
 		{"unknown node", func(_ *migratetest.World, c *migrate.Config) { c.TargetNode = "node-z" }, "node node-z not found"},
 		{"missing pod", func(_ *migratetest.World, c *migrate.Config) { c.Pod = "nope" }, "pod nope not found"},
 		{"unknown container", func(_ *migratetest.World, c *migrate.Config) { c.Containers = []string{"sidecar"} }, `no container "sidecar"`},
+		{"sidecar named", func(w *migratetest.World, c *migrate.Config) {
+			p, _ := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer", metav1.GetOptions{})
+			p.Spec.InitContainers = []corev1.Container{{Name: "log-shipper", Image: "shipper:1", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
+			_, _ = w.Client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{})
+			c.Containers = []string{"log-shipper"}
+		}, `"log-shipper" is an init container of pod consumer`},
 		{"containerd 2.4 target", func(w *migratetest.World, _ *migrate.Config) {
 			n, _ := w.Client.CoreV1().Nodes().Get(context.Background(), "node-b", metav1.GetOptions{})
 			n.Status.NodeInfo.ContainerRuntimeVersion = "containerd://2.4.0"

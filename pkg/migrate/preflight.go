@@ -93,6 +93,9 @@ func checkSourcePod(ctx context.Context, m *Migration) error {
 		names = append(names, c.Name)
 	}
 	for _, c := range m.config.Containers {
+		if slices.ContainsFunc(pod.Spec.InitContainers, func(ic corev1.Container) bool { return ic.Name == c }) {
+			return fmt.Errorf("%q is an init container of pod %s: only its containers %v are checkpointed (a sidecar starts afresh on the target); name one of those with --container", c, m.config.Pod, names)
+		}
 		if !slices.Contains(names, c) {
 			return fmt.Errorf("pod %s has no container %q (it has %v)", m.config.Pod, c, names)
 		}
