@@ -150,11 +150,10 @@ func TestRuntimeRestore(t *testing.T) {
 	}
 	// emptyDir data moves on this path too, on disk and in memory (tmpfs):
 	// the runtime fills the volumes in the create that restores, so the
-	// target has no init container but the address one's noop; the ledger
-	// the consumer keeps open there must hold every applied message once
-	// (checkConservation).
-	// A native sidecar goes with the pod, started afresh before the address
-	// init container.
+	// target has no init container but the address one's noop (and the
+	// pod's native sidecar, where it has one, started afresh before it);
+	// the ledger the consumer keeps open there must hold every applied
+	// message once (checkConservation).
 	for _, tc := range []struct {
 		scratch, strategy string
 		sidecar           bool
