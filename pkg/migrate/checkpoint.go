@@ -102,30 +102,21 @@ func (m *Migration) removeArchives(ctx context.Context) error {
 // removeStaged deletes the checkpoints staged on the target node for the
 // kubectl-migrate runtime (RestoreRuntime): unlike a direct transfer's
 // images, they do not go with the target's agent. One the runtime restored
-// is gone already. Through the runtime every one this migration may have
-// sent is removed, journaled or not: a process that died as an agent
-// staged one (or while it was extracting one) never wrote it down, and it
-// is the application's memory.
+// is gone already. Every one this migration may have sent is removed,
+// journaled or not: their paths follow from the target's name, and a
+// process that died as an agent staged one (or while it was extracting
+// one) never wrote it down, though it is the application's memory.
 func (m *Migration) removeStaged(ctx context.Context) error {
-	var staged []string
-	for c, ref := range m.state.Images {
-		if ref == agent.StagedPath(m.staged(c)) {
-			staged = append(staged, ref)
-		}
+	if m.state.RestoreVia != RestoreRuntime {
+		return nil // only the runtime's restore stages (packRequest)
 	}
-	if m.state.RestoreVia == RestoreRuntime {
-		sent := slices.Clone(m.state.Migrated)
-		if m.state.Source != nil && len(CarriedVolumes(m.state.Source, m.state.Migrated)) > 0 {
-			sent = append(sent, agent.VolumesKey)
-		}
-		for _, c := range sent {
-			if ref := agent.StagedPath(m.staged(c)); !slices.Contains(staged, ref) {
-				staged = append(staged, ref)
-			}
-		}
+	sent := slices.Clone(m.state.Migrated)
+	if len(m.carriedVolumes()) > 0 {
+		sent = append(sent, agent.VolumesKey)
 	}
-	if len(staged) == 0 {
-		return nil
+	staged := make([]string, 0, len(sent))
+	for _, c := range sent {
+		staged = append(staged, agent.StagedPath(m.staged(c)))
 	}
 	slices.Sort(staged)
 	nodes := []string{m.config.TargetNode}
