@@ -159,7 +159,7 @@ func (o *NodeSetupOptions) Run(ctx context.Context) error {
 		fmt.Fprintln(o.ErrOut, msg)
 		// The kubelet reports the node NotReady while its runtime restarts:
 		// the next node's turn comes once this one is back.
-		if err := waitNodeReady(ctx, client, n.Name); err != nil {
+		if err := waitNodeReady(ctx, client, n.Name, !o.Uninstall); err != nil {
 			return err
 		}
 		if !o.Uninstall {
@@ -174,12 +174,21 @@ func (o *NodeSetupOptions) Run(ctx context.Context) error {
 	return nil
 }
 
-// waitNodeReady waits until node reports Ready again, and its runtime's
-// version.
-func waitNodeReady(ctx context.Context, client kubernetes.Interface, node string) error {
+// waitNodeReady waits until node reports Ready again, its runtime's
+// version, and (where the kubelet lists its runtime's handlers, 1.30 on)
+// the runtime's handler as installed says: a status the kubelet posted
+// before the restart would pass the first two at once.
+func waitNodeReady(ctx context.Context, client kubernetes.Interface, node string, installed bool) error {
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		return err == nil && migrate.NodeReady(n) && !strings.HasSuffix(n.Status.NodeInfo.ContainerRuntimeVersion, "://Unknown"), nil
+		if err != nil || !migrate.NodeReady(n) || strings.HasSuffix(n.Status.NodeInfo.ContainerRuntimeVersion, "://Unknown") {
+			return false, nil
+		}
+		if len(n.Status.RuntimeHandlers) == 0 {
+			return true, nil
+		}
+		listed := slices.ContainsFunc(n.Status.RuntimeHandlers, func(h corev1.NodeRuntimeHandler) bool { return h.Name == ociruntime.HandlerName })
+		return listed == installed, nil
 	})
 	if err != nil {
 		return fmt.Errorf("node %s did not report Ready again after its runtime's restart: %w", node, err)

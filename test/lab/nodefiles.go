@@ -61,6 +61,11 @@ evictionHard:
   imagefs.available: "1%%"
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+# The node's status is posted every 4 s, changed or not, so a wait after a
+# runtime restart can tell a fresh status (heartbeat after the restart)
+# from the one posted before it.
+nodeStatusUpdateFrequency: 4s
+nodeStatusReportFrequency: 4s
 # KubeletEnsureSecretPulledImages (KEP-2535, on by default from 1.35): a
 # pod may use an image pulled with credentials only with those credentials,
 # so another namespace's pod cannot run a checkpoint image left on a node.

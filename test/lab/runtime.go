@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
@@ -222,13 +224,17 @@ func (d dirs) setRestore(nodeName, value string) error {
 		return err
 	}
 	// The kubelet reports the runtime's version as "Unknown" until it has
-	// reconnected: done once it shows the version again.
+	// reconnected, and a status posted before the restart still shows the
+	// old version: done once a status whose heartbeat came a second after
+	// the runtime was back (the kubelet asks for the version just before
+	// it stamps the heartbeat) shows the version and Ready.
+	up := time.Now().Add(time.Second)
 	client, err := d.adminClient()
 	if err != nil {
 		return err
 	}
 	want := "containerd://" + rt.version
-	return waitFor(nodeName+" reporting "+want, time.Minute, func() error {
+	return waitFor(nodeName+" reporting "+want+" after the restart", time.Minute, func() error {
 		n, err := client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -236,6 +242,18 @@ func (d dirs) setRestore(nodeName, value string) error {
 		if got := n.Status.NodeInfo.ContainerRuntimeVersion; got != want {
 			return fmt.Errorf("it reports %s", got)
 		}
-		return nil
+		for _, c := range n.Status.Conditions {
+			if c.Type != corev1.NodeReady {
+				continue
+			}
+			if c.LastHeartbeatTime.Time.Before(up) {
+				return fmt.Errorf("its last status is from %s, before the restart", c.LastHeartbeatTime.Format(time.RFC3339))
+			}
+			if c.Status != corev1.ConditionTrue {
+				return fmt.Errorf("it is not Ready: %s", c.Message)
+			}
+			return nil
+		}
+		return errors.New("it reports no Ready condition")
 	})
 }
