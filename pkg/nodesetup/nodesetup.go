@@ -10,8 +10,10 @@
 package nodesetup
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -44,8 +46,8 @@ const (
 
 // Runtime names as nodes report them (nodeInfo.containerRuntimeVersion).
 const (
-	Containerd = "containerd"
-	CRIO       = "cri-o"
+	Containerd = ociruntime.Containerd
+	CRIO       = ociruntime.CRIO
 )
 
 // Restarts.
@@ -308,11 +310,13 @@ func (o Options) writeRuncConfig(runc string) error {
 	if o.Uninstall {
 		return nil
 	}
-	content := fmt.Sprintf("{\"runc\": %q}\n", runc)
-	if runc == "" {
-		content = "{}\n" // runc from PATH
+	// No runc named: the one on PATH. The CRI runtime named: a container
+	// is known by its keys alone.
+	content, err := json.Marshal(ociruntime.Config{Runc: runc, CRI: o.Runtime})
+	if err != nil {
+		return err
 	}
-	return writeAtomic(o.host(ociruntime.ConfigFile), strings.NewReader(content), 0o644)
+	return writeAtomic(o.host(ociruntime.ConfigFile), bytes.NewReader(append(content, '\n')), 0o644)
 }
 
 // restart restarts the runtime and waits until it answers over CRI with

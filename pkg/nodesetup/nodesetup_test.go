@@ -98,8 +98,8 @@ func TestInstallAndUninstallOnContainerd(t *testing.T) {
 			t.Errorf("drop-in lacks %s:\n%s", want, dropIn)
 		}
 	}
-	if got := n.read(t, ociruntime.ConfigFile); !strings.Contains(got, `"/usr/local/sbin/runc"`) {
-		t.Errorf("runtime.json %s: not the default handler's runc", got)
+	if got := n.read(t, ociruntime.ConfigFile); !strings.Contains(got, `"runc":"/usr/local/sbin/runc"`) || !strings.Contains(got, `"cri":"containerd"`) {
+		t.Errorf("runtime.json %s: not the default handler's runc and containerd", got)
 	}
 	if info, err := os.Stat(filepath.Join(n.root, BinDir, ociruntime.BinaryName)); err != nil || info.Mode().Perm() != 0o755 {
 		t.Fatalf("binary: %v %v", info, err)
@@ -145,8 +145,8 @@ func TestInstallOnCRIO(t *testing.T) {
 			t.Errorf("drop-in lacks %s:\n%s", want, dropIn)
 		}
 	}
-	if got := n.read(t, ociruntime.ConfigFile); !strings.Contains(got, `"/opt/bin/runc"`) {
-		t.Errorf("runtime.json %s", got)
+	if got := n.read(t, ociruntime.ConfigFile); !strings.Contains(got, `"runc":"/opt/bin/runc"`) || !strings.Contains(got, `"cri":"cri-o"`) {
+		t.Errorf("runtime.json %s: not the default handler's runc and CRI-O", got)
 	}
 }
 

@@ -70,11 +70,22 @@ const (
 // of starting afresh.
 func ExpectedPath(stage string, id Identity) string { return StagePath(stage, id) + ExpectedSuffix }
 
+// The CRI runtimes that run this runtime, as nodes name them
+// (nodeInfo.containerRuntimeVersion): each writes a container's identity
+// into its bundle under keys of its own.
+const (
+	Containerd = "containerd"
+	CRIO       = "cri-o"
+)
+
 // Config is ConfigFile's content.
 type Config struct {
 	// Runc is the OCI runtime every command goes to: the one the node's
 	// default handler uses.
 	Runc string `json:"runc"`
+	// CRI is the CRI runtime that runs this one (Containerd or CRIO): a
+	// container's identity is read from its keys alone (identityOf).
+	CRI string `json:"cri,omitempty"`
 }
 
 // Runtime runs one invocation.
@@ -82,6 +93,8 @@ type Runtime struct {
 	Runc  string
 	Stage string
 	State string
+	// CRI is Config.CRI: the runtime whose keys name a container.
+	CRI string
 	// ExpectTimeout bounds the wait for an expected checkpoint (default
 	// the package's ExpectTimeout).
 	ExpectTimeout time.Duration
@@ -101,7 +114,7 @@ func New() (Runtime, error) {
 		if err := json.Unmarshal(raw, &c); err != nil {
 			return r, fmt.Errorf("%s: %w", ConfigFile, err)
 		}
-		r.Runc = c.Runc
+		r.Runc, r.CRI = c.Runc, c.CRI
 	case !errors.Is(err, fs.ErrNotExist):
 		return r, err
 	}
@@ -229,14 +242,35 @@ type bundleMount struct {
 // CRI runtime puts into its bundle.
 type Identity struct{ Namespace, Pod, Container string }
 
-// identityOf reads containerd's or CRI-O's annotations; a sandbox (the
-// pod's pause container) has none to restore.
-func identityOf(a map[string]string) (Identity, bool) {
-	if a["io.kubernetes.cri.container-type"] == "container" {
-		return Identity{a["io.kubernetes.cri.sandbox-namespace"], a["io.kubernetes.cri.sandbox-name"], a["io.kubernetes.cri.container-name"]}, true
+// identityOf reads the identity that cri (Containerd, CRIO, or "" for
+// whichever set its own marker) wrote into a container's annotations; a
+// sandbox (the pod's pause container) has none to restore.
+//
+// Only the keys the runtime sets itself count, because the rest come from
+// the pod: CRI-O copies every pod annotation into each container's spec,
+// then writes its own keys and the kubelet's container labels (pod name,
+// namespace, container name) over them; containerd passes no pod
+// annotation through to a handler that does not list it (node-setup's
+// lists none) and writes its io.kubernetes.cri.* keys itself. A pod on a
+// CRI-O node that carries containerd's keys naming another namespace's
+// target is read by CRI-O's, and is itself.
+func identityOf(cri string, a map[string]string) (Identity, bool) {
+	if cri == "" {
+		// CRI-O always sets its container type, over any pod annotation.
+		cri = Containerd
+		if _, ok := a["io.kubernetes.cri-o.ContainerType"]; ok {
+			cri = CRIO
+		}
 	}
-	if a["io.kubernetes.cri-o.ContainerType"] == "container" {
-		return Identity{a["io.kubernetes.pod.namespace"], a["io.kubernetes.pod.name"], a["io.kubernetes.container.name"]}, true
+	switch cri {
+	case Containerd:
+		if a["io.kubernetes.cri.container-type"] == "container" {
+			return Identity{a["io.kubernetes.cri.sandbox-namespace"], a["io.kubernetes.cri.sandbox-name"], a["io.kubernetes.cri.container-name"]}, true
+		}
+	case CRIO:
+		if a["io.kubernetes.cri-o.ContainerType"] == "container" {
+			return Identity{a["io.kubernetes.pod.namespace"], a["io.kubernetes.pod.name"], a["io.kubernetes.container.name"]}, true
+		}
 	}
 	return Identity{}, false
 }
@@ -272,7 +306,7 @@ func (r Runtime) claim(inv invocation) (string, error) {
 	if err := json.Unmarshal(raw, &spec); err != nil {
 		return "", nil
 	}
-	id, ok := identityOf(spec.Annotations)
+	id, ok := identityOf(r.CRI, spec.Annotations)
 	if !ok || id.Valid() != nil || inv.id == "" || strings.ContainsAny(inv.id, `/\`) {
 		return "", nil
 	}

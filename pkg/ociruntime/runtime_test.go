@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -159,16 +160,36 @@ func TestACreateWithAStagedCheckpointRestores(t *testing.T) {
 	}
 }
 
+// crioPod is a container's annotations as CRI-O writes them for a pod
+// (CRI-O copies the pod's annotations, then writes its own keys and the
+// kubelet's labels over them) in namespace, named pod, that carries
+// podAnnotations.
+func crioPod(namespace, pod string, podAnnotations map[string]string) map[string]string {
+	a := maps.Clone(podAnnotations)
+	maps.Copy(a, map[string]string{"io.kubernetes.cri-o.ContainerType": "container", "io.kubernetes.pod.namespace": namespace, "io.kubernetes.pod.name": pod, "io.kubernetes.container.name": "app"})
+	return a
+}
+
 func TestACreateWithoutACheckpointIsRuncs(t *testing.T) {
-	cases := map[string]map[string]string{
-		"nothing staged":                       crioContainer,
-		"the sandbox":                          {"io.kubernetes.cri-o.ContainerType": "sandbox", "io.kubernetes.pod.namespace": "shop", "io.kubernetes.pod.name": "consumer-2", "io.kubernetes.container.name": "app"},
-		"another namespace's pod of that name": {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "attacker", "io.kubernetes.cri.sandbox-name": "consumer-2", "io.kubernetes.cri.container-name": "app"},
-		"a name that leaves the stage":         {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "..", "io.kubernetes.cri.sandbox-name": "shop", "io.kubernetes.cri.container-name": "consumer-2"},
+	cases := map[string]struct {
+		cri         string
+		annotations map[string]string
+	}{
+		"nothing staged":                       {"", crioContainer},
+		"the sandbox":                          {"", map[string]string{"io.kubernetes.cri-o.ContainerType": "sandbox", "io.kubernetes.pod.namespace": "shop", "io.kubernetes.pod.name": "consumer-2", "io.kubernetes.container.name": "app"}},
+		"another namespace's pod of that name": {"", map[string]string{"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "attacker", "io.kubernetes.cri.sandbox-name": "consumer-2", "io.kubernetes.cri.container-name": "app"}},
+		"a name that leaves the stage":         {"", map[string]string{"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "..", "io.kubernetes.cri.sandbox-name": "shop", "io.kubernetes.cri.container-name": "consumer-2"}},
+		// The attack on CRI-O nodes: a pod in another namespace whose own
+		// annotations are containerd's keys naming the victim's target.
+		"on CRI-O, a pod carrying containerd's keys of the target": {CRIO, crioPod("attacker", "thief", containerdApp)},
+		"a pod carrying them, the CRI unnamed":                     {"", crioPod("attacker", "thief", containerdApp)},
+		// And on containerd nodes, CRI-O's keys are not containerd's.
+		"on containerd, CRI-O's keys of the target": {Containerd, crioContainer},
 	}
-	for name, annotations := range cases {
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			w := newWorld(t, annotations)
+			w := newWorld(t, tc.annotations)
+			w.r.CRI = tc.cri
 			if name != "nothing staged" {
 				w.stage(t, app)
 			}
@@ -188,6 +209,22 @@ func TestACreateWithoutACheckpointIsRuncs(t *testing.T) {
 				t.Error("the start of a created container is runc's")
 			}
 		})
+	}
+}
+
+// A create that expects a checkpoint waits for it: an attacker's create
+// must not wait on (nor take) the target's mark.
+func TestAnAttackersCreateIgnoresTheTargetsExpectedMark(t *testing.T) {
+	w := newWorld(t, crioPod("attacker", "thief", containerdApp))
+	w.r.CRI, w.r.ExpectTimeout = CRIO, time.Minute
+	mark := ExpectedPath(w.r.Stage, app)
+	must(t, os.MkdirAll(filepath.Dir(mark), 0o700))
+	must(t, os.WriteFile(mark, nil, 0o600))
+	if pass, err := w.r.Run(createArgs(w.bundle)); !pass || err != nil {
+		t.Fatalf("pass %v, err %v: want runc's own create at once", pass, err)
+	}
+	if _, err := os.Stat(mark); err != nil {
+		t.Errorf("the target's mark was touched: %v", err)
 	}
 }
 
