@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -22,12 +24,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
@@ -444,4 +448,79 @@ func (l *lab) editorOf(t *testing.T, namespace string) kubernetes.Interface {
 		t.Fatalf("the editor cannot list its own namespace's pods: %v", err)
 	}
 	return editor
+}
+
+// TestTenantCannotClaimAStagedCheckpoint: a checkpoint staged on the target
+// node for a migration's target (namespace, pod, container) is claimed by a
+// container's create under the kubectl-migrate runtime. A pod of another
+// namespace, on that node, under that RuntimeClass, that carries
+// containerd's sandbox-namespace/sandbox-name/container-name annotations
+// naming the target (CRI-O copies pod annotations into the container's
+// spec) starts afresh as itself: the staged checkpoint is neither restored
+// into it nor removed. Runs on both runtime lanes (CRI-O, containerd 2.4).
+func TestTenantCannotClaimAStagedCheckpoint(t *testing.T) {
+	l := setup(t)
+	l.setUpRuntime(t)
+	ctx := context.Background()
+	victim := ociruntime.Identity{Namespace: fmt.Sprintf("victim-%06x", rand.Uint32()>>8), Pod: "consumer-restored", Container: "consumer"}
+	// What a target agent stages: CRIU's images and the file changes. A
+	// restore of these fails, so a claim would show as a failed create too.
+	staged := filepath.Join(env(t, "LAB_RUN"), "node-b", "upper", ociruntime.StagePath(ociruntime.StageDir, victim))
+	memory := filepath.Join(staged, "checkpoint", "pages-1.img")
+	if err := os.MkdirAll(filepath.Dir(memory), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(memory, []byte("the victim's memory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = os.RemoveAll(filepath.Join(env(t, "LAB_RUN"), "node-b", "upper", ociruntime.StageDir, victim.Namespace))
+	})
+
+	attacker := fmt.Sprintf("attacker-%06x", rand.Uint32()>>8)
+	if _, err := l.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: attacker}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = l.client.CoreV1().Namespaces().Delete(context.Background(), attacker, metav1.DeleteOptions{})
+	})
+	l.waitDefaultServiceAccount(t, attacker)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "thief", Namespace: attacker, Annotations: map[string]string{
+			"io.kubernetes.cri.container-type":    "container",
+			"io.kubernetes.cri.sandbox-namespace": victim.Namespace,
+			"io.kubernetes.cri.sandbox-name":      victim.Pod,
+			"io.kubernetes.cri.container-name":    victim.Container,
+		}},
+		Spec: corev1.PodSpec{
+			NodeName:         "node-b",
+			RuntimeClassName: ptr.To(ociruntime.HandlerName),
+			Containers:       []corev1.Container{{Name: victim.Container, Image: l.imagePrefix + "/pause:lab"}},
+		},
+	}
+	if _, err := l.client.CoreV1().Pods(attacker).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var last *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := l.client.CoreV1().Pods(attacker).Get(ctx, "thief", metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) == 0 {
+			return false, nil
+		}
+		last = p
+		cs := p.Status.ContainerStatuses[0]
+		if w := cs.State.Waiting; w != nil && (w.Reason == "CreateContainerError" || w.Reason == "RunContainerError") {
+			return false, fmt.Errorf("its create failed, as a restore of the staged checkpoint would: %s", w.Message)
+		}
+		return cs.State.Running != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the attacker's pod did not start afresh: %v (%+v)", err, last)
+	}
+	if got, err := os.ReadFile(memory); err != nil || string(got) != "the victim's memory" {
+		t.Fatalf("the victim's staged checkpoint was taken by the attacker's pod: %q, %v", got, err)
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(staged)); len(entries) != 1 {
+		t.Fatalf("the stage beside the victim's checkpoint holds %v: a claim was made", entries)
+	}
 }
