@@ -6,9 +6,10 @@ KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
 .PHONY: help build lint unit integration e2e e2e-containerd e2e-containerd24 bench-restore bench-size eval-quick bench eval eval-figures slow-faults soak crash-matrix test demo bench-transfer lab-up lab-down services-up services-down release-check krew-manifest python-image
 
-# The linter, pinned, installed into the checkout's bin/ from the module proxy.
+# The linter, pinned, installed from the module proxy into GOPATH's bin
+# under a versioned name, so every clone on a machine shares one build.
 STATICCHECK_VERSION := v0.8.2
-STATICCHECK := $(CURDIR)/bin/staticcheck-$(STATICCHECK_VERSION)
+STATICCHECK := $(shell go env GOPATH)/bin/staticcheck-$(STATICCHECK_VERSION)
 
 help: ## this list
 	@awk -F ':.*## ' '/^[a-z0-9-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -17,7 +18,7 @@ build: ## the plugin, the agent and the sample workload into bin/
 	CGO_ENABLED=0 go build -o bin/ ./cmd/...
 
 $(STATICCHECK):
-	mkdir -p bin && GOBIN=$(CURDIR)/bin go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) && mv bin/staticcheck $@
+	tmp=$$(mktemp -d) && GOBIN=$$tmp go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) && mkdir -p $(@D) && mv $$tmp/staticcheck $@ && rmdir $$tmp
 
 lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, and no binary or file over 1 MB tracked
 	bash test/lint/tracked.sh
@@ -178,7 +179,11 @@ krew-manifest: $(KUBECTL)
 	KUBECTL=$(KUBECTL) RELEASE_TOOLS=$(LAB_CACHE)/tools KREW_MANIFEST_OUT=$(CURDIR)/krew/migrate.yaml bash test/release/check.sh
 
 # Everything; needs root (the lab). Stop the lab afterwards with make lab-down.
-test: integration release-check e2e eval-quick e2e-containerd e2e-containerd24 ## everything .ci/run runs (root)
+# test/stages.sh runs integration, release-check, e2e, eval-quick,
+# e2e-containerd and e2e-containerd24 in that order, the lab's builds beside
+# the first two, and prints each stage's time.
+test: ## everything .ci/run runs, each stage timed (root)
+	bash test/stages.sh
 
 # The Python consumer's image is Debian's python3 and pika, not a Go binary:
 # ko cannot build it, so a release pushes it with this (root, debootstrap).
