@@ -135,8 +135,15 @@ func (o *NodeSetupOptions) Run(ctx context.Context) error {
 		Labels:    map[string]string{"app.kubernetes.io/name": "kubectl-migrate-agent", migrate.MigrationLabel: id},
 	}
 	defer func() { _ = launcher.Release(context.WithoutCancel(ctx)) }()
-	if !o.Uninstall {
+	if o.Uninstall {
+		if err := refuseWhileRestoredPodsRun(ctx, client, nodes); err != nil {
+			return err
+		}
+	} else {
 		if err := ensureRuntimeClass(ctx, client); err != nil {
+			return err
+		}
+		if err := ensureAdmissionPolicy(ctx, client); err != nil {
 			return err
 		}
 	}
@@ -227,6 +234,28 @@ func dropRuntimeClassIfUnused(ctx context.Context, client kubernetes.Interface) 
 	err = client.NodeV1().RuntimeClasses().Delete(ctx, ociruntime.HandlerName, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete RuntimeClass %s: %w", ociruntime.HandlerName, err)
+	}
+	return dropAdmissionPolicy(ctx, client)
+}
+
+// refuseWhileRestoredPodsRun refuses an uninstall from nodes where pods
+// run under the RuntimeClass: their containers' runtime would be gone
+// from under them (a restart, an exec, a stop would fail).
+func refuseWhileRestoredPodsRun(ctx context.Context, client kubernetes.Interface, nodes []corev1.Node) error {
+	var running []string
+	for _, n := range nodes {
+		pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+		if err != nil {
+			return fmt.Errorf("list the pods on node %s: %w", n.Name, err)
+		}
+		for _, p := range pods.Items {
+			if p.Spec.RuntimeClassName != nil && *p.Spec.RuntimeClassName == ociruntime.HandlerName && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				running = append(running, p.Namespace+"/"+p.Name+" on "+n.Name)
+			}
+		}
+	}
+	if len(running) > 0 {
+		return fmt.Errorf("%d pods run under RuntimeClass %s (%s): migrate or delete them, then uninstall", len(running), ociruntime.HandlerName, strings.Join(running, ", "))
 	}
 	return nil
 }

@@ -272,7 +272,14 @@ var permissions = []permission{
 	{"apps", "get", "deployments", "", true, "to check that a Deployment is not rolling out"},
 	{"", "get", "nodes", "", false, "to check the source and target nodes"},
 	{"", "create", "nodes", "proxy", false, "to checkpoint through the kubelet API"},
+	{RestorePermission.Group, RestorePermission.Verb, RestorePermission.Resource, "", true, "to create a pod the kubectl-migrate runtime restores (node-setup's admission policy asks)"},
 }
+
+// RestorePermission names no real resource: node-setup's admission policy
+// admits a pod under the kubectl-migrate RuntimeClass only from who holds
+// it in the pod's namespace, so that a pod no migration created cannot
+// be restored into.
+var RestorePermission = struct{ Group, Verb, Resource string }{"kubectl-migrate.io", "create", "restores"}
 
 var statefulSetPermissions = []permission{
 	{"apps", "get", "statefulsets", "", true, "to save the StatefulSet's spec"},

@@ -457,7 +457,11 @@ func (l *lab) editorOf(t *testing.T, namespace string) kubernetes.Interface {
 // containerd's sandbox-namespace/sandbox-name/container-name annotations
 // naming the target (CRI-O copies pod annotations into the container's
 // spec) starts afresh as itself: the staged checkpoint is neither restored
-// into it nor removed. Runs on both runtime lanes (CRI-O, containerd 2.4).
+// into it nor removed. Before that, node-setup's admission policy refuses
+// such a pod from an editor of the namespace (who may not migrate there);
+// the pod that reaches the node is an allowed migrator's. While it runs,
+// node-setup --uninstall refuses. Runs on both runtime lanes (CRI-O,
+// containerd 2.4).
 func TestTenantCannotClaimAStagedCheckpoint(t *testing.T) {
 	l := setup(t)
 	l.setUpRuntime(t)
@@ -498,11 +502,29 @@ func TestTenantCannotClaimAStagedCheckpoint(t *testing.T) {
 			Containers:       []corev1.Container{{Name: victim.Container, Image: l.imagePrefix + "/pause:lab"}},
 		},
 	}
+	// The policy holds once the API server has loaded it: a dry run (which
+	// admission sees as a create) tells.
+	editor := l.editorOf(t, attacker)
+	var admitted error
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, admitted = editor.CoreV1().Pods(attacker).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return admitted != nil, nil
+	})
+	if err != nil || !apierrors.IsForbidden(admitted) || !strings.Contains(admitted.Error(), "restores.kubectl-migrate.io") {
+		t.Fatalf("an editor's pod under the RuntimeClass was not refused by the admission policy: %v", admitted)
+	}
+	if _, err := editor.CoreV1().Pods(attacker).Create(ctx, pod, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("the editor created a pod under the RuntimeClass: %v", err)
+	}
+	t.Logf("the editor's pod: %v", admitted)
+
+	// One allowed to migrate in the attacker's namespace (the lab's admin)
+	// gets it to the node.
 	if _, err := l.client.CoreV1().Pods(attacker).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var last *corev1.Pod
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := l.client.CoreV1().Pods(attacker).Get(ctx, "thief", metav1.GetOptions{})
 		if err != nil || len(p.Status.ContainerStatuses) == 0 {
 			return false, nil
@@ -522,5 +544,23 @@ func TestTenantCannotClaimAStagedCheckpoint(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(filepath.Dir(staged)); len(entries) != 1 {
 		t.Fatalf("the stage beside the victim's checkpoint holds %v: a claim was made", entries)
+	}
+
+	// Uninstalling now would leave the pod without its runtime.
+	out, err := l.kubectlCommand("migrate", "node-setup", "--all", "--uninstall", "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), attacker+"/thief on node-b") {
+		t.Fatalf("node-setup --uninstall with a pod under the RuntimeClass running: %v\n%s", err, out)
+	}
+	if n, err := l.client.CoreV1().Nodes().Get(ctx, "node-b", metav1.GetOptions{}); err != nil || n.Labels[ociruntime.NodeLabel] != "installed" {
+		t.Fatalf("the refused uninstall changed node-b: %v %v", n.Labels, err)
+	}
+	if err := l.client.CoreV1().Pods(attacker).Delete(ctx, "thief", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := l.client.CoreV1().Pods(attacker).Get(ctx, "thief", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("the attacker's pod did not go: %v", err)
 	}
 }

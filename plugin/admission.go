@@ -1,0 +1,88 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
+)
+
+// admissionPolicy admits a pod under the kubectl-migrate RuntimeClass only
+// from who may migrate in its namespace: create on restores.kubectl-migrate.io
+// there (a permission of migrate.RestorePermission's, which no built-in
+// role holds and a namespace's admin cannot grant). Anyone else's such pod
+// is refused before any node sees it.
+func admissionPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
+	meta := metav1.ObjectMeta{Name: ociruntime.HandlerName + "-runtime-class", Labels: map[string]string{"app.kubernetes.io/managed-by": "kubectl-migrate"}}
+	p := migrate.RestorePermission
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: meta,
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create},
+					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+				},
+			}}},
+			MatchConditions: []admissionv1.MatchCondition{{
+				Name:       "under-the-runtime-class",
+				Expression: fmt.Sprintf("has(object.spec.runtimeClassName) && object.spec.runtimeClassName == %q", ociruntime.HandlerName),
+			}},
+			Validations: []admissionv1.Validation{{
+				Expression: fmt.Sprintf("authorizer.group(%q).resource(%q).namespace(request.namespace).check(%q).allowed()", p.Group, p.Resource, p.Verb),
+				MessageExpression: fmt.Sprintf("'pods under RuntimeClass %s are restored by migrations: ' + request.userInfo.username + ' may not %s %s.%s in namespace ' + request.namespace + ' (docs/rbac.yaml, ClusterRole kubectl-migrate)'",
+					ociruntime.HandlerName, p.Verb, p.Resource, p.Group),
+				Reason: ptr.To(metav1.StatusReasonForbidden),
+			}},
+		},
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: meta,
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        meta.Name,
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+		},
+	}
+	return policy, binding
+}
+
+// ensureAdmissionPolicy creates the policy and its binding, or updates
+// them to this version's.
+func ensureAdmissionPolicy(ctx context.Context, client kubernetes.Interface) error {
+	policy, binding := admissionPolicy()
+	api := client.AdmissionregistrationV1()
+	if old, err := api.ValidatingAdmissionPolicies().Get(ctx, policy.Name, metav1.GetOptions{}); err == nil {
+		policy.ResourceVersion = old.ResourceVersion
+		_, err = api.ValidatingAdmissionPolicies().Update(ctx, policy, metav1.UpdateOptions{})
+		if err != nil {
+			return fmt.Errorf("update ValidatingAdmissionPolicy %s: %w", policy.Name, err)
+		}
+	} else if _, err := api.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create ValidatingAdmissionPolicy %s: %w", policy.Name, err)
+	}
+	if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create ValidatingAdmissionPolicyBinding %s: %w", binding.Name, err)
+	}
+	return nil
+}
+
+// dropAdmissionPolicy removes them with the RuntimeClass.
+func dropAdmissionPolicy(ctx context.Context, client kubernetes.Interface) error {
+	policy, binding := admissionPolicy()
+	api := client.AdmissionregistrationV1()
+	if err := api.ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete ValidatingAdmissionPolicyBinding %s: %w", binding.Name, err)
+	}
+	if err := api.ValidatingAdmissionPolicies().Delete(ctx, policy.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete ValidatingAdmissionPolicy %s: %w", policy.Name, err)
+	}
+	return nil
+}
