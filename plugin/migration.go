@@ -92,7 +92,7 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs.BoolVar(&f.KeepOnFailure, "keep-on-failure", false, "leave everything as it is when the migration fails, for debugging")
 	fs.BoolVar(&f.KeepImage, "keep-image", false, "keep the checkpoint images in the registry after success (they hold the process's memory, and are deleted by default)")
 	fs.StringVar(&f.MaxVolumeData, "max-volume-data", "1Gi", "the most emptyDir data the migrated containers' volumes may hold; it is copied to the target, and more is refused before any change")
-	fs.StringVar(&f.Restore, "restore", string(migrate.RestoreAuto), "cri: the target's container runtime restores from a checkpoint image; runtime: the kubectl-migrate runtime (kubectl migrate node-setup) restores from the checkpoint sent node to node, no image (containerd 2.4+); auto: cri where the runtime restores, else runtime where installed")
+	fs.StringVar(&f.Restore, "restore", string(migrate.RestoreAuto), "cri: the target's container runtime restores from a checkpoint image; runtime: the kubectl-migrate runtime (kubectl migrate node-setup) restores from the checkpoint sent node to node, no image (containerd 2.4+); auto: runtime where installed, else cri")
 	_ = cmd.RegisterFlagCompletionFunc("restore", cobra.FixedCompletions([]string{"auto", "cri", "runtime"}, cobra.ShellCompDirectiveNoFileComp))
 	fs.BoolVar(&f.DeleteImage, "delete-image", true, "")
 	_ = fs.MarkDeprecated("delete-image", "checkpoint images are deleted by default now; --keep-image keeps them")

@@ -112,6 +112,11 @@ func (o *PodOptions) toConfig(pod *corev1.Pod, id string) (migrate.Config, error
 	if c.Restore == migrate.RestoreRuntime && c.Transfer == migrate.ViaRegistry && o.Transfer != "" {
 		return c, fmt.Errorf("--restore runtime sends the checkpoint node to node, with no registry: drop --transfer %s", o.Transfer)
 	}
+	if o.Transfer == string(migrate.ViaRegistry) && (c.Restore == "" || c.Restore == migrate.RestoreAuto) {
+		// A registry asked for: its image is the container runtime's to
+		// restore, where auto would pick the kubectl-migrate runtime.
+		c.Restore = migrate.RestoreCRI
+	}
 	withoutRegistry(&c)
 	c.ReplayMax, c.Cutoff = o.ReplayMax, o.Cutoff
 	return c, nil

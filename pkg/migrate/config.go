@@ -80,9 +80,10 @@ type Restore string
 
 // Restores.
 const (
-	// RestoreAuto is RestoreCRI where the target node's container runtime
-	// restores, otherwise RestoreRuntime where the kubectl-migrate runtime
-	// is installed (kubectl migrate node-setup).
+	// RestoreAuto is RestoreRuntime where the kubectl-migrate runtime is
+	// installed (kubectl migrate node-setup; on both nodes for a
+	// StatefulSet pod), otherwise RestoreCRI where the target node's
+	// container runtime restores.
 	RestoreAuto Restore = "auto"
 	// RestoreCRI has the container runtime restore from a checkpoint image
 	// (CRI-O; containerd 2.1–2.3).

@@ -71,11 +71,11 @@ type RestoreNeeds struct {
 	Source *corev1.Node
 }
 
-// ChooseRestore picks how the target restores: through its container
-// runtime where that restores, through the kubectl-migrate runtime where
-// node-setup installed it; a node with neither is refused with both
-// remedies. Note, when not empty, says why it picked the kubectl-migrate
-// runtime without being asked to.
+// ChooseRestore picks how the target restores: through the
+// kubectl-migrate runtime where node-setup installed it, else through its
+// container runtime where that restores; a node with neither is refused
+// with both remedies. Note, when not empty, says why it picked the
+// kubectl-migrate runtime without being asked to.
 func ChooseRestore(n RestoreNeeds) (via Restore, note string, err error) {
 	s := runtimesupport.Parse(n.Target.Status.NodeInfo.ContainerRuntimeVersion)
 	nodes := []*corev1.Node{n.Target}
@@ -105,11 +105,15 @@ func ChooseRestore(n RestoreNeeds) (via Restore, note string, err error) {
 		}
 		return RestoreRuntime, "", nil
 	}
+	// The kubectl-migrate runtime first where it is installed: it makes no
+	// image any pod of the node could run, and restores faster.
 	switch {
+	case len(missing) == 0 && !s.Restore:
+		return RestoreRuntime, fmt.Sprintf("node %s's runtime does not restore (%s): restoring through the kubectl-migrate runtime", n.Target.Name, s.Why), nil
+	case len(missing) == 0:
+		return RestoreRuntime, fmt.Sprintf("the kubectl-migrate runtime is installed on node %s: restoring through it, with no checkpoint image (--restore cri for the container runtime's restore)", n.Target.Name), nil
 	case s.Restore:
 		return RestoreCRI, "", nil
-	case len(missing) == 0:
-		return RestoreRuntime, fmt.Sprintf("node %s's runtime does not restore (%s): restoring through the kubectl-migrate runtime", n.Target.Name, s.Why), nil
 	}
 	return "", "", refuse(s.Why+"; "+runtimeRemedy, "target node %s cannot restore checkpoints", n.Target.Name)
 }
