@@ -522,3 +522,50 @@ func TestExpectTakesCallsOnlyFromItsMigration(t *testing.T) {
 		t.Fatalf("the migration's own call marked nothing: %v", err)
 	}
 }
+
+// TestReceiveTrafficWithoutTheTokenKeepsNoAgentAlive: anyone who reaches a
+// node's receive port can send requests to it; refused ones are no
+// activity, so the agent still ends once its migration is gone.
+func TestReceiveTrafficWithoutTheTokenKeepsNoAgentAlive(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	receive, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := NewDirect(t.TempDir(), "s3cret", receive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct.Port = ln.Addr().(*net.TCPAddr).Port
+	done := make(chan error, 1)
+	go func() { done <- Serve(context.Background(), ln, time.Second, direct, "control") }()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	url := "https://" + receive.Addr().String() + receivePath + "?repository=ns/p&tag=t&container=app"
+	deadline := time.Now().Add(4 * time.Second) // the attacker keeps sending past the idle time
+	for time.Now().Before(deadline) {
+		for _, pass := range []string{"", "guess"} {
+			put, _ := http.NewRequest(http.MethodPut, url, strings.NewReader("memory"))
+			if pass != "" {
+				put.SetBasicAuth(pushUser, pass)
+			}
+			if resp, err := client.Do(put); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusUnauthorized {
+					t.Fatalf("a send with password %q: %s, want 401", pass, resp.Status)
+				}
+			}
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return // ended on time
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatal("refused sends to the receive port kept the agent alive past its idle time")
+}

@@ -185,14 +185,6 @@ func jsonCall[Req, Res any](touch func(), what string, do func(context.Context, 
 	})
 }
 
-// touched calls touch before each request h serves.
-func touched(h http.Handler, touch func()) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		touch()
-		h.ServeHTTP(w, r)
-	})
-}
-
 // Serve runs the agent's HTTP server on ln until ctx ends or no request
 // came for idle: a warm agent whose migration died ends on its own. With
 // direct it also serves checkpoints to its node (ln must then be on the
@@ -206,6 +198,9 @@ func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Dir
 		}
 	}
 	var ready atomic.Bool
+	if direct != nil {
+		direct.touch = touch
+	}
 	h, err := Handler(func(insecure bool) image.Registry { return image.Registry{Insecure: insecure} }, touch, direct, &ready, token)
 	if err != nil {
 		return err
@@ -217,7 +212,7 @@ func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Dir
 		if err != nil {
 			return err
 		}
-		receiver = direct.receiveServer(touched(receive, touch))
+		receiver = direct.receiveServer(receive)
 		go func() {
 			if err := receiver.ServeTLS(direct.Receive, "", ""); !errors.Is(err, http.ErrServerClosed) {
 				log.Printf("receive: %v", err)
