@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -213,14 +214,8 @@ func (o Options) containerdDropIn() (string, string, error) {
 	}
 	var cri struct {
 		Containerd struct {
-			Default  string `toml:"default_runtime_name"`
-			Runtimes map[string]struct {
-				Type    string `toml:"runtime_type"`
-				Options struct {
-					BinaryName    string `toml:"BinaryName"`
-					SystemdCgroup bool   `toml:"SystemdCgroup"`
-				} `toml:"options"`
-			} `toml:"runtimes"`
+			Default  string                    `toml:"default_runtime_name"`
+			Runtimes map[string]toml.Primitive `toml:"runtimes"`
 		} `toml:"containerd"`
 	}
 	if p, ok := cfg.Plugins[plugin]; ok {
@@ -228,22 +223,37 @@ func (o Options) containerdDropIn() (string, string, error) {
 			return "", "", fmt.Errorf("read %s's %s: %w", main, plugin, err)
 		}
 	}
-	def := cri.Containerd.Runtimes[cmp.Or(cri.Containerd.Default, "runc")]
-	if def.Type != "" && def.Type != "io.containerd.runc.v2" {
-		return "", "", fmt.Errorf("containerd's default handler runs %s; the kubectl-migrate runtime wraps runc (io.containerd.runc.v2)", def.Type)
+	// The handler is the default one but for its runc: every other
+	// setting (cgroups, devices, base spec, annotations it passes) is kept,
+	// so a pod under the RuntimeClass is confined as any other.
+	handler := map[string]any{}
+	if p, ok := cri.Containerd.Runtimes[cmp.Or(cri.Containerd.Default, "runc")]; ok {
+		if err := md.PrimitiveDecode(p, &handler); err != nil {
+			return "", "", fmt.Errorf("read %s's default handler: %w", main, err)
+		}
 	}
-	if err := o.writeRuncConfig(def.Options.BinaryName); err != nil {
+	if t, _ := handler["runtime_type"].(string); t != "" && t != "io.containerd.runc.v2" {
+		return "", "", fmt.Errorf("containerd's default handler runs %s; the kubectl-migrate runtime wraps runc (io.containerd.runc.v2)", t)
+	}
+	options, _ := handler["options"].(map[string]any)
+	if options == nil {
+		options = map[string]any{}
+	}
+	runc, _ := options["BinaryName"].(string)
+	if err := o.writeRuncConfig(runc); err != nil {
 		return "", "", err
 	}
-	table := fmt.Sprintf(`plugins.%q.containerd.runtimes.%s`, plugin, ociruntime.HandlerName)
-	content := fmt.Sprintf(`# Written by kubectl migrate node-setup; removed by node-setup --uninstall.
-version = %d
-[%s]
-  runtime_type = "io.containerd.runc.v2"
-  [%s.options]
-    BinaryName = %q
-    SystemdCgroup = %t
-`, max(cfg.Version, 2), table, table, filepath.Join(BinDir, ociruntime.BinaryName), def.Options.SystemdCgroup)
+	handler["runtime_type"] = "io.containerd.runc.v2"
+	options["BinaryName"] = filepath.Join(BinDir, ociruntime.BinaryName)
+	handler["options"] = options
+	body, err := encodeTOML(map[string]any{
+		"version": max(cfg.Version, 2),
+		"plugins": map[string]any{plugin: map[string]any{"containerd": map[string]any{"runtimes": map[string]any{ociruntime.HandlerName: handler}}}},
+	})
+	if err != nil {
+		return "", "", err
+	}
+	content := dropInHeader + body
 	return containerdFile, content, nil
 }
 
@@ -257,19 +267,14 @@ func (o Options) crioDropIn() (string, string, error) {
 			files = append(files, rel)
 		}
 	}
-	type handler struct {
-		Path    string `toml:"runtime_path"`
-		Type    string `toml:"runtime_type"`
-		Monitor string `toml:"monitor_path"`
-	}
 	defaultRuntime := "crun" // CRI-O's default since 1.31
-	handlers := map[string]handler{}
+	handlers := map[string]map[string]any{}
 	for _, f := range files {
 		var cfg struct {
 			Crio struct {
 				Runtime struct {
-					Default  string             `toml:"default_runtime"`
-					Runtimes map[string]handler `toml:"runtimes"`
+					Default  string                    `toml:"default_runtime"`
+					Runtimes map[string]map[string]any `toml:"runtimes"`
 				} `toml:"runtime"`
 			} `toml:"crio"`
 		}
@@ -283,25 +288,43 @@ func (o Options) crioDropIn() (string, string, error) {
 			defaultRuntime = d
 		}
 		for name, h := range cfg.Crio.Runtime.Runtimes {
-			handlers[name] = h
+			if handlers[name] == nil {
+				handlers[name] = map[string]any{}
+			}
+			maps.Copy(handlers[name], h)
 		}
 	}
-	def := handlers[defaultRuntime]
-	if def.Type != "" && def.Type != "oci" {
-		return "", "", fmt.Errorf("CRI-O's default handler %s is of type %s; the kubectl-migrate runtime wraps an OCI runtime (runtime_type oci)", defaultRuntime, def.Type)
+	// The handler is the default one but for its runtime_path: its
+	// monitor, allowed annotations, cgroups and the rest are kept.
+	handler := handlers[defaultRuntime]
+	if handler == nil {
+		handler = map[string]any{}
 	}
-	if err := o.writeRuncConfig(cmp.Or(def.Path, defaultRuntime)); err != nil {
+	if t, _ := handler["runtime_type"].(string); t != "" && t != "oci" {
+		return "", "", fmt.Errorf("CRI-O's default handler %s is of type %s; the kubectl-migrate runtime wraps an OCI runtime (runtime_type oci)", defaultRuntime, t)
+	}
+	path, _ := handler["runtime_path"].(string)
+	if err := o.writeRuncConfig(cmp.Or(path, defaultRuntime)); err != nil {
 		return "", "", err
 	}
-	content := fmt.Sprintf(`# Written by kubectl migrate node-setup; removed by node-setup --uninstall.
-[crio.runtime.runtimes.%s]
-runtime_path = %q
-runtime_type = "oci"
-`, ociruntime.HandlerName, filepath.Join(BinDir, ociruntime.BinaryName))
-	if def.Monitor != "" {
-		content += fmt.Sprintf("monitor_path = %q\n", def.Monitor)
+	handler["runtime_path"] = filepath.Join(BinDir, ociruntime.BinaryName)
+	handler["runtime_type"] = "oci"
+	body, err := encodeTOML(map[string]any{"crio": map[string]any{"runtime": map[string]any{"runtimes": map[string]any{ociruntime.HandlerName: handler}}}})
+	if err != nil {
+		return "", "", err
 	}
+	content := dropInHeader + body
 	return crioFile, content, nil
+}
+
+const dropInHeader = "# Written by kubectl migrate node-setup; removed by node-setup --uninstall.\n"
+
+func encodeTOML(v any) (string, error) {
+	var b strings.Builder
+	if err := toml.NewEncoder(&b).Encode(v); err != nil {
+		return "", err
+	}
+	return b.String(), nil
 }
 
 // writeRuncConfig names the runtime commands go to; a bare name is looked

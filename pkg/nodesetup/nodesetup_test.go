@@ -80,9 +80,12 @@ imports = ["/etc/containerd/conf.d/*.toml"]
   default_runtime_name = "runc"
   [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
+    privileged_without_host_devices = true
+    base_runtime_spec = "/etc/containerd/hardened-spec.json"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
       BinaryName = "/usr/local/sbin/runc"
       SystemdCgroup = true
+      NoNewKeyring = true
 `
 
 func TestInstallAndUninstallOnContainerd(t *testing.T) {
@@ -93,7 +96,9 @@ func TestInstallAndUninstallOnContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropIn := n.read(t, containerdFile)
-	for _, want := range []string{`version = 3`, `[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.kubectl-migrate]`, `runtime_type = "io.containerd.runc.v2"`, `BinaryName = "/opt/kubectl-migrate/bin/kubectl-migrate-runtime"`, `SystemdCgroup = true`} {
+	for _, want := range []string{`version = 3`, `[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.kubectl-migrate]`, `runtime_type = "io.containerd.runc.v2"`, `BinaryName = "/opt/kubectl-migrate/bin/kubectl-migrate-runtime"`, `SystemdCgroup = true`,
+		// The default handler's hardening goes with it.
+		`privileged_without_host_devices = true`, `base_runtime_spec = "/etc/containerd/hardened-spec.json"`, `NoNewKeyring = true`} {
 		if !strings.Contains(dropIn, want) {
 			t.Errorf("drop-in lacks %s:\n%s", want, dropIn)
 		}
@@ -134,13 +139,13 @@ func TestContainerdWithoutDropInsIsRefusedUntouched(t *testing.T) {
 
 func TestInstallOnCRIO(t *testing.T) {
 	n := newNode(t, map[string]string{
-		"/etc/crio/crio.conf.d/10-site.conf": "[crio.runtime]\ndefault_runtime = \"runc\"\n[crio.runtime.runtimes.runc]\nruntime_path = \"/opt/bin/runc\"\nruntime_type = \"oci\"\nmonitor_path = \"/usr/bin/conmon\"\n",
+		"/etc/crio/crio.conf.d/10-site.conf": "[crio.runtime]\ndefault_runtime = \"runc\"\n[crio.runtime.runtimes.runc]\nruntime_path = \"/opt/bin/runc\"\nruntime_type = \"oci\"\nmonitor_path = \"/usr/bin/conmon\"\nmonitor_cgroup = \"pod\"\nallowed_annotations = [\"io.kubernetes.cri-o.Devices\"]\n",
 	})
 	if _, err := Run(context.Background(), n.options(t, CRIO, false)); err != nil {
 		t.Fatal(err)
 	}
 	dropIn := n.read(t, crioFile)
-	for _, want := range []string{"[crio.runtime.runtimes.kubectl-migrate]", `runtime_path = "/opt/kubectl-migrate/bin/kubectl-migrate-runtime"`, `monitor_path = "/usr/bin/conmon"`} {
+	for _, want := range []string{"[crio.runtime.runtimes.kubectl-migrate]", `runtime_path = "/opt/kubectl-migrate/bin/kubectl-migrate-runtime"`, `monitor_path = "/usr/bin/conmon"`, `monitor_cgroup = "pod"`, `allowed_annotations = ["io.kubernetes.cri-o.Devices"]`} {
 		if !strings.Contains(dropIn, want) {
 			t.Errorf("drop-in lacks %s:\n%s", want, dropIn)
 		}
