@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -136,7 +137,7 @@ func (o *NodeSetupOptions) Run(ctx context.Context) error {
 	}
 	defer func() { _ = launcher.Release(context.WithoutCancel(ctx)) }()
 	if o.Uninstall {
-		if err := refuseWhileRestoredPodsRun(ctx, client, nodes); err != nil {
+		if err := refuseWhileRestoredPodsRun(ctx, client, nodes, o.ErrOut); err != nil {
 			return err
 		}
 	} else {
@@ -240,24 +241,50 @@ func dropRuntimeClassIfUnused(ctx context.Context, client kubernetes.Interface) 
 
 // refuseWhileRestoredPodsRun refuses an uninstall from nodes where pods
 // run under the RuntimeClass: their containers' runtime would be gone
-// from under them (a restart, an exec, a stop would fail).
-func refuseWhileRestoredPodsRun(ctx context.Context, client kubernetes.Interface, nodes []corev1.Node) error {
-	var running []string
-	for _, n := range nodes {
-		pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
-		if err != nil {
-			return fmt.Errorf("list the pods on node %s: %w", n.Name, err)
-		}
-		for _, p := range pods.Items {
-			if p.Spec.RuntimeClassName != nil && *p.Spec.RuntimeClassName == ociruntime.HandlerName && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-				running = append(running, p.Namespace+"/"+p.Name+" on "+n.Name)
+// from under them (a restart, an exec, a stop would fail). Pods already
+// being deleted, or whose namespace is, are waited for, as their stop
+// needs the runtime too.
+func refuseWhileRestoredPodsRun(ctx context.Context, client kubernetes.Interface, nodes []corev1.Node, progress io.Writer) error {
+	var running, ending []string
+	said := false
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		running, ending = nil, nil
+		for _, n := range nodes {
+			pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+			if err != nil {
+				return false, fmt.Errorf("list the pods on node %s: %w", n.Name, err)
+			}
+			for _, p := range pods.Items {
+				if p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != ociruntime.HandlerName || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+					continue
+				}
+				if p.DeletionTimestamp != nil || namespaceEnding(ctx, client, p.Namespace) {
+					ending = append(ending, p.Namespace+"/"+p.Name)
+				} else {
+					running = append(running, p.Namespace+"/"+p.Name+" on "+n.Name)
+				}
 			}
 		}
+		if len(running) > 0 {
+			return false, fmt.Errorf("%d pods run under RuntimeClass %s (%s): migrate or delete them, then uninstall", len(running), ociruntime.HandlerName, strings.Join(running, ", "))
+		}
+		if len(ending) > 0 && !said {
+			fmt.Fprintf(progress, "waiting for %d pods under RuntimeClass %s to end (%s)\n", len(ending), ociruntime.HandlerName, strings.Join(ending, ", "))
+			said = true
+		}
+		return len(ending) == 0, nil
+	})
+	if err != nil && len(running) == 0 && len(ending) > 0 {
+		return fmt.Errorf("pods under RuntimeClass %s did not end within 3 minutes (%s): uninstall once they are gone", ociruntime.HandlerName, strings.Join(ending, ", "))
 	}
-	if len(running) > 0 {
-		return fmt.Errorf("%d pods run under RuntimeClass %s (%s): migrate or delete them, then uninstall", len(running), ociruntime.HandlerName, strings.Join(running, ", "))
-	}
-	return nil
+	return err
+}
+
+// namespaceEnding says whether namespace is being deleted (its pods go
+// soon, though none may be marked yet).
+func namespaceEnding(ctx context.Context, client kubernetes.Interface, namespace string) bool {
+	ns, err := client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+	return err == nil && ns.DeletionTimestamp != nil
 }
 
 // labelNode sets or removes the label saying the runtime is installed.

@@ -2,12 +2,14 @@ package plugin
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
@@ -45,5 +47,50 @@ func TestWaitNodeReadyWaitsForTheHandler(t *testing.T) {
 				t.Fatalf("waitNodeReady: %v, want ready %v", err, tc.ready)
 			}
 		})
+	}
+}
+
+// An uninstall leaves no pod without its runtime: it refuses while one
+// runs under the RuntimeClass, and waits for those being deleted.
+func TestUninstallWaitsForThePodsOfTheRuntimeClass(t *testing.T) {
+	nodes := []corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}}
+	pod := func(name string, ending bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop"}}
+		p.Spec.NodeName, p.Spec.RuntimeClassName, p.Status.Phase = "n1", ptr.To(ociruntime.HandlerName), corev1.PodRunning
+		if ending {
+			p.DeletionTimestamp, p.Finalizers = &metav1.Time{Time: time.Now()}, []string{"test"}
+		}
+		return p
+	}
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "shop"}, Spec: corev1.PodSpec{NodeName: "n1"}}
+	var progress strings.Builder
+
+	client := fake.NewClientset(other, pod("restored", false))
+	err := refuseWhileRestoredPodsRun(context.Background(), client, nodes, &progress)
+	if err == nil || !strings.Contains(err.Error(), "shop/restored on n1") {
+		t.Fatalf("with a restored pod running: %v", err)
+	}
+
+	client = fake.NewClientset(other, pod("going", true))
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		_ = client.CoreV1().Pods("shop").Delete(context.Background(), "going", metav1.DeleteOptions{})
+	}()
+	if err := refuseWhileRestoredPodsRun(context.Background(), client, nodes, &progress); err != nil {
+		t.Fatalf("with a restored pod being deleted: %v", err)
+	}
+	if !strings.Contains(progress.String(), "waiting for 1 pods under RuntimeClass kubectl-migrate to end (shop/going)") {
+		t.Fatalf("progress: %q", progress.String())
+	}
+
+	// A pod of a namespace being deleted is going too, marked or not.
+	shop := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", DeletionTimestamp: &metav1.Time{Time: time.Now()}, Finalizers: []string{"kubernetes"}}}
+	client = fake.NewClientset(shop, pod("in-a-namespace-going", false))
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		_ = client.CoreV1().Pods("shop").Delete(context.Background(), "in-a-namespace-going", metav1.DeleteOptions{})
+	}()
+	if err := refuseWhileRestoredPodsRun(context.Background(), client, nodes, &progress); err != nil {
+		t.Fatalf("with a restored pod whose namespace is being deleted: %v", err)
 	}
 }

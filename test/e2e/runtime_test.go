@@ -210,8 +210,9 @@ func TestRuntimeRestore(t *testing.T) {
 // containerd 2.4 has no CRI restore, so check fails and a migration is
 // refused in preflight, both naming node-setup, with the source untouched;
 // after node-setup both pass, the migration restoring through the runtime
-// without being told to (--restore auto); after node-setup --uninstall,
-// check fails again.
+// without being told to (--restore auto); node-setup --uninstall refuses
+// while the restored pod runs and waits for it once it is being deleted;
+// after it, check fails again.
 func TestTheRuntimeRestoresWhereContainerdCannot(t *testing.T) {
 	if os.Getenv("LAB_RUNTIME") != "containerd-2.4" {
 		t.Skip("needs a runtime without CRI restore: run on the containerd-2.4 lane (LAB_RUNTIME=containerd-2.4)")
@@ -238,6 +239,14 @@ func TestTheRuntimeRestoresWhereContainerdCannot(t *testing.T) {
 	l.checkMigrated(t, w, rec, before)
 	checkConservation(t, w, rec.TargetPod)
 
+	// node-setup --uninstall refuses while the restored pod runs under the
+	// RuntimeClass, and waits for it once it is being deleted.
+	if out, err := l.kubectlCommand("migrate", "node-setup", "--all", "--uninstall", "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab").CombinedOutput(); err == nil || !strings.Contains(string(out), w.Namespace+"/"+rec.TargetPod) {
+		t.Fatalf("node-setup --uninstall with %s running under the RuntimeClass: %v\n%s", rec.TargetPod, err, out)
+	}
+	if err := l.client.CoreV1().Pods(w.Namespace).Delete(context.Background(), rec.TargetPod, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	uninstall()
 	if res, _, err := l.runCheck(t, "node-a", "node-b"); err == nil || link(res, check.LinkNodes).Status != check.Failed {
 		t.Fatalf("check after node-setup --uninstall: %v %+v", err, res.Links)
