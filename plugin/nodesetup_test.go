@@ -71,11 +71,13 @@ func TestUninstallWaitsForThePodsOfTheRuntimeClass(t *testing.T) {
 		t.Fatalf("with a restored pod running: %v", err)
 	}
 
-	client = fake.NewClientset(other, pod("going", true))
-	go func() {
+	// The pod's deletion ends, as the kubelet would end it, a while later.
+	goneLater := func(client *fake.Clientset, name string) {
 		time.Sleep(1500 * time.Millisecond)
-		_ = client.CoreV1().Pods("shop").Delete(context.Background(), "going", metav1.DeleteOptions{})
-	}()
+		_ = client.CoreV1().Pods("shop").Delete(context.Background(), name, metav1.DeleteOptions{})
+	}
+	client = fake.NewClientset(other, pod("going", true))
+	go goneLater(client, "going")
 	if err := refuseWhileRestoredPodsRun(context.Background(), client, nodes, &progress); err != nil {
 		t.Fatalf("with a restored pod being deleted: %v", err)
 	}
@@ -86,10 +88,7 @@ func TestUninstallWaitsForThePodsOfTheRuntimeClass(t *testing.T) {
 	// A pod of a namespace being deleted is going too, marked or not.
 	shop := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", DeletionTimestamp: &metav1.Time{Time: time.Now()}, Finalizers: []string{"kubernetes"}}}
 	client = fake.NewClientset(shop, pod("in-a-namespace-going", false))
-	go func() {
-		time.Sleep(1500 * time.Millisecond)
-		_ = client.CoreV1().Pods("shop").Delete(context.Background(), "in-a-namespace-going", metav1.DeleteOptions{})
-	}()
+	go goneLater(client, "in-a-namespace-going")
 	if err := refuseWhileRestoredPodsRun(context.Background(), client, nodes, &progress); err != nil {
 		t.Fatalf("with a restored pod whose namespace is being deleted: %v", err)
 	}

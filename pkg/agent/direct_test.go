@@ -119,19 +119,7 @@ func nodeReader(d *Direct) image.Registry {
 // startDirect serves a direct-transfer agent on loopback until ctx ends and
 // waits until it serves its probe image.
 func startDirect(ctx context.Context, tb testing.TB) (*Direct, string) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	receive, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	direct, err := NewDirect(tb.TempDir(), "s3cret", receive)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	direct.Port = ln.Addr().(*net.TCPAddr).Port
+	direct, ln, receive := newDirect(tb)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -146,6 +134,24 @@ func startDirect(ctx context.Context, tb testing.TB) (*Direct, string) {
 		tb.Fatal("the direct agent never served its probe image:", err)
 	}
 	return direct, receive.Addr().String()
+}
+
+// newDirect is a direct-transfer target on loopback, with its agent's
+// listener (ln) and its receive port's, not yet served.
+func newDirect(tb testing.TB) (direct *Direct, ln, receive net.Listener) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	receive, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if direct, err = NewDirect(tb.TempDir(), "s3cret", receive); err != nil {
+		tb.Fatal(err)
+	}
+	direct.Port = ln.Addr().(*net.TCPAddr).Port
+	return direct, ln, receive
 }
 
 // TestReceiveFromASenderThatDies: a sender gone in the middle of an
@@ -527,19 +533,7 @@ func TestExpectTakesCallsOnlyFromItsMigration(t *testing.T) {
 // node's receive port can send requests to it; refused ones are no
 // activity, so the agent still ends once its migration is gone.
 func TestReceiveTrafficWithoutTheTokenKeepsNoAgentAlive(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	receive, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	direct, err := NewDirect(t.TempDir(), "s3cret", receive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	direct.Port = ln.Addr().(*net.TCPAddr).Port
+	direct, ln, receive := newDirect(t)
 	done := make(chan error, 1)
 	go func() { done <- Serve(context.Background(), ln, time.Second, direct, "control") }()
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
