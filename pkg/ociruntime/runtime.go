@@ -249,11 +249,11 @@ type Identity struct{ Namespace, Pod, Container string }
 // Only the keys the runtime sets itself count, because the rest come from
 // the pod: CRI-O copies every pod annotation into each container's spec,
 // then writes its own keys and the kubelet's container labels (pod name,
-// namespace, container name) over them; containerd passes no pod
-// annotation through to a handler that does not list it (node-setup's
-// lists none) and writes its io.kubernetes.cri.* keys itself. A pod on a
-// CRI-O node that carries containerd's keys naming another namespace's
-// target is read by CRI-O's, and is itself.
+// namespace, container name) over them; containerd passes through only
+// the pod annotations its handler lists (node-setup's lists what the
+// default handler does), and writes its io.kubernetes.cri.* keys after
+// them. A pod on a CRI-O node that carries containerd's keys naming
+// another namespace's target is read by CRI-O's, and is itself.
 func identityOf(cri string, a map[string]string) (Identity, bool) {
 	if cri == "" {
 		// CRI-O always sets its container type, over any pod annotation.
