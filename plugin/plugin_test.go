@@ -331,3 +331,17 @@ func TestReportListIsForScripts(t *testing.T) {
 		t.Fatalf("report -A --no-headers: %v\n%q", r.err, r.out)
 	}
 }
+
+// Scripting: a report with nothing in it is an empty list in JSON, and
+// --help shows no default for a flag that has none (--ordinal).
+func TestOutputForScripts(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	r := execute(t, w, "report", "-o", "json")
+	if r.err != nil || strings.TrimSpace(r.out.String()) != "[]" {
+		t.Fatalf("report -o json with no migrations: %q, %v", r.out.String(), r.err)
+	}
+	help := execute(t, w, "sts", "--help")
+	if line := regexp.MustCompile(`.*--ordinal.*`).FindString(help.out.String()); line == "" || strings.Contains(line, "default") {
+		t.Fatalf("--ordinal in --help: %q", line)
+	}
+}

@@ -141,6 +141,9 @@ func (o *ReportOptions) Run(ctx context.Context) error {
 	case o.Output == "csv":
 		return report.WriteCSV(o.Out, records)
 	case o.Output != "":
+		if records == nil {
+			records = []*report.Record{} // [] for none, not null
+		}
 		return printData(o.Out, o.Output, records)
 	case o.Compare:
 		return render.Compare(cw, render.GroupBy(records, o.GroupBy), o.renderOptions(cw))

@@ -68,7 +68,8 @@ func NewCmdSts(root *RootOptions) *cobra.Command {
 		RunE:              runE(o),
 	}
 	o.add(cmd)
-	cmd.Flags().IntVar(&o.Ordinal, "ordinal", -1, "the pod's ordinal, with sts/NAME")
+	o.Ordinal = -1
+	cmd.Flags().Var((*ordinalFlag)(&o.Ordinal), "ordinal", "the pod's ordinal, with sts/NAME")
 	cmd.Flags().StringVar(&o.Mode, "mode", string(migrate.Sequential), "sequential (the source goes before its copy exists) or shadow (through a shadow copy, near-zero downtime)")
 	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{string(migrate.Sequential), string(migrate.Shadow)}, cobra.ShellCompDirectiveNoFileComp))
 	// Only the registry, or --restore runtime, carries a StatefulSet pod's
@@ -107,6 +108,28 @@ func (o *StsOptions) toConfig(pod *corev1.Pod, id string) (migrate.Config, error
 	withoutRegistry(&c)
 	return c, err
 }
+
+// ordinalFlag is --ordinal: unset (-1) until given, and shown in --help
+// with no default.
+type ordinalFlag int
+
+func (f *ordinalFlag) String() string {
+	if *f < 0 {
+		return ""
+	}
+	return strconv.Itoa(int(*f))
+}
+
+func (f *ordinalFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not an ordinal: give 0, 1, 2…", s)
+	}
+	*f = ordinalFlag(n)
+	return nil
+}
+
+func (f *ordinalFlag) Type() string { return "int" }
 
 // parseStsArg reads NAME-ORDINAL, or sts/NAME with --ordinal.
 func parseStsArg(arg string, ordinal int) (statefulSet, pod string, err error) {
