@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -343,5 +344,28 @@ func TestOutputForScripts(t *testing.T) {
 	help := execute(t, w, "sts", "--help")
 	if line := regexp.MustCompile(`.*--ordinal.*`).FindString(help.out.String()); line == "" || strings.Contains(line, "default") {
 		t.Fatalf("--ordinal in --help: %q", line)
+	}
+}
+
+// Ctrl-C says "rolling back" only where a migration runs that would.
+func TestInterruptNoticeSaysRollingBackOnlyForAMigration(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	streams, _, _, _ := genericiooptions.NewTestIOStreams()
+	o := NewRootOptions(streams)
+	if got := o.InterruptNotice(); got != "stopping" {
+		t.Fatalf("before any migration: %q", got)
+	}
+	// A migration's run stores its recover hint as it starts.
+	o.NewClient = func() (kubernetes.Interface, error) { return w.Client, nil }
+	o.NewDeps = func(context.Context, kubernetes.Interface, migrate.Config, []corev1.LocalObjectReference) (migrate.Deps, error) {
+		return w.Deps(), nil
+	}
+	cmd := NewRootCmdFor(o)
+	cmd.SetArgs(append([]string{"-n", "default", "pod", "consumer", "--to", "node-b"}, brokerFlags...))
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	_ = cmd.ExecuteContext(context.Background())
+	if got := o.InterruptNotice(); !strings.HasPrefix(got, "rolling back") {
+		t.Fatalf("during a migration: %q", got)
 	}
 }

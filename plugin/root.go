@@ -155,6 +155,16 @@ func runE(o command) func(*cobra.Command, []string) error {
 	}
 }
 
+// InterruptNotice is what the first interrupt says: a running migration
+// rolls back; any other command (report, check before its links) just
+// stops.
+func (o *RootOptions) InterruptNotice() string {
+	if o.RecoverHint() != "" {
+		return "rolling back; interrupt again to stop at once"
+	}
+	return "stopping"
+}
+
 // RecoverHint is what to tell a user whose second interrupt stops the
 // process: the command that finishes or undoes the migration it ran.
 func (o *RootOptions) RecoverHint() string {

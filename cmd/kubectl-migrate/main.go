@@ -16,14 +16,14 @@ import (
 func main() {
 	root := plugin.NewRootOptions(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
 	// The first interrupt, termination or hang-up (a closed terminal)
-	// cancels the migration, which then rolls back; a second one stops at
-	// once, leaving the journal for kubectl migrate recover.
+	// cancels the command: a migration then rolls back; a second one stops
+	// at once, leaving the journal for kubectl migrate recover.
 	ctx, cancel := context.WithCancel(context.Background())
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	go func() {
 		sig := <-signals
-		fmt.Fprintf(os.Stderr, "\n%s: rolling back; interrupt again to stop at once\n", sig)
+		fmt.Fprintf(os.Stderr, "\n%s: %s\n", sig, root.InterruptNotice())
 		cancel()
 		<-signals
 		if hint := root.RecoverHint(); hint != "" {
