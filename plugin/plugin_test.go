@@ -333,13 +333,22 @@ func TestReportListIsForScripts(t *testing.T) {
 	}
 }
 
-// Scripting: a report with nothing in it is an empty list in JSON, and
-// --help shows no default for a flag that has none (--ordinal).
+// Scripting: a report with nothing in it is an empty list in JSON, the
+// version is JSON on request, and --help shows no default for a flag that
+// has none (--ordinal).
 func TestOutputForScripts(t *testing.T) {
 	w := migratetest.NewWorld(t)
 	r := execute(t, w, "report", "-o", "json")
 	if r.err != nil || strings.TrimSpace(r.out.String()) != "[]" {
 		t.Fatalf("report -o json with no migrations: %q, %v", r.out.String(), r.err)
+	}
+	v := execute(t, w, "version", "-o", "json")
+	var info map[string]string
+	if err := json.Unmarshal(v.out.Bytes(), &info); v.err != nil || err != nil || info["version"] == "" || info["agentImage"] == "" {
+		t.Fatalf("version -o json: %q, %v %v", v.out.String(), v.err, err)
+	}
+	if bad := execute(t, w, "version", "-o", "table"); bad.err == nil || !strings.Contains(bad.err.Error(), "--output must be json or yaml") {
+		t.Fatalf("version -o table: %v", bad.err)
 	}
 	help := execute(t, w, "sts", "--help")
 	if line := regexp.MustCompile(`.*--ordinal.*`).FindString(help.out.String()); line == "" || strings.Contains(line, "default") {

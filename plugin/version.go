@@ -8,16 +8,34 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
+// versionInfo is version -o json|yaml.
+type versionInfo struct {
+	Version    string `json:"version"`
+	Commit     string `json:"commit"`
+	Date       string `json:"date"`
+	AgentImage string `json:"agentImage"`
+}
+
 // NewCmdVersion prints the build's version.
 func NewCmdVersion(o *RootOptions) *cobra.Command {
-	return &cobra.Command{
+	var output string
+	cmd := &cobra.Command{
 		Use:     "version",
 		Short:   "Print the version of kubectl-migrate",
-		Example: "  kubectl migrate version",
+		Example: "  kubectl migrate version\n  kubectl migrate version -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			_, err := fmt.Fprintf(o.Out, "kubectl-migrate %s (commit %s, built %s)\n", version.Version, version.Commit, version.Date)
-			return err
+			switch output {
+			case "":
+				_, err := fmt.Fprintf(o.Out, "kubectl-migrate %s (commit %s, built %s)\n", version.Version, version.Commit, version.Date)
+				return err
+			case "json", "yaml":
+				return printData(o.Out, output, versionInfo{version.Version, version.Commit, version.Date, version.AgentImage()})
+			}
+			return fmt.Errorf("--output must be json or yaml, not %q", output)
 		},
 	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json or yaml (default: one line)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
 }
