@@ -453,48 +453,48 @@ func (c *checker) sameProcess(ctx context.Context) (string, error) {
 }
 
 // cleanup removes the canaries, the checkpoint image, a left archive and
-// the agents.
+// the agents, and says which it removed (none, when the check stopped
+// before it created anything).
 func (c *checker) cleanup(ctx context.Context) (string, error) {
-	var errs, left []string
+	var errs, left, removed []string
+	remove := func(what string, err error) {
+		if err != nil {
+			errs, left = append(errs, err.Error()), append(left, what)
+		} else {
+			removed = append(removed, what)
+		}
+	}
 	restored := ""
 	if c.restoring {
 		restored = c.restored
 	}
 	for _, name := range []string{restored, canaryName(c.canary)} {
-		if name == "" {
-			continue
-		}
-		if err := kube.DeleteAndWait(ctx, c.deps.Client, c.cfg.Namespace, name, ptr.To[int64](0)); err != nil {
-			errs, left = append(errs, err.Error()), append(left, "pod "+name)
+		if name != "" {
+			remove("pod "+name, kube.DeleteAndWait(ctx, c.deps.Client, c.cfg.Namespace, name, ptr.To[int64](0)))
 		}
 	}
 	if c.archive != "" {
-		if err := c.deps.Packer.Remove(ctx, c.nextPod(), c.cfg.From, []string{c.archive}); err != nil {
-			errs, left = append(errs, err.Error()), append(left, c.archive+" on "+c.cfg.From)
-		}
+		remove(c.archive+" on "+c.cfg.From, c.deps.Packer.Remove(ctx, c.nextPod(), c.cfg.From, []string{c.archive}))
 	}
 	if c.staged != "" {
 		// Restored, it is gone; a restore that never came leaves it.
-		if err := c.deps.Packer.Remove(ctx, c.nextPod(), c.cfg.To, []string{c.staged}); err != nil {
-			errs, left = append(errs, err.Error()), append(left, c.staged+" on "+c.cfg.To)
-		}
+		remove(c.staged+" on "+c.cfg.To, c.deps.Packer.Remove(ctx, c.nextPod(), c.cfg.To, []string{c.staged}))
 	}
 	if c.image != "" {
-		if err := c.deps.Registry.Delete(ctx, c.image); err != nil {
-			errs, left = append(errs, err.Error()), append(left, "image "+c.image)
-		}
+		remove("image "+c.image, c.deps.Registry.Delete(ctx, c.image))
 	}
 	// Only agents it asked for can be left: a check stopped before (say, by
 	// an API server it cannot reach) names none.
 	if c.agentPods > 0 {
-		if err := c.deps.Packer.Release(ctx); err != nil {
-			errs, left = append(errs, err.Error()), append(left, "agent pods labelled "+migrate.MigrationLabel+"="+MigrationID(c.cfg.ID))
-		}
+		remove("agent pods labelled "+migrate.MigrationLabel+"="+MigrationID(c.cfg.ID), c.deps.Packer.Release(ctx))
 	}
 	if len(left) > 0 {
 		return "", fail("remove them by hand: "+strings.Join(left, ", "), "left behind: %s", strings.Join(errs, "; "))
 	}
-	return "canaries, checkpoint image and agents removed", nil
+	if len(removed) == 0 {
+		return "nothing to remove: the check created nothing", nil
+	}
+	return "removed " + strings.Join(removed, ", "), nil
 }
 
 func canaryName(p *corev1.Pod) string {

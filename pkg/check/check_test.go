@@ -91,7 +91,7 @@ func TestUnreachableAPIServerNamesNoLeftovers(t *testing.T) {
 	})
 	r := Run(context.Background(), testConfig(), w.Deps(), nil)
 	cleanup := r.Links[len(r.Links)-1]
-	if cleanup.Name != LinkCleanup || cleanup.Status != OK || strings.Contains(cleanup.Detail+cleanup.Remedy, "agent pods") {
+	if cleanup.Name != LinkCleanup || cleanup.Status != OK || strings.Contains(cleanup.Detail+cleanup.Remedy, "agent pods") || !strings.Contains(cleanup.Detail, "created nothing") {
 		t.Fatalf("cleanup link after an unreachable API server: %+v", cleanup)
 	}
 }
