@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/check"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report/render"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
@@ -111,6 +112,10 @@ var errCheckFailed = errors.New("the check failed; see the ✗ above")
 func (o *CheckOptions) Run(ctx context.Context) error {
 	client, err := o.NewClient()
 	if err != nil {
+		return err
+	}
+	// An API server out of reach is not a ✗ of the nodes: one line, exit 1.
+	if err := kube.Reach(ctx, client, o.namespace, 30*time.Second); err != nil {
 		return err
 	}
 	id := rand.String(5)
