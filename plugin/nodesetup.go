@@ -249,6 +249,15 @@ func refuseWhileRestoredPodsRun(ctx context.Context, client kubernetes.Interface
 	said := false
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		running, ending = nil, nil
+		namespaces := map[string]bool{} // whether each is being deleted: asked once a poll
+		nsEnding := func(ns string) bool {
+			ending, asked := namespaces[ns]
+			if !asked {
+				ending = namespaceEnding(ctx, client, ns)
+				namespaces[ns] = ending
+			}
+			return ending
+		}
 		for _, n := range nodes {
 			pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
 			if err != nil {
@@ -258,7 +267,7 @@ func refuseWhileRestoredPodsRun(ctx context.Context, client kubernetes.Interface
 				if p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != ociruntime.HandlerName || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 					continue
 				}
-				if p.DeletionTimestamp != nil || namespaceEnding(ctx, client, p.Namespace) {
+				if p.DeletionTimestamp != nil || nsEnding(p.Namespace) {
 					ending = append(ending, p.Namespace+"/"+p.Name)
 				} else {
 					running = append(running, p.Namespace+"/"+p.Name+" on "+n.Name)
