@@ -33,13 +33,20 @@ type Target struct {
 	Namespace string
 	Pod       string
 	Port      int
+	// Token is the namespace's control token (ms2m.ControlSecret), sent
+	// with every call.
+	Token string
 }
 
 func (t Target) String() string { return fmt.Sprintf("%s/%s:%d", t.Namespace, t.Pod, t.Port) }
 
 func (c Client) request(verb string, t Target, path string) *rest.Request {
-	return c.REST.Verb(verb).Namespace(t.Namespace).Resource("pods").
+	req := c.REST.Verb(verb).Namespace(t.Namespace).Resource("pods").
 		Name(t.Pod + ":" + strconv.Itoa(t.Port)).SubResource("proxy").Suffix(strings.TrimPrefix(path, "/"))
+	if t.Token != "" {
+		req = req.SetHeader(ms2m.TokenHeader, t.Token)
+	}
+	return req
 }
 
 // State returns the instance's state.
@@ -96,6 +103,9 @@ func callError(t Target, what string, err error, body []byte) error {
 	detail := strings.TrimSpace(string(body))
 	if detail == "" {
 		detail = err.Error()
+	}
+	if strings.Contains(detail, ms2m.TokenHeader) || strings.Contains(detail, "no MS2M control token") {
+		return fmt.Errorf("%s %s: the application refused the call: %s (it takes the token of Secret %s in its namespace as mounted when it started; restart it after changing the Secret)", t, what, truncate(detail), ms2m.ControlSecret)
 	}
 	return fmt.Errorf("%s %s: %s (is the MS2M endpoint on port %d? set the port with the ms2m.io/control-port annotation or --control-port)", t, what, truncate(detail), t.Port)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -36,10 +38,19 @@ func apiServer(t *testing.T, app http.Handler) Client {
 }
 
 func TestClientSpeaksTheContract(t *testing.T) {
-	consumer := ms2m.NewConsumer(ms2m.ConsumerConfig{Queue: "work"})
+	tokenFile := filepath.Join(t.TempDir(), ms2m.TokenKey)
+	if err := os.WriteFile(tokenFile, []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	consumer := ms2m.NewConsumer(ms2m.ConsumerConfig{Queue: "work", TokenFile: tokenFile})
 	c := apiServer(t, consumer.Handler())
-	target := Target{Namespace: "ns", Pod: "p", Port: 8080}
+	target := Target{Namespace: "ns", Pod: "p", Port: 8080, Token: "s3cret"}
 	ctx := context.Background()
+
+	// The token travels through the API server's proxy in its own header.
+	if _, err := c.Control(ctx, Target{Namespace: "ns", Pod: "p", Port: 8080, Token: "guess"}, ms2m.Control{Type: ms2m.Prepare}); err == nil || !strings.Contains(err.Error(), "refused the call") || !strings.Contains(err.Error(), ms2m.ControlSecret) {
+		t.Fatalf("a call with the wrong token: %v", err)
+	}
 
 	st, err := c.State(ctx, target)
 	if err != nil || st.Mode != ms2m.ModePrimary || st.Process == "" {

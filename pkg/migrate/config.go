@@ -140,6 +140,9 @@ type Config struct {
 
 	Broker      BrokerConfig
 	ControlPort int
+	// ControlToken is the namespace's control token (ms2m.ControlSecret),
+	// read in preflight and by a recovery: never journaled.
+	ControlToken string `json:"-"`
 
 	CheckpointTimeout time.Duration
 	PhaseTimeout      time.Duration

@@ -311,6 +311,16 @@ func TestPreflightRefusals(t *testing.T) {
 		{"replay queue exists", func(w *migratetest.World, _ *migrate.Config) { w.Queues["work.ms2m-replay"] = true }, "already exists"},
 		{"app not serving", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Mode = ms2m.ModeHold }, "hold mode"},
 		{"app of a newer contract", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Contract = ms2m.ContractVersion + 1 }, "upgrade kubectl-migrate"},
+		{"app whose endpoint takes anyone's calls", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Contract = 3 }, "takes calls from any pod of the cluster; upgrade it to version 4"},
+		{"no control token", func(w *migratetest.World, _ *migrate.Config) {
+			_ = w.Client.CoreV1().Secrets("default").Delete(context.Background(), ms2m.ControlSecret, metav1.DeleteOptions{})
+		}, "namespace default has no Secret ms2m-control"},
+		{"a control token that is not the application's", func(w *migratetest.World, _ *migrate.Config) {
+			_, _ = w.Client.CoreV1().Secrets("default").Update(context.Background(), &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: ms2m.ControlSecret, Namespace: "default"},
+				Data:       map[string][]byte{ms2m.TokenKey: []byte("changed")},
+			}, metav1.UpdateOptions{})
+		}, "refused the call"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := migratetest.NewWorld(t)
@@ -431,8 +441,8 @@ func TestDirectTransferRollbackLeavesNoPullSecret(t *testing.T) {
 				t.Fatalf("outcome %s: %v", rec.Outcome, err)
 			}
 			secrets, err := w.Client.CoreV1().Secrets("default").List(context.Background(), metav1.ListOptions{})
-			if err != nil || len(secrets.Items) != 0 {
-				t.Fatalf("left %d secrets (%v)", len(secrets.Items), err)
+			if err != nil || len(secrets.Items) != 1 || secrets.Items[0].Name != ms2m.ControlSecret {
+				t.Fatalf("left %d secrets beside the control token (%v)", len(secrets.Items)-1, err)
 			}
 			if err := w.Conservation(); err != nil {
 				t.Fatal(err)

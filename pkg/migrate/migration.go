@@ -134,7 +134,7 @@ func (m *Migration) sourceApp() appctl.Target { return m.app(m.config.Pod) }
 
 // app addresses the instance in pod.
 func (m *Migration) app(pod string) appctl.Target {
-	return appctl.Target{Namespace: m.config.Namespace, Pod: pod, Port: m.config.ControlPort}
+	return appctl.Target{Namespace: m.config.Namespace, Pod: pod, Port: m.config.ControlPort, Token: m.config.ControlToken}
 }
 
 // waitPrimary waits until the instance t consumes its primary queue.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -49,6 +50,7 @@ func (preflight) Run(ctx context.Context, m *Migration) error {
 		{"target pod name", checkTargetName},
 		{"broker", checkBroker},
 		{"registry", checkRegistry},
+		{"control token", checkControlToken},
 		{"application", checkApp},
 	}
 	for _, c := range checks {
@@ -275,6 +277,10 @@ var permissions = []permission{
 	{RestorePermission.Group, RestorePermission.Verb, RestorePermission.Resource, "", true, "to create a pod the kubectl-migrate runtime restores (node-setup's admission policy asks)"},
 }
 
+// ControlTokenPermission reads the one Secret of the namespace the
+// migration needs: the applications' control token.
+var ControlTokenPermission = Permission{Verb: "get", Resource: "secrets", Name: ms2m.ControlSecret, Namespaced: true, Why: "to read the applications' control token"}
+
 // RestorePermission names no real resource: node-setup's admission policy
 // admits a pod under the kubectl-migrate RuntimeClass only from who holds
 // it in the pod's namespace, so that a pod no migration created cannot
@@ -307,7 +313,7 @@ var registrySecretPermissions = []permission{
 // pullSecretPermissions are needed when the container runtime may restore
 // a checkpoint sent without a registry: the restored pod pulls it from its
 // node's agent with a secret of its own (pullsecret.go). Never get: the
-// migration reads no secret of the namespace.
+// one Secret of the namespace the migration reads is the control token.
 var pullSecretPermissions = []permission{
 	{"", "create", "secrets", "", true, "to give the restored pod the secret it pulls its checkpoint with"},
 	{"", "update", "secrets", "", true, "to renew that secret in a recovery"},
@@ -346,7 +352,7 @@ func Missing(ctx context.Context, client kubernetes.Interface, namespace string,
 	g, ctx := errgroup.WithContext(ctx)
 	for i, p := range needed {
 		g.Go(func() error {
-			attrs := &authzv1.ResourceAttributes{Group: p.Group, Verb: p.Verb, Resource: p.Resource, Subresource: p.Subresource}
+			attrs := &authzv1.ResourceAttributes{Group: p.Group, Verb: p.Verb, Resource: p.Resource, Subresource: p.Subresource, Name: p.Name}
 			if p.Namespaced {
 				attrs.Namespace = cmp.Or(p.Namespace, namespace)
 			}
@@ -361,7 +367,11 @@ func Missing(ctx context.Context, client kubernetes.Interface, namespace string,
 				if p.Namespace != "" && p.Namespace != namespace {
 					where = " in namespace " + p.Namespace
 				}
-				missing[i] = fmt.Sprintf("%s %s%s (%s)", p.Verb, p.QualifiedResource(), where, p.Why)
+				what := p.QualifiedResource()
+				if p.Name != "" {
+					what += " " + p.Name
+				}
+				missing[i] = fmt.Sprintf("%s %s%s (%s)", p.Verb, what, where, p.Why)
 			}
 			return nil
 		})
@@ -392,6 +402,8 @@ type Permission struct {
 	// Namespace is where a namespaced access is needed when that is not
 	// the migrated pod's namespace (the agents').
 	Namespace string
+	// Name restricts the access to one object ("" for all).
+	Name string
 	Why       string
 }
 
@@ -406,6 +418,7 @@ func NeededPermissions(c Config) []Permission {
 		}
 	}
 	add(permissions, "")
+	out = append(out, ControlTokenPermission)
 	if c.StatefulSet != "" {
 		add(statefulSetPermissions, "")
 	}
@@ -479,6 +492,30 @@ func checkRegistry(ctx context.Context, m *Migration) error {
 	return m.deps.Registry.CheckPush(ctx, m.config.ImageRepository)
 }
 
+func checkControlToken(ctx context.Context, m *Migration) error {
+	token, err := ControlToken(ctx, m.deps.Client, m.config.Namespace)
+	m.config.ControlToken = token
+	return err
+}
+
+// ControlToken reads the control token of the applications in namespace
+// (contract 4), which every call to them carries.
+func ControlToken(ctx context.Context, client kubernetes.Interface, namespace string) (string, error) {
+	s, err := client.CoreV1().Secrets(namespace).Get(ctx, ms2m.ControlSecret, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", fmt.Errorf("namespace %s has no Secret %s, whose token its MS2M applications take control calls with: create it with a random %q and mount it in the application's pod at %s (docs/contract.md, \"Control token\", shows how)",
+			namespace, ms2m.ControlSecret, ms2m.TokenKey, path.Dir(ms2m.DefaultTokenFile))
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the control token: %w", err)
+	}
+	token := strings.TrimSpace(string(s.Data[ms2m.TokenKey]))
+	if token == "" {
+		return "", fmt.Errorf("Secret %s in namespace %s has no %q key: put the applications' control token there", ms2m.ControlSecret, namespace, ms2m.TokenKey)
+	}
+	return token, nil
+}
+
 func checkApp(ctx context.Context, m *Migration) error {
 	st, err := m.deps.App.State(ctx, m.sourceApp())
 	if err != nil {
@@ -486,6 +523,9 @@ func checkApp(ctx context.Context, m *Migration) error {
 	}
 	if st.Contract > ms2m.ContractVersion {
 		return fmt.Errorf("the application in pod %s speaks MS2M contract version %d, this kubectl-migrate only up to %d; upgrade kubectl-migrate", m.config.Pod, st.Contract, ms2m.ContractVersion)
+	}
+	if st.Contract < ms2m.TokenContract {
+		return fmt.Errorf("the application in pod %s speaks MS2M contract version %d, whose control endpoint takes calls from any pod of the cluster; upgrade it to version %d (docs/contract.md, \"Control token\")", m.config.Pod, max(st.Contract, 1), ms2m.TokenContract)
 	}
 	if st.Mode != ms2m.ModePrimary {
 		return fmt.Errorf("the application in pod %s is in %s mode, not consuming its primary queue; is a migration already running?", m.config.Pod, st.Mode)

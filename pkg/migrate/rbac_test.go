@@ -27,7 +27,7 @@ func TestDocumentedRBACGrantsWhatPreflightChecks(t *testing.T) {
 			role = "kubectl-migrate-nodes"
 		case p.Namespace == agent.DefaultNamespace:
 			role = "kubectl-migrate-agents"
-		case p.Resource == "secrets" && p.Verb == "get":
+		case p.Resource == "secrets" && p.Verb == "get" && p.Name == "":
 			role = "kubectl-migrate-registry-secret"
 		}
 		if !grants(role, p) {

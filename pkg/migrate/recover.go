@@ -30,6 +30,9 @@ func Recover(ctx context.Context, rec *report.Record, brokerURL string, deps Dep
 	}
 	cfg := j.Config
 	cfg.Broker.URL = brokerURL
+	if cfg.ControlToken, err = ControlToken(ctx, deps.Client, cfg.Namespace); err != nil {
+		return rec, err // the journal keeps no token
+	}
 	cfg.DryRun, cfg.KeepOnFailure, cfg.InjectFailure = false, false, ""
 	m := newMigration(cfg, deps, hooks, j.State, rec)
 	if err := m.acquireLeases(ctx, true); err != nil {

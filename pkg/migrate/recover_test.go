@@ -347,7 +347,7 @@ func TestRecoveryMovesBackACopyThatConsumed(t *testing.T) {
 	cfg := stsConfig(migrate.StopAndCopy, migrate.Sequential)
 	hooks := migrate.Hooks{PhaseStarted: func(p report.PhaseTiming) {
 		if p.Name == report.Switchover {
-			target := appctl.Target{Namespace: "default", Pod: "consumer-0", Port: cfg.ControlPort}
+			target := appctl.Target{Namespace: "default", Pod: "consumer-0", Port: cfg.ControlPort, Token: migratetest.ControlToken}
 			if _, err := w.Deps().App.Control(context.Background(), target, ms2m.Control{Type: ms2m.Resume}); err != nil {
 				t.Error(err)
 			}

@@ -1,6 +1,7 @@
 package ms2m
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,12 +73,20 @@ type ConsumerConfig struct {
 	// Identity returns "NAMESPACE/POD" of the pod the process runs in now
 	// (default PodIdentity); tests replace it.
 	Identity func() string
+	// TokenFile is where the pod mounts its control token (default
+	// TokenFile()): read at start to authenticate control calls, and again
+	// after each reconnect to prove the copy still runs in its namespace.
+	TokenFile string
 }
 
 // Consumer applies sequenced messages exactly once and obeys MS2M control
 // messages. Its zero value is not usable; call NewConsumer.
 type Consumer struct {
 	cfg ConsumerConfig
+	// token is the control token read at start, kept in memory (a restored
+	// copy keeps its source's); tokenErr says why there is none.
+	token    []byte
+	tokenErr error
 
 	mu      sync.Mutex
 	st      State
@@ -111,13 +120,18 @@ func NewConsumer(cfg ConsumerConfig) *Consumer {
 	if cfg.Identity == nil {
 		cfg.Identity = PodIdentity
 	}
+	if cfg.TokenFile == "" {
+		cfg.TokenFile = TokenFile()
+	}
+	token, tokenErr := ReadToken(cfg.TokenFile)
 	now := time.Now()
 	var homes []string
 	if home := cfg.Identity(); home != "" {
 		homes = []string{home}
 	}
 	return &Consumer{
-		cfg: cfg,
+		cfg:   cfg,
+		token: token, tokenErr: tokenErr,
 		st: State{
 			Contract:  ContractVersion,
 			Homes:     homes,
@@ -192,6 +206,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if c.cfg.Handle == nil {
 		return errors.New("ms2m: ConsumerConfig.Handle is required")
 	}
+	if c.tokenErr != nil {
+		// Without a token anyone on the pod network could steer it.
+		return c.tokenErr
+	}
 	backoff := time.Duration(0)
 	for {
 		connected, err := c.session(ctx)
@@ -219,11 +237,23 @@ func (c *Consumer) reconnected() {
 	c.st.Reconnects++
 	// A reconnect is also how a restored copy first notices it was moved:
 	// ask where it runs now.
-	if where := c.cfg.Identity(); !mayRunIn(c.st.Homes, where) && c.st.Foreign == "" {
-		c.st.Foreign = where
-		c.held, c.st.Mode, c.st.Queue = true, ModeHold, ""
-		c.cfg.Logf("restored into pod %s, which neither this state's pods %v nor a migration named: holding, consuming nothing", where, c.st.Homes)
-		return
+	if c.st.Foreign == "" {
+		where := c.cfg.Identity()
+		why := ""
+		switch {
+		case !mayRunIn(c.st.Homes, where):
+			why = fmt.Sprintf("which neither this state's pods %v nor a migration named", c.st.Homes)
+		case !c.tokenStillMounted():
+			// Its name and namespace file are the pod's to choose; the
+			// token only its namespace's pods mount.
+			why = "which does not mount this state's control token (a pod of another namespace)"
+		}
+		if why != "" {
+			c.st.Foreign = cmp.Or(where, "(unknown)")
+			c.held, c.st.Mode, c.st.Queue = true, ModeHold, ""
+			c.cfg.Logf("restored into pod %s, %s: holding, consuming nothing", c.st.Foreign, why)
+			return
+		}
 	}
 	if (c.st.PendingRestore || c.st.Mode == ModeHold) && !c.held {
 		// This is (most likely) the copy restored from a checkpoint, of a
@@ -233,6 +263,13 @@ func (c *Consumer) reconnected() {
 		c.st.Mode = ModeHold
 		c.cfg.Logf("restored from a checkpoint: holding until told to replay")
 	}
+}
+
+// tokenStillMounted reports whether the pod the process runs in now mounts
+// the control token it started with.
+func (c *Consumer) tokenStillMounted() bool {
+	now, err := ReadToken(c.cfg.TokenFile)
+	return err == nil && tokenMatches(c.token, string(now))
 }
 
 // holdCheck paces a held copy's look for its migration.

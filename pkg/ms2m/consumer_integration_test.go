@@ -3,6 +3,7 @@ package ms2m
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -309,13 +310,23 @@ func TestControlRejectsBadMessages(t *testing.T) {
 	}
 }
 
-// restoredCopyIn is restoredCopy, run in the pod identity names.
+// restoredCopyIn is restoredCopy, run in the pod identity names, of the
+// source's namespace (it mounts the same control token).
 func restoredCopyIn(src *Consumer, identity string) *Consumer {
+	return restoredCopyInPod(src, identity, src.cfg.TokenFile)
+}
+
+// restoredCopyInPod is restoredCopy, run in the pod identity names, which
+// mounts tokenFile.
+func restoredCopyInPod(src *Consumer, identity, tokenFile string) *Consumer {
 	src.mu.Lock()
 	cfg := src.cfg
 	src.mu.Unlock()
 	cfg.Identity = func() string { return identity }
+	cfg.TokenFile = tokenFile
 	c := NewConsumer(cfg)
+	// The token is in the memory the copy was restored with.
+	c.token, c.tokenErr = src.token, src.tokenErr
 	src.mu.Lock()
 	c.st = src.st
 	c.history = append([]Applied(nil), src.history...)
@@ -364,5 +375,53 @@ func TestCopyInAPodNoMigrationNamedNeverConsumes(t *testing.T) {
 	eventually(t, 10*time.Second, "the target's copy applying", func() bool { return rightful.State().LastSeq > before+5 })
 	if st := foreign.State(); st.Position() != foreignAt || st.RestoredAgain != 0 || st.Mode != ModeHold {
 		t.Fatalf("the foreign copy consumed or resumed (restored at %s): %+v", foreignAt, st)
+	}
+}
+
+// TestCopyInAPodThatForgesItsHomeNeverConsumes: a pod of another namespace
+// can take the name of the migration's target (spec.hostname) and mount a
+// namespace file of its choosing; it cannot mount the victim namespace's
+// control token. The copy restored into it holds for good, also once no
+// migration runs, while the copy in the real target resumes.
+func TestCopyInAPodThatForgesItsHomeNeverConsumes(t *testing.T) {
+	f := newFixture(t)
+	cfg := ConsumerConfig{URL: f.url, Exchange: f.exchange, Queue: f.queue, Logf: t.Logf, Handle: sleep(0), Identity: func() string { return "team/consumer" }}
+	src := NewConsumer(cfg)
+	start(t, src.Run)
+	prod := f.producer(50, 0)
+	start(t, prod.Run)
+	eventually(t, 10*time.Second, "source applying", func() bool { return src.State().LastSeq >= 10 })
+	markMigrating(t, f)
+	control(t, src, Control{Type: Prepare, Payload: ControlPayload{Target: "team/consumer-x1"}})
+	onChannel(t, f, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDelete(MigrationQueueName(f.queue), false, false, false)
+		return err
+	})
+
+	thieves := map[string]*Consumer{
+		"a token of its own": restoredCopyInPod(src, "team/consumer-x1", tokenFileWith(t, "the-thiefs-token")),
+		"no token":           restoredCopyInPod(src, "team/consumer-x1", filepath.Join(t.TempDir(), "absent")),
+	}
+	restoredAt := src.State().Position()
+	for name, thief := range thieves {
+		start(t, thief.Run)
+		if st := thief.State(); st.Foreign != "team/consumer-x1" || st.Mode != ModeHold {
+			t.Fatalf("with %s, the copy in a pod forging the target's name and namespace does not hold as foreign: %+v", name, st)
+		}
+	}
+	rightful := restoredCopyIn(src, "team/consumer-x1")
+	start(t, rightful.Run)
+	// The rightful copy resuming on its own (no migration runs) shows
+	// that the forging ones had the same chances to.
+	eventually(t, 10*holdCheck, "the target's copy serving", func() bool {
+		st := rightful.State()
+		return st.Mode == ModePrimary && st.RestoredAgain == 1 && st.Foreign == ""
+	})
+	before := rightful.State().LastSeq
+	eventually(t, 10*time.Second, "the target's copy applying", func() bool { return rightful.State().LastSeq > before+5 })
+	for name, thief := range thieves {
+		if st := thief.State(); st.Position().Seq > restoredAt.Seq || st.RestoredAgain != 0 || st.Mode != ModeHold {
+			t.Fatalf("with %s, the forging copy consumed or resumed (restored at %s): %+v", name, restoredAt, st)
+		}
 	}
 }

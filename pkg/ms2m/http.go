@@ -9,7 +9,8 @@ import (
 )
 
 // Handler serves the contract's HTTP endpoints: GET StatePath, POST
-// ControlPath and GET AppliedPath?after=SEQ[&producer=ID].
+// ControlPath and GET AppliedPath?after=SEQ[&producer=ID], each only to
+// callers with the control token (TokenHeader); and the health endpoints.
 func (c *Consumer) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+StatePath, func(w http.ResponseWriter, r *http.Request) {
@@ -53,7 +54,7 @@ func (c *Consumer) Handler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	return mux
+	return requireToken(c.token, c.tokenErr, mux)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

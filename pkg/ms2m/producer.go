@@ -32,6 +32,9 @@ type ProducerConfig struct {
 	// that applied exactly the confirmed messages reports as its State.App.
 	AppState func() any
 	Logf     func(format string, args ...any)
+	// TokenFile is where the pod mounts the control token its endpoints
+	// ask for (default TokenFile()).
+	TokenFile string
 }
 
 // ProducerState is what a producer reports at StatePath: Totals are those of
@@ -73,6 +76,9 @@ func NewProducer(cfg ProducerConfig) *Producer {
 		cfg.Body = func(uint64) []byte { return nil }
 	}
 	pub := NewPublisher(PublisherConfig{URL: cfg.URL, Exchange: cfg.Exchange, Queue: cfg.Queue, Logf: cfg.Logf})
+	if cfg.TokenFile == "" {
+		cfg.TokenFile = TokenFile()
+	}
 	return &Producer{cfg: cfg, pub: pub, st: ProducerState{Producer: pub.Run()}, stop: make(chan struct{})}
 }
 
@@ -135,8 +141,10 @@ func (p *Producer) Run(ctx context.Context) error {
 	}
 }
 
-// Handler serves GET StatePath and POST ControlPath (only Stop).
+// Handler serves GET StatePath and POST ControlPath (only Stop) to callers
+// with the control token, as a consumer's do; and GET /healthz.
 func (p *Producer) Handler() http.Handler {
+	token, tokenErr := ReadToken(p.cfg.TokenFile)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+StatePath, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, p.State())
@@ -151,5 +159,5 @@ func (p *Producer) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, p.State())
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
-	return mux
+	return requireToken(token, tokenErr, mux)
 }

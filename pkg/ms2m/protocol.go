@@ -23,7 +23,13 @@ import (
 //	3: identity in AMQP headers, bodies opaque; totals on identity alone;
 //	   messages the application cannot apply are parked, not dropped; the
 //	   application's own state check in "app"
-const ContractVersion = 3
+//	4: the control token: every /ms2m/ call carries the namespace's token,
+//	   and a copy restored into a pod that does not mount it holds for good
+const ContractVersion = 4
+
+// TokenContract is the first contract version whose endpoints ask for the
+// control token: a migration manager refuses to drive an older one.
+const TokenContract = 4
 
 // HTTP paths served by an MS2M application.
 const (

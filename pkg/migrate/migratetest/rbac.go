@@ -42,7 +42,8 @@ func DocumentedRoles(t *testing.T, path string) (grants func(role string, p migr
 			resource += "/" + p.Subresource
 		}
 		return slices.ContainsFunc(roles[role].Rules, func(r rbacv1.PolicyRule) bool {
-			return slices.Contains(r.APIGroups, p.Group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, p.Verb)
+			named := len(r.ResourceNames) == 0 || p.Name != "" && slices.Contains(r.ResourceNames, p.Name)
+			return slices.Contains(r.APIGroups, p.Group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, p.Verb) && named
 		})
 	}
 }

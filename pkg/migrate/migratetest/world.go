@@ -155,6 +155,10 @@ func SourcePod() *corev1.Pod {
 	}
 }
 
+// ControlToken is the token of the world's applications (its Secret
+// ms2m.ControlSecret in namespace default): they refuse calls without it.
+const ControlToken = "world-token"
+
 // NewWorld returns a world with nodes node-a and node-b (CRI-O) and a running
 // bare pod default/consumer on node-a whose application is at sequence 100.
 // With objects, those are the cluster instead.
@@ -165,7 +169,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 	w := &World{
 		T: t, Client: fake.NewClientset(objects...),
 		Queues:   map[string]bool{"work": true},
-		Apps:     map[string]*ms2m.State{"consumer": {Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
+		Apps:     map[string]*ms2m.State{"consumer": {Contract: ms2m.ContractVersion, Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
 		Archives: map[string]bool{}, Images: map[string]bool{}, Staged: map[string]bool{}, Expected: map[string]bool{}, reconnecting: map[string]bool{}, Unanswered: map[string]int{}, Stalled: map[string]int{},
 		failed: map[report.PhaseName]int{}, published: 100, deletedSets: map[types.UID]bool{},
 		acked: map[string]uint64{}, restored: map[string]bool{},
@@ -178,6 +182,11 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 	for _, st := range w.Apps {
 		w.acked[st.Process] = st.LastSeq
 	}
+	// The applications' control token, which every call to them must carry.
+	_, _ = w.Client.CoreV1().Secrets("default").Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: ms2m.ControlSecret, Namespace: "default"},
+		Data:       map[string][]byte{ms2m.TokenKey: []byte(ControlToken)},
+	}, metav1.CreateOptions{})
 	w.versionObjects()
 	w.recordEngineCalls()
 	w.podsOnDeadKubelets()
@@ -306,7 +315,7 @@ func (w *World) run(ctx context.Context, pod *corev1.Pod, id ociruntime.Identity
 	switch {
 	case pod.Annotations[freshAnnotation] != "" || underRuntime && !hasCheckpoint:
 		w.Mu.Lock()
-		w.Apps[pod.Name] = &ms2m.State{Mode: ms2m.ModePrimary, Process: FreshProcess}
+		w.Apps[pod.Name] = &ms2m.State{Contract: ms2m.ContractVersion, Mode: ms2m.ModePrimary, Process: FreshProcess}
 		delete(w.restored, pod.Name)
 		w.Mu.Unlock()
 	case w.fail(report.Restore) != nil:
@@ -794,7 +803,18 @@ func (w *World) Conservation() error {
 
 type fakeApp World
 
+// refused is how an application answers a call without its token.
+func refused(t appctl.Target) error {
+	if t.Token == ControlToken {
+		return nil
+	}
+	return fmt.Errorf("%s: the application refused the call: missing or wrong %s header", t, ms2m.TokenHeader)
+}
+
 func (f *fakeApp) State(ctx context.Context, t appctl.Target) (ms2m.State, error) {
+	if err := refused(t); err != nil {
+		return ms2m.State{}, err
+	}
 	w := (*World)(f)
 	w.Mu.Lock()
 	if w.Stalled[t.Pod] > 0 {
@@ -824,6 +844,9 @@ func (f *fakeApp) State(ctx context.Context, t appctl.Target) (ms2m.State, error
 }
 
 func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg ms2m.Control) (ms2m.State, error) {
+	if err := refused(t); err != nil {
+		return ms2m.State{}, err
+	}
 	w := (*World)(f)
 	w.record("control %s %s", t.Pod, msg.Type)
 	if msg.Type == ms2m.Stop && w.fail(report.Switchover) != nil {
@@ -858,6 +881,9 @@ func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg ms2m.Control) 
 }
 
 func (f *fakeApp) AppliedAfter(_ context.Context, t appctl.Target, p ms2m.Position) (ms2m.Applied, error) {
+	if err := refused(t); err != nil {
+		return ms2m.Applied{}, err
+	}
 	w := (*World)(f)
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
