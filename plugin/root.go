@@ -109,7 +109,7 @@ a short switchover.
 	cmd.PersistentFlags().StringVar(&o.Color, "color", "auto", "colour output: auto, always or never (NO_COLOR is honoured)")
 	cmd.PersistentFlags().IntVarP(&o.Verbosity, "verbose", "v", 0, "verbosity: 1 shows progress inside phases")
 	cmd.PersistentFlags().BoolVarP(&o.Quiet, "quiet", "q", false, "print no progress on stderr")
-	cmd.AddCommand(NewCmdPod(o), NewCmdSts(o), NewCmdNode(o), NewCmdCheck(o), NewCmdNodeSetup(o), NewCmdConformance(o), NewCmdRecover(o), NewCmdReport(o), NewCmdVersion(o), NewCmdOptions(o))
+	cmd.AddCommand(NewCmdPod(o), NewCmdSts(o), NewCmdNode(o), NewCmdCheck(o), NewCmdNodeSetup(o), NewCmdConformance(o), NewCmdRecover(o), NewCmdReport(o), NewCmdControlToken(o), NewCmdVersion(o), NewCmdOptions(o))
 	hideGlobalFlags(cmd)
 	return cmd
 }

@@ -404,7 +404,7 @@ type Permission struct {
 	Namespace string
 	// Name restricts the access to one object ("" for all).
 	Name string
-	Why       string
+	Why  string
 }
 
 // NeededPermissions lists every access migration c needs: in the pod's
@@ -503,8 +503,8 @@ func checkControlToken(ctx context.Context, m *Migration) error {
 func ControlToken(ctx context.Context, client kubernetes.Interface, namespace string) (string, error) {
 	s, err := client.CoreV1().Secrets(namespace).Get(ctx, ms2m.ControlSecret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", fmt.Errorf("namespace %s has no Secret %s, whose token its MS2M applications take control calls with: create it with a random %q and mount it in the application's pod at %s (docs/contract.md, \"Control token\", shows how)",
-			namespace, ms2m.ControlSecret, ms2m.TokenKey, path.Dir(ms2m.DefaultTokenFile))
+		return "", fmt.Errorf("namespace %s has no Secret %s, whose token its MS2M applications take control calls with: create it with kubectl migrate control-token -n %s and mount it in the application's pods at %s (docs/contract.md, \"Control token\")",
+			namespace, ms2m.ControlSecret, namespace, path.Dir(ms2m.DefaultTokenFile))
 	}
 	if err != nil {
 		return "", fmt.Errorf("read the control token: %w", err)

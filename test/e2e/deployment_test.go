@@ -59,6 +59,9 @@ func (l *lab) startDeployment(t testing.TB, changes ...func(*appsv1.Deployment))
 		_ = l.client.CoreV1().Namespaces().Delete(context.Background(), dl.ns, metav1.DeleteOptions{})
 	})
 	l.waitDefaultServiceAccount(t, dl.ns)
+	if _, err := workload.CreateControlToken(ctx, l.client, dl.ns); err != nil {
+		t.Fatal(err)
+	}
 	dl.watchCreatedPods(t)
 	selector := map[string]string{"app": "consumer"}
 	queue := "work-" + id + "-$(POD_NAME)"
@@ -85,6 +88,7 @@ func (l *lab) startDeployment(t testing.TB, changes ...func(*appsv1.Deployment))
 		},
 	}
 	workload.AddProbes(&d.Spec.Template.Spec.Containers[0])
+	workload.MountControlToken(&d.Spec.Template.Spec)
 	for _, change := range changes {
 		change(d)
 	}
@@ -109,6 +113,7 @@ func (l *lab) startDeployment(t testing.TB, changes ...func(*appsv1.Deployment))
 			Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
 		}}},
 	}
+	workload.MountControlToken(&producer.Spec)
 	if _, err := l.client.CoreV1().Pods(dl.ns).Create(ctx, producer, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

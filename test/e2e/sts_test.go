@@ -51,6 +51,9 @@ func (l *lab) deployStatefulSetAt(t testing.TB, rate string, changes ...func(ns 
 		_ = w.Delete(context.Background())
 	})
 	l.waitDefaultServiceAccount(t, ns)
+	if _, err := workload.CreateControlToken(ctx, l.client, ns); err != nil {
+		t.Fatal(err)
+	}
 	// A mounted volume must follow the pod: the runtime restores a container
 	// only with the mounts it was checkpointed with.
 	config := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "consumer-config", Namespace: ns}, Data: map[string]string{"work": "50ms"}}
@@ -83,6 +86,7 @@ func (l *lab) deployStatefulSetAt(t testing.TB, rate string, changes ...func(ns 
 		},
 	}
 	workload.AddProbes(&sts.Spec.Template.Spec.Containers[0])
+	workload.MountControlToken(&sts.Spec.Template.Spec)
 	for _, change := range changes {
 		change(ns, sts)
 	}
@@ -106,6 +110,7 @@ func (l *lab) deployStatefulSetAt(t testing.TB, rate string, changes ...func(ns 
 			Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
 		}}},
 	}
+	workload.MountControlToken(&producer.Spec)
 	if _, err := l.client.CoreV1().Pods(ns).Create(ctx, producer, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -59,9 +59,12 @@ const SidecarName = "sidecar"
 // queue names of its own, so runs never see each other's messages.
 type Workload struct {
 	Namespace, Exchange, Queue string
-	client                     kubernetes.Interface
-	app                        appctl.Client
-	producer                   *corev1.Pod // as created, for RestartProducer
+	// Token is the control token calls to its applications carry; empty:
+	// the one in the namespace's Secret ms2m.ControlSecret.
+	Token    string
+	client   kubernetes.Interface
+	app      appctl.Client
+	producer *corev1.Pod // as created, for RestartProducer
 	// earlier is what the producer's runs before RestartProducer confirmed.
 	earlier ms2m.Totals
 }
@@ -94,6 +97,11 @@ func Deploy(ctx context.Context, client kubernetes.Interface, o Options) (*Workl
 	}); err != nil {
 		return w, fmt.Errorf("no default service account in %s: %w", w.Namespace, err)
 	}
+	token, err := CreateControlToken(ctx, client, w.Namespace)
+	if err != nil {
+		return w, err
+	}
+	w.Token = token
 	common := []string{"--url=" + o.BrokerURL, "--exchange=" + w.Exchange, "--queue=" + w.Queue}
 	consumerImage, consumerArgs := "ms2m-consumer", append(slices.Clone(common), "--work="+o.Work)
 	producerImage, producerArgs := "ms2m-producer", append(slices.Clone(common), "--rate="+o.Rate)
@@ -129,6 +137,9 @@ func Deploy(ctx context.Context, client kubernetes.Interface, o Options) (*Workl
 		}}
 	}
 	producer := w.pod(o, "producer", producerImage, producerArgs, nil)
+	for _, p := range []*corev1.Pod{consumer, producer} {
+		MountControlToken(&p.Spec)
+	}
 	w.producer = producer.DeepCopy()
 	// The consumer first, so its queue exists before messages flow.
 	for _, p := range []*corev1.Pod{consumer, producer} {
@@ -204,7 +215,7 @@ func (w *Workload) Delete(ctx context.Context) error {
 
 // Target addresses a pod's MS2M endpoint.
 func (w *Workload) Target(pod string) appctl.Target {
-	return appctl.Target{Namespace: w.Namespace, Pod: pod, Port: 8080}
+	return appctl.Target{Namespace: w.Namespace, Pod: pod, Port: 8080, Token: w.token(context.Background())}
 }
 
 // State reads a consumer's state.
@@ -246,14 +257,14 @@ func (w *Workload) waitState(ctx context.Context, pod string, timeout time.Durat
 // StopProducer stops the producer and returns what the broker confirmed.
 func (w *Workload) StopProducer(ctx context.Context) (ms2m.ProducerState, error) {
 	body, err := w.client.CoreV1().RESTClient().Post().Namespace(w.Namespace).Resource("pods").Name("producer:8080").
-		SubResource("proxy").Suffix(ms2m.ControlPath).Body([]byte(`{"type":"STOP"}`)).DoRaw(ctx)
+		SubResource("proxy").Suffix(ms2m.ControlPath).SetHeader(ms2m.TokenHeader, w.token(ctx)).Body([]byte(`{"type":"STOP"}`)).DoRaw(ctx)
 	if err != nil {
 		return ms2m.ProducerState{}, fmt.Errorf("stop producer: %w: %s", err, body)
 	}
 	var st ms2m.ProducerState
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		raw, err := w.client.CoreV1().RESTClient().Get().Namespace(w.Namespace).Resource("pods").Name("producer:8080").
-			SubResource("proxy").Suffix(ms2m.StatePath).DoRaw(ctx)
+			SubResource("proxy").Suffix(ms2m.StatePath).SetHeader(ms2m.TokenHeader, w.token(ctx)).DoRaw(ctx)
 		return err == nil && json.Unmarshal(raw, &st) == nil && st.Stopped, nil
 	})
 	return st, err

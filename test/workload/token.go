@@ -1,0 +1,50 @@
+package workload
+
+import (
+	"context"
+	"path"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+)
+
+// CreateControlToken creates namespace's control token (ms2m.ControlSecret),
+// as kubectl migrate control-token does, and returns it.
+func CreateControlToken(ctx context.Context, client kubernetes.Interface, namespace string) (string, error) {
+	token, _, err := appctl.EnsureToken(ctx, client, namespace)
+	return token, err
+}
+
+// MountControlToken mounts the namespace's control token into each of
+// spec's containers where the SDK reads it (ms2m.DefaultTokenFile).
+func MountControlToken(spec *corev1.PodSpec) { MountToken(spec, ms2m.ControlSecret) }
+
+// MountToken mounts Secret secret's token into each of spec's containers
+// where the SDK reads the control token.
+func MountToken(spec *corev1.PodSpec, secret string) {
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "ms2m-control", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}})
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "ms2m-control", MountPath: path.Dir(ms2m.DefaultTokenFile), ReadOnly: true})
+	}
+}
+
+// token is the token calls to the workload's applications carry: Token if
+// set, else its namespace's (read once it exists).
+func (w *Workload) token(ctx context.Context) string {
+	if w.Token != "" {
+		return w.Token
+	}
+	s, err := w.client.CoreV1().Secrets(w.Namespace).Get(ctx, ms2m.ControlSecret, metav1.GetOptions{})
+	if err == nil {
+		w.Token = string(s.Data[ms2m.TokenKey])
+	} else if !apierrors.IsNotFound(err) {
+		return ""
+	}
+	return w.Token
+}
