@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """A migratable MS2M consumer in Python (pika), implementing docs/contract.md
-version 3 without any Go: the reference for teams whose consumers are not Go.
+version 4 without any Go: the reference for teams whose consumers are not Go.
 
 The application part is `apply` (the evaluation's sample: add each message's
 "value" to a sum, taking --work); everything else is the contract, which a
 team would lift into a module of its own. Configuration: --url, --exchange,
---queue, --listen, --work, or MS2M_BROKER_URL, MS2M_EXCHANGE, MS2M_QUEUE.
+--queue, --listen, --work, or MS2M_BROKER_URL, MS2M_EXCHANGE, MS2M_QUEUE; the
+control token from MS2M_TOKEN_FILE (default /var/run/secrets/ms2m/token, where
+the pod mounts the namespace's Secret ms2m-control).
 """
 import argparse
+import hmac
 import json
 import os
 import random
@@ -22,11 +25,13 @@ from urllib.parse import parse_qs, urlparse
 import pika
 import pika.exceptions
 
-CONTRACT = 3
+CONTRACT = 4
 HOLD, PRIMARY, REPLAY = "hold", "primary", "replay"
 H_PRODUCER, H_SEQ, H_SENT, H_MARKER, H_PARKED = "ms2m-producer", "ms2m-seq", "ms2m-sent", "ms2m-marker", "ms2m-parked"
 MAX_ATTEMPTS, RETRY_DELAY, HOLD_CHECK = 3, 0.1, 1.0
 MAX_RETIRED, HISTORY = 32, 20000
+TOKEN_FILE = os.environ.get("MS2M_TOKEN_FILE", "/var/run/secrets/ms2m/token")
+TOKEN_HEADER = "Ms2m-Token"
 NAMESPACE_FILES = ("/var/run/secrets/kubernetes.io/serviceaccount/namespace", "/etc/podinfo/namespace")
 
 
@@ -68,6 +73,19 @@ def pod_identity():
     return "/" + name
 
 
+def read_token():
+    """The control token the pod mounts now, or None."""
+    try:
+        with open(TOKEN_FILE, "rb") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def token_matches(token, got):
+    return bool(token) and got is not None and hmac.compare_digest(token, got.strip())
+
+
 def may_run_in(homes, where):
     if not homes or not where:
         return True
@@ -107,6 +125,9 @@ class Consumer:
         self.digest = 0
         self.sum = 0  # the application's state
         self.was_connected = False
+        # Kept in memory: a restored copy compares it with what its new pod
+        # mounts, which only pods of its namespace can match.
+        self.token = read_token()
         home = pod_identity()
         self.st = {
             "contract": CONTRACT, "mode": PRIMARY, "queue": queue,
@@ -235,11 +256,16 @@ class Consumer:
             st = self.st
             st["reconnects"] += 1
             where = pod_identity()
-            if not may_run_in(st["homes"], where) and not st.get("foreign"):
-                st["foreign"] = where
+            why = ""
+            if not may_run_in(st["homes"], where):
+                why = "which neither this state's pods %s nor a migration named" % st["homes"]
+            elif not token_matches(self.token, read_token()):
+                why = "which does not mount this state's control token (a pod of another namespace)"
+            if why and not st.get("foreign"):
+                st["foreign"] = where or "(unknown)"
                 self.held = True
                 st.update(mode=HOLD, queue="")
-                log("restored into pod %s, which neither this state's pods %s nor a migration named: holding, consuming nothing" % (where, st["homes"]))
+                log("restored into pod %s, %s: holding, consuming nothing" % (st["foreign"], why))
                 return
             if (st.get("pendingRestore") or st["mode"] == HOLD) and not self.held:
                 self.held = True
@@ -433,7 +459,19 @@ def serve(consumer, listen):
             self.end_headers()
             self.wfile.write(data)
 
+        def refused(self):
+            """Every /ms2m/ call must carry the control token."""
+            if not urlparse(self.path).path.startswith("/ms2m/"):
+                return False
+            got = self.headers.get(TOKEN_HEADER)
+            if token_matches(consumer.token, got.encode() if got else None):
+                return False
+            self.reply(401, text="missing or wrong %s header: send the token of the namespace's Secret ms2m-control" % TOKEN_HEADER)
+            return True
+
         def do_GET(self):
+            if self.refused():
+                return
             url = urlparse(self.path)
             if url.path == "/ms2m/state":
                 self.reply(200, consumer.state())
@@ -454,6 +492,8 @@ def serve(consumer, listen):
                 self.reply(404, text="not found")
 
         def do_POST(self):
+            if self.refused():
+                return
             if urlparse(self.path).path != "/ms2m/control":
                 return self.reply(404, text="not found")
             length = int(self.headers.get("Content-Length") or 0)
@@ -492,6 +532,9 @@ def main():
     work = a.work.strip()
     work = float(work[:-2]) / 1000 if work.endswith("ms") else float(work.rstrip("s"))
     c = Consumer(a.url, a.exchange, a.queue, work, a.broken)
+    if c.token is None:
+        # Without a token anyone on the pod network could steer it.
+        sys.exit("no MS2M control token at %s: mount the Secret ms2m-control (key token) of the pod's namespace there (docs/contract.md, \"Control token\")" % TOKEN_FILE)
     serve(c, a.listen)
     c.run()
 

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"path"
 	"strconv"
 	"time"
 
@@ -43,6 +44,7 @@ type PodSpec struct {
 type Scratch struct {
 	Namespace, Pod, Exchange, Queue string
 	client                          kubernetes.Interface
+	token                           string // the namespace's control token
 }
 
 // Start creates the namespace and the pod and waits until the application
@@ -54,6 +56,10 @@ func Start(ctx context.Context, client kubernetes.Interface, spec PodSpec) (*Scr
 	labels := map[string]string{"app.kubernetes.io/managed-by": "kubectl-migrate", "app.kubernetes.io/component": "conformance"}
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.Namespace, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("create namespace %s: %w", s.Namespace, err)
+	}
+	var err error
+	if s.token, _, err = appctl.EnsureToken(ctx, client, s.Namespace); err != nil {
+		return s, err
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: s.Pod, Namespace: s.Namespace, Labels: labels, Annotations: map[string]string{
@@ -70,8 +76,10 @@ func Start(ctx context.Context, client kubernetes.Interface, spec PodSpec) (*Scr
 				Env: []corev1.EnvVar{
 					{Name: EnvBrokerURL, Value: spec.BrokerURL}, {Name: EnvExchange, Value: s.Exchange}, {Name: EnvQueue, Value: s.Queue},
 				},
-				Ports: []corev1.ContainerPort{{ContainerPort: int32(spec.Port)}},
+				Ports:        []corev1.ContainerPort{{ContainerPort: int32(spec.Port)}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "ms2m-control", MountPath: path.Dir(ms2m.DefaultTokenFile), ReadOnly: true}},
 			}},
+			Volumes: []corev1.Volume{{Name: "ms2m-control", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ms2m.ControlSecret}}}},
 		},
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -107,7 +115,7 @@ func (s *Scratch) App(port int) App { return s.AppIn(s.Pod, port) }
 
 // AppIn is App for another pod of the namespace.
 func (s *Scratch) AppIn(pod string, port int) App {
-	return proxied{c: appctl.Client{REST: s.client.CoreV1().RESTClient()}, t: appctl.Target{Namespace: s.Namespace, Pod: pod, Port: port}}
+	return proxied{c: appctl.Client{REST: s.client.CoreV1().RESTClient()}, t: appctl.Target{Namespace: s.Namespace, Pod: pod, Port: port, Token: s.token}}
 }
 
 // Delete removes the application's pods first (so that nothing declares
@@ -141,6 +149,7 @@ type proxied struct {
 }
 
 func (p proxied) State(ctx context.Context) (ms2m.State, error) { return p.c.State(ctx, p.t) }
+func (p proxied) WithToken(token string) App                    { p.t.Token = token; return p }
 func (p proxied) Control(ctx context.Context, msg ms2m.Control) (ms2m.State, error) {
 	return p.c.Control(ctx, p.t, msg)
 }

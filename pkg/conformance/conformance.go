@@ -21,6 +21,8 @@ import (
 type App interface {
 	State(ctx context.Context) (ms2m.State, error)
 	Control(ctx context.Context, msg ms2m.Control) (ms2m.State, error)
+	// WithToken is the same instance, called with token instead of its own.
+	WithToken(token string) App
 }
 
 // Env is what the check drives.
@@ -63,7 +65,8 @@ type clause struct {
 }
 
 var clauses = []clause{
-	{"speaks contract 3", "the state reports the contract version the application implements (\"contract\")", false, (*run).version},
+	{"speaks contract 4", "the state reports the contract version the application implements (\"contract\")", false, (*run).version},
+	{"asks for the control token", "every /ms2m/ call without the namespace's control token (header Ms2m-Token) is refused and changes nothing", false, (*run).asksForToken},
 	{"applies each message once", "messages identified by ms2m-producer/ms2m-seq headers are applied once each, the totals count and digest them", false, (*run).appliesOnce},
 	{"skips a redelivered message", "a message at or before the last applied position of its run is acknowledged, not applied", false, (*run).skipsDuplicate},
 	{"parks a message without identity", "a message with no ms2m-seq is published to <queue>.ms2m-parked and acknowledged, not applied, not dropped", false, (*run).parksUnidentified},
@@ -235,6 +238,34 @@ func (r *run) version(ctx context.Context) error {
 		return fmt.Errorf("reports contract %d; this check is of contract %d", st.Contract, ms2m.ContractVersion)
 	case st.Mode != ms2m.ModePrimary:
 		return fmt.Errorf("a new instance is in mode %q, not %q", st.Mode, ms2m.ModePrimary)
+	}
+	return nil
+}
+
+func (r *run) asksForToken(ctx context.Context) error {
+	before, err := r.env.App.State(ctx)
+	if err != nil {
+		return err
+	}
+	for _, token := range []string{"", "not-the-token"} {
+		who := fmt.Sprintf("with token %q", token)
+		if token == "" {
+			who = "without a token"
+		}
+		app := r.env.App.WithToken(token)
+		if _, err := app.State(ctx); err == nil {
+			return fmt.Errorf("answered GET %s %s", ms2m.StatePath, who)
+		}
+		if _, err := app.Control(ctx, ms2m.Control{Type: ms2m.Stop}); err == nil {
+			return fmt.Errorf("took STOP %s", who)
+		}
+	}
+	after, err := r.env.App.State(ctx)
+	if err != nil {
+		return err
+	}
+	if after.Mode != ms2m.ModePrimary || after.PendingRestore != before.PendingRestore {
+		return fmt.Errorf("refused calls changed it: mode %s, pendingRestore %v", after.Mode, after.PendingRestore)
 	}
 	return nil
 }

@@ -63,7 +63,7 @@ func serveGo(t *testing.T, s scratch, wrap func(http.Handler) http.Handler) Endp
 	go func() { defer close(done); _ = c.Run(ctx) }()
 	srv := httptest.NewServer(wrap(c.Handler()))
 	t.Cleanup(func() { srv.Close(); cancel(); <-done })
-	return Endpoint{URL: srv.URL}
+	return Endpoint{URL: srv.URL, Token: testToken}
 }
 
 // requireAllKept fails unless every clause was kept but the live
@@ -108,7 +108,7 @@ func TestPythonConsumerKeepsTheContract(t *testing.T) {
 			t.Logf("the consumer's log:\n%s", logs.String())
 		}
 	})
-	app := Endpoint{URL: "http://" + addr}
+	app := Endpoint{URL: "http://" + addr, Token: testToken}
 	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := app.State(ctx)
 		return err == nil, nil
@@ -125,12 +125,16 @@ func TestAConsumerThatIgnoresSTOPFails(t *testing.T) {
 	s := newScratch(t)
 	ignoresStop := func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == ms2m.ControlPath {
+			// It checks the token (the clause before STOP's), then
+			// ignores STOP.
+			if r.URL.Path == ms2m.ControlPath && r.Header.Get(ms2m.TokenHeader) == testToken {
 				body, _ := io.ReadAll(r.Body)
 				var msg ms2m.Control
 				if json.Unmarshal(body, &msg) == nil && msg.Type == ms2m.Stop {
 					rec := httptest.NewRecorder()
-					h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, ms2m.StatePath, nil))
+					get := httptest.NewRequest(http.MethodGet, ms2m.StatePath, nil)
+					get.Header = r.Header
+					h.ServeHTTP(rec, get)
 					var st ms2m.State
 					_ = json.Unmarshal(rec.Body.Bytes(), &st)
 					st.Mode = ms2m.ModeHold // says it stopped

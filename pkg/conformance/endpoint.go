@@ -15,8 +15,12 @@ import (
 // "http://127.0.0.1:8080").
 type Endpoint struct {
 	URL    string
+	Token  string       // the control token every call carries
 	Client *http.Client // default http.DefaultClient
 }
+
+// WithToken is e, calling with token.
+func (e Endpoint) WithToken(token string) App { e.Token = token; return e }
 
 // State reads the application's state.
 func (e Endpoint) State(ctx context.Context) (ms2m.State, error) {
@@ -36,6 +40,9 @@ func (e Endpoint) do(ctx context.Context, method, path string, body []byte) (ms2
 		return st, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if e.Token != "" {
+		req.Header.Set(ms2m.TokenHeader, e.Token)
+	}
 	client := e.Client
 	if client == nil {
 		client = http.DefaultClient
