@@ -82,6 +82,7 @@ func startThief(t *testing.T, l *lab, w *workload.Workload, rec report.Record) *
 	}
 	ctx := context.Background()
 	thief := workload.Attach(l.client, fmt.Sprintf("attacker-%06x", rand.Uint32()>>8), w.Exchange, w.Queue)
+	thief.Token = w.Token // what the copy in the thief's pod answers to: its memory's
 	if _, err := l.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: thief.Namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -289,26 +290,8 @@ for path, body in [("/runtime", "{}"), ("/stop-pod", '{"uid":"x"}'), ("/remove",
             codes.append(e.code)
 print("codes", *codes)
 `, pod.Status.PodIP, agent.ServePort, agent.ControlTokenHeader)
-	l.waitDefaultServiceAccount(t, attacker)
-	thief := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "caller", Namespace: attacker},
-		Spec: corev1.PodSpec{NodeName: "node-b", RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
-			Name: "caller", Image: l.imagePrefix + "/python-consumer:lab", Command: []string{"/usr/bin/python3", "-c", script},
-		}}},
-	}
-	if _, err := l.client.CoreV1().Pods(attacker).Create(ctx, thief, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kube.WaitForPod(ctx, l.client, attacker, "caller", func(p *corev1.Pod) (bool, error) {
-		return p != nil && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed), nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	logs, err := l.client.CoreV1().Pods(attacker).GetLogs("caller", &corev1.PodLogOptions{}).DoRaw(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := strings.TrimSpace(string(logs)), "codes"+strings.Repeat(" 401", 10); got != want {
+	logs := l.runPython(t, attacker, script)
+	if got, want := logs, "codes"+strings.Repeat(" 401", 10); got != want {
 		t.Fatalf("another namespace's calls to the agent answered %q, want %q", got, want)
 	}
 	// The migration itself, with its token, is served.
@@ -563,4 +546,149 @@ func TestTenantCannotClaimAStagedCheckpoint(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the attacker's pod did not go: %v", err)
 	}
+}
+
+// runPython runs script with the Python image's interpreter in a pod of
+// namespace on node-b, as a tenant can, and returns what it printed.
+func (l *lab) runPython(t *testing.T, namespace, script string) string {
+	t.Helper()
+	ctx := context.Background()
+	l.waitDefaultServiceAccount(t, namespace)
+	caller := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "caller", Namespace: namespace},
+		Spec: corev1.PodSpec{NodeName: "node-b", RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
+			Name: "caller", Image: l.imagePrefix + "/python-consumer:lab", Command: []string{"/usr/bin/python3", "-c", script},
+		}}},
+	}
+	if _, err := l.client.CoreV1().Pods(namespace).Create(ctx, caller, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.WaitForPod(ctx, l.client, namespace, "caller", func(p *corev1.Pod) (bool, error) {
+		return p != nil && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := l.client.CoreV1().Pods(namespace).GetLogs("caller", &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(logs))
+}
+
+// TestTenantCannotSteerAnotherNamespacesConsumer: a pod of another
+// namespace calls a running consumer's endpoint over the pod network, as
+// anyone in the cluster can reach it: STOP (to halt it for good), RESUME and
+// PREPARE, and reads of its state, without a token and with a guess. Every
+// call is refused, the consumer never stops, and it conserves every
+// message. The migration, with the namespace's token, then moves it.
+func TestTenantCannotSteerAnotherNamespacesConsumer(t *testing.T) {
+	l := setup(t)
+	ctx := context.Background()
+	w := l.deploy(t, "10")
+	waitApplied(t, w, "consumer", 20)
+	pod, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, "consumer", metav1.GetOptions{})
+	if err != nil || pod.Status.PodIP == "" {
+		t.Fatalf("the consumer has no IP: %v", err)
+	}
+	attacker := fmt.Sprintf("attacker-%06x", rand.Uint32()>>8)
+	if _, err := l.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: attacker}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = l.client.CoreV1().Namespaces().Delete(context.Background(), attacker, metav1.DeleteOptions{})
+	})
+	script := fmt.Sprintf(`
+import urllib.request, urllib.error
+codes = []
+calls = [("POST", "/ms2m/control", '{"type":"STOP"}'), ("POST", "/ms2m/control", '{"type":"RESUME"}'),
+         ("POST", "/ms2m/control", '{"type":"PREPARE","payload":{"target":"%s/thief"}}'), ("GET", "/ms2m/state", None)]
+for method, path, body in calls:
+    for token in (None, "guess"):
+        req = urllib.request.Request("http://%s:8080" + path, data=body.encode() if body else None, method=method)
+        if token:
+            req.add_header("%s", token)
+        try:
+            codes.append(urllib.request.urlopen(req, timeout=10).status)
+        except urllib.error.HTTPError as e:
+            codes.append(e.code)
+print("codes", *codes)
+`, attacker, pod.Status.PodIP, ms2m.TokenHeader)
+	if got, want := l.runPython(t, attacker, script), "codes"+strings.Repeat(" 401", 8); got != want {
+		t.Fatalf("another namespace's calls to the consumer answered %q, want %q", got, want)
+	}
+	st := state(t, w, "consumer")
+	if st.Mode != ms2m.ModePrimary || st.PendingRestore || len(st.Homes) != 1 {
+		t.Fatalf("the refused calls changed the consumer: %+v", st)
+	}
+	waitApplied(t, w, "consumer", st.LastSeq+10) // still consuming
+	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
+	if err != nil || rec.Outcome != report.Succeeded {
+		t.Fatalf("migration: %v\n%s", err, stderr)
+	}
+	checkConservation(t, w, rec.TargetPod)
+}
+
+// TestTenantForgingTheTargetsNameNeverConsumes: after a migration, a pod of
+// another namespace on the target node runs the checkpoint image, taking
+// the restored pod's name as its hostname, a namespace file naming the
+// victim's namespace where the service account's would be, and a control
+// token of its own where the victim's would be: everything a pod may choose.
+// The restored copy finds that its new pod does not mount the token its
+// memory holds, holds for good and consumes nothing, also once no
+// migration runs; the victim conserves every message.
+func TestTenantForgingTheTargetsNameNeverConsumes(t *testing.T) {
+	l, w, rec := migrateLivePod(t)
+	ctx := context.Background()
+	thief := workload.Attach(l.client, fmt.Sprintf("attacker-%06x", rand.Uint32()>>8), w.Exchange, w.Queue)
+	thief.Token = w.Token // what the copy in the thief's pod answers to: its memory's
+	if _, err := l.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: thief.Namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = thief.Delete(context.Background()) })
+	if _, err := workload.CreateControlToken(ctx, l.client, thief.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	forged := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: thief.Namespace}, Data: map[string]string{"namespace": w.Namespace}}
+	if _, err := l.client.CoreV1().ConfigMaps(thief.Namespace).Create(ctx, forged, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "thief", Namespace: thief.Namespace},
+		Spec: corev1.PodSpec{
+			NodeName: "node-b", Hostname: rec.TargetPod, AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{
+				Name: "consumer", Image: rec.Images[0], ImagePullPolicy: corev1.PullIfNotPresent,
+				Ports:        []corev1.ContainerPort{{ContainerPort: 8080}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "forged", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "forged", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "forged"}}}}},
+		},
+	}
+	workload.MountControlToken(&pod.Spec)
+	l.waitDefaultServiceAccount(t, thief.Namespace)
+	if _, err := l.client.CoreV1().Pods(thief.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := thief.WaitFor(ctx, "thief", 2*time.Minute, func(st ms2m.State) bool { return st.Reconnects > 0 })
+	if err != nil {
+		t.Fatalf("the thief's copy never answered: %v (%+v)", err, st)
+	}
+	t.Logf("the thief's pod runs the victim's process %s: mode %s, foreign %q, homes %v", st.Process, st.Mode, st.Foreign, st.Homes)
+	if victim := state(t, w, rec.TargetPod); st.Process != victim.Process {
+		t.Fatalf("the thief's pod runs process %s, not the victim's %s: the runtime did not restore the checkpoint, so this proves nothing", st.Process, victim.Process)
+	}
+	if want := w.Namespace + "/" + rec.TargetPod; st.Foreign != want || st.Mode != ms2m.ModeHold {
+		t.Fatalf("the copy in a pod forging %s does not hold as foreign: %+v", want, st)
+	}
+	// A held copy with no migration running takes its queue back within a
+	// second (a restart): watch it for several times that.
+	var moved ms2m.State
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		after, err := thief.State(ctx, "thief")
+		moved = after
+		return err != nil || after.Position() != st.Position() || after.Mode != ms2m.ModeHold || after.RestoredAgain != 0, nil
+	}); err == nil {
+		t.Fatalf("the forging copy moved from %s: %+v", st.Position(), moved)
+	}
+	checkConservation(t, w, rec.TargetPod)
 }
