@@ -511,7 +511,7 @@ func ControlToken(ctx context.Context, client kubernetes.Interface, namespace st
 	}
 	token := strings.TrimSpace(string(s.Data[ms2m.TokenKey]))
 	if token == "" {
-		return "", fmt.Errorf("Secret %s in namespace %s has no %q key: put the applications' control token there", ms2m.ControlSecret, namespace, ms2m.TokenKey)
+		return "", fmt.Errorf("the Secret %s in namespace %s has no %q key: put the applications' control token there", ms2m.ControlSecret, namespace, ms2m.TokenKey)
 	}
 	return token, nil
 }
