@@ -81,11 +81,16 @@ func (s *State) forJournal() *State {
 	c := *s
 	strip := func(o metav1.Object) {
 		o.SetManagedFields(nil)
-		if a := o.GetAnnotations(); a[lastApplied] != "" {
-			a = maps.Clone(a)
-			delete(a, lastApplied)
-			o.SetAnnotations(a)
+		a := o.GetAnnotations()
+		if a[lastApplied] == "" && a[BrokerURLAnnotation] == "" {
+			return
 		}
+		a = maps.Clone(a)
+		delete(a, lastApplied)
+		if u, ok := a[BrokerURLAnnotation]; ok {
+			a[BrokerURLAnnotation] = redactURL(u)
+		}
+		o.SetAnnotations(a)
 	}
 	if c.Source != nil {
 		c.Source = c.Source.DeepCopy()
@@ -107,15 +112,58 @@ func (s *State) forJournal() *State {
 // redactConfig keeps the broker's password out of the journal; recovery
 // reads it from the pod's annotation or --broker-url again.
 func redactConfig(c Config) Config {
-	if u, err := url.Parse(c.Broker.URL); err == nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "")
-		}
-		c.Broker.URL = u.String()
-	} else {
-		c.Broker.URL = ""
-	}
+	c.Broker.URL = redactURL(c.Broker.URL)
 	return c
+}
+
+// redactURL is a broker URL without its password ("" if it cannot be
+// parsed, which may hide one).
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return ""
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "")
+	}
+	return u.String()
+}
+
+// withPassword is the journal's redacted broker URL annotation value with
+// the password of brokerURL (recovery's) put back, when both name the same
+// user: a pod or StatefulSet recovery creates again gets its annotation as
+// it was.
+func withPassword(redacted, brokerURL string) string {
+	r, err := url.Parse(redacted)
+	b, berr := url.Parse(brokerURL)
+	if err != nil || berr != nil || r.User == nil || b.User == nil || r.User.Username() != b.User.Username() {
+		return redacted
+	}
+	if pw, ok := b.User.Password(); ok {
+		r.User = url.UserPassword(r.User.Username(), pw)
+	}
+	return r.String()
+}
+
+// restorePasswords puts brokerURL's password back into the broker URL
+// annotations of what the journal saved (the journal keeps none).
+func (s *State) restorePasswords(brokerURL string) {
+	for ; s != nil; s = s.Final {
+		objects := []metav1.Object{}
+		for _, p := range []*corev1.Pod{s.Source, s.Target} {
+			if p != nil {
+				objects = append(objects, p)
+			}
+		}
+		if s.SavedSTS != nil {
+			objects = append(objects, s.SavedSTS, &s.SavedSTS.Spec.Template)
+		}
+		for _, o := range objects {
+			if a := o.GetAnnotations(); a[BrokerURLAnnotation] != "" {
+				a[BrokerURLAnnotation] = withPassword(a[BrokerURLAnnotation], brokerURL)
+			}
+		}
+	}
 }
 
 // ReadJournal decodes a record's journal; ok is false when the record keeps

@@ -30,6 +30,7 @@ func Recover(ctx context.Context, rec *report.Record, brokerURL string, deps Dep
 	}
 	cfg := j.Config
 	cfg.Broker.URL = brokerURL
+	j.State.restorePasswords(brokerURL)
 	if cfg.ControlToken, err = ControlToken(ctx, deps.Client, cfg.Namespace); err != nil {
 		return rec, err // the journal keeps no token
 	}

@@ -379,6 +379,7 @@ func TestJournalKeepsNoSecrets(t *testing.T) {
 		source.Annotations = map[string]string{}
 	}
 	source.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = `{"kind":"Pod","env":"SECRET=hunter2"}`
+	source.Annotations[migrate.BrokerURLAnnotation] = "amqp://app:s3cret-pass@broker:5672/"
 	world := func(t *testing.T) *migratetest.World {
 		return migratetest.NewWorld(t, migratetest.Node("node-a", "cri-o://1.34.0"), migratetest.Node("node-b", "cri-o://1.34.0"), source.DeepCopy())
 	}
@@ -402,6 +403,69 @@ func TestJournalKeepsNoSecrets(t *testing.T) {
 		if err := w.Conservation(); err != nil {
 			t.Fatalf("crashed at step %d: %v", n, err)
 		}
+	}
+}
+
+// TestStatefulSetJournalKeepsNoPassword: a StatefulSet's pods carry the
+// broker URL, password and all, in their template's annotation, and a
+// migration saves the StatefulSet to create it again: the journal keeps
+// the URL without the password, and the StatefulSet a recovery creates
+// again has it back from the recovery's broker URL.
+func TestStatefulSetJournalKeepsNoPassword(t *testing.T) {
+	const url = "amqp://app:s3cret-pass@broker:5672/"
+	world := func(t *testing.T) *migratetest.World {
+		w := migratetest.NewStatefulSetWorld(t)
+		ctx := context.Background()
+		sts, err := w.Client.AppsV1().StatefulSets("default").Get(ctx, "consumer", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sts.Spec.Template.Annotations = map[string]string{migrate.BrokerURLAnnotation: url}
+		if _, err := w.Client.AppsV1().StatefulSets("default").Update(ctx, sts, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"consumer-0", "consumer-1"} {
+			pod, err := w.Client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod.Annotations = map[string]string{migrate.BrokerURLAnnotation: url}
+			if _, err := w.Client.CoreV1().Pods("default").Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return w
+	}
+	cfg := stsConfig(migrate.MS2M, migrate.Sequential)
+	cfg.Broker.URL = url
+	steps := crashSteps(t, world, cfg)
+	recreated := 0
+	for n := 1; n < steps; n++ {
+		w := world(t)
+		rec := crashAt(t, w, cfg, n)
+		if strings.Contains(string(rec.Journal), "s3cret-pass") {
+			t.Fatalf("crashed at step %d: the journal holds the password", n)
+		}
+		got, err := migrate.Recover(context.Background(), rec, url, w.Deps(), migrate.Hooks{})
+		if err != nil || !got.Outcome.Final() {
+			t.Fatalf("crashed at step %d: recovered to %s: %v", n, got.Outcome, err)
+		}
+		sts, err := w.Client.AppsV1().StatefulSets("default").Get(context.Background(), "consumer", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("crashed at step %d: %v", n, err)
+		}
+		if a := sts.Spec.Template.Annotations[migrate.BrokerURLAnnotation]; a != url {
+			t.Fatalf("crashed at step %d: the StatefulSet's template says %q, not %q", n, a, url)
+		}
+		if sts.UID != migratetest.StatefulSetUID {
+			recreated++
+		}
+		if err := w.Conservation(); err != nil {
+			t.Fatalf("crashed at step %d: %v", n, err)
+		}
+	}
+	if recreated == 0 {
+		t.Fatal("no recovery created the StatefulSet again: this proves nothing")
 	}
 }
 

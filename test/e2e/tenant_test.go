@@ -97,6 +97,13 @@ func startThief(t *testing.T, l *lab, w *workload.Workload, rec report.Record) *
 			}},
 		},
 	}
+	// The runtime restores a container only with the mounts it was
+	// checkpointed with: the thief mounts a control token of its own where
+	// the victim's was (it cannot mount the victim's).
+	if _, err := workload.CreateControlToken(ctx, l.client, thief.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	workload.MountControlToken(&pod.Spec)
 	// The namespace's default service account appears asynchronously.
 	l.waitDefaultServiceAccount(t, thief.Namespace)
 	if _, err := l.client.CoreV1().Pods(thief.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -685,8 +692,12 @@ func TestTenantForgingTheTargetsNameNeverConsumes(t *testing.T) {
 	var moved ms2m.State
 	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
 		after, err := thief.State(ctx, "thief")
+		if err != nil {
+			t.Logf("the thief's copy did not answer: %v", err)
+			return false, nil
+		}
 		moved = after
-		return err != nil || after.Position() != st.Position() || after.Mode != ms2m.ModeHold || after.RestoredAgain != 0, nil
+		return after.Position() != st.Position() || after.Mode != ms2m.ModeHold || after.RestoredAgain != 0, nil
 	}); err == nil {
 		t.Fatalf("the forging copy moved from %s: %+v", st.Position(), moved)
 	}
