@@ -181,7 +181,10 @@ func (o *ConformanceOptions) migrate(ctx context.Context, client kubernetes.Inte
 		InsecureRegistry: o.InsecureRegistry, AgentImage: o.AgentImage, AgentNamespace: o.AgentNamespace, BrokerURL: o.BrokerURL,
 		ReplayTimeout: 2 * time.Minute, PhaseTimeout: 3 * time.Minute, KubeletTimeout: 15 * time.Second,
 		CheckpointTimeout: time.Minute, Timeout: o.Timeout,
-		namespace: s.Namespace, pod: s.Pod,
+		// The check's own scratch instance: its memory holds what the
+		// check gave it, nothing of a tenant's.
+		AllowAnonymous: true,
+		namespace:      s.Namespace, pod: s.Pod,
 	}, Transfer: string(migrate.ViaRegistry)}
 	_, _, record, err := pod.migrate(ctx, client, pod)
 	if err != nil {

@@ -49,6 +49,7 @@ type migrationFlags struct {
 	dryRunMode        string
 	KeepOnFailure     bool
 	KeepImage         bool
+	AllowAnonymous    bool
 	MaxVolumeData     string
 	Restore           string
 	DeleteImage       bool // before images were deleted by default
@@ -91,6 +92,7 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs.Lookup("dry-run").NoOptDefVal = "client"
 	fs.BoolVar(&f.KeepOnFailure, "keep-on-failure", false, "leave everything as it is when the migration fails, for debugging")
 	fs.BoolVar(&f.KeepImage, "keep-image", false, "keep the checkpoint images in the registry after success (they hold the process's memory, and are deleted by default)")
+	fs.BoolVar(&f.AllowAnonymous, "allow-anonymous-checkpoints", false, "let the checkpoint image go through a registry without --registry-secret: any pod on the target node may then run it, and anyone who reaches the registry read it (refused by default)")
 	fs.StringVar(&f.MaxVolumeData, "max-volume-data", "1Gi", "the most emptyDir data the migrated containers' volumes may hold; it is copied to the target, and more is refused before any change")
 	fs.StringVar(&f.Restore, "restore", string(migrate.RestoreAuto), "cri: the target's container runtime restores from a checkpoint image; runtime: the kubectl-migrate runtime (kubectl migrate node-setup) restores from the checkpoint sent node to node, no image (containerd 2.4+); auto: runtime where installed, else cri")
 	_ = cmd.RegisterFlagCompletionFunc("restore", cobra.FixedCompletions([]string{"auto", "cri", "runtime"}, cobra.ShellCompDirectiveNoFileComp))
@@ -180,7 +182,7 @@ func (f *migrationFlags) toConfig(pod *corev1.Pod, id string) (migrate.Config, e
 		ControlPort:       f.ControlPort,
 		CheckpointTimeout: f.CheckpointTimeout, PhaseTimeout: f.PhaseTimeout, ReplayTimeout: f.ReplayTimeout, Timeout: f.Timeout,
 		KubeletTimeout: f.KubeletTimeout,
-		KeepOnFailure:  f.KeepOnFailure, DryRun: f.DryRun, KeepImages: f.KeepImage,
+		KeepOnFailure:  f.KeepOnFailure, DryRun: f.DryRun, KeepImages: f.KeepImage, AllowAnonymousCheckpoints: f.AllowAnonymous,
 		Labels: f.labels, InjectFailure: f.InjectFailure,
 		Restore: migrate.Restore(f.Restore), Transfer: migrate.ViaRegistry,
 	}

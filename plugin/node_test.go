@@ -47,7 +47,7 @@ func TestNodeDryRunPrintsThePlanAndChangesNothing(t *testing.T) {
 // the flags' settings), leaves the other pod, and records both.
 func TestNodeDrainsThroughTheEngine(t *testing.T) {
 	w := drainWorld(t)
-	r := execute(t, w, "node", "node-a", "--to", "node-b", "-o", "json", "--registry", "reg:5000/ckpt", "--broker-url", "amqp://x", "--exchange", "ex")
+	r := execute(t, w, "node", "node-a", "--to", "node-b", "-o", "json", "--registry", "reg:5000/ckpt", "--allow-anonymous-checkpoints", "--broker-url", "amqp://x", "--exchange", "ex")
 	if r.err != nil {
 		t.Fatalf("%v\n%s", r.err, r.errOut)
 	}

@@ -48,7 +48,8 @@ func execute(t *testing.T, w *migratetest.World, args ...string) run {
 	return r
 }
 
-var brokerFlags = []string{"--registry", "reg:5000/ckpt", "--broker-url", "amqp://x", "--exchange", "ex", "--queue", "work"}
+// The fake registry takes anonymous pulls, as a lab's may.
+var brokerFlags = []string{"--registry", "reg:5000/ckpt", "--allow-anonymous-checkpoints", "--broker-url", "amqp://x", "--exchange", "ex", "--queue", "work"}
 
 func TestBadInputTouchesNothing(t *testing.T) {
 	for _, tc := range []struct {
@@ -163,7 +164,7 @@ func TestPodDefaultsFromAnnotations(t *testing.T) {
 		migrate.ExchangeAnnotation: "ex", migrate.QueueAnnotation: "work", migrate.ControlPortAnnotation: "9090",
 	}
 	w := migratetest.NewWorld(t, []runtime.Object{migratetest.Node("node-a", "cri-o://1.34.0"), migratetest.Node("node-b", "cri-o://1.34.0"), pod}...)
-	r := execute(t, w, "pod", "consumer", "--to", "node-b", "-o", "yaml", "-q")
+	r := execute(t, w, "pod", "consumer", "--to", "node-b", "-o", "yaml", "-q", "--allow-anonymous-checkpoints")
 	if r.err != nil {
 		t.Fatal(r.err)
 	}

@@ -130,6 +130,11 @@ type Config struct {
 	AgentImage       string
 	// AgentNamespace is where the agents run (agent.DefaultNamespace).
 	AgentNamespace string
+	// AllowAnonymousCheckpoints lets a checkpoint image go to a registry,
+	// and be restored by the container runtime, with no pull secret: the
+	// target node's kubelet then lets any pod run it, and anyone who
+	// reaches the registry may read it. Refused without.
+	AllowAnonymousCheckpoints bool
 	// KeepImages keeps the checkpoint images in the registry after success;
 	// they are deleted (manifest and blobs) by default: they hold the
 	// process's memory.

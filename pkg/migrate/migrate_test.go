@@ -30,7 +30,7 @@ import (
 func testConfig(s migrate.Strategy) migrate.Config {
 	return migrate.Config{
 		ID: "abcde", Strategy: s, Namespace: "default", Pod: "consumer", TargetNode: "node-b", TargetName: "consumer-abcde",
-		ImageRepository: "registry:5000/ckpt", AgentImage: "agent:1",
+		ImageRepository: "registry:5000/ckpt", AgentImage: "agent:1", AllowAnonymousCheckpoints: true,
 		Broker:      migrate.BrokerConfig{URL: "amqp://x", Exchange: "ex", Queue: "work"},
 		ControlPort: 8080, CheckpointTimeout: time.Second, PhaseTimeout: 5 * time.Second, ReplayTimeout: 5 * time.Second, Timeout: time.Minute,
 		PredictWindow: -1, // TestMigrationKeepsItsPrediction predicts
@@ -310,6 +310,7 @@ func TestPreflightRefusals(t *testing.T) {
 		}, "enable_experimental_restore_via_create = true"},
 		{"replay queue exists", func(w *migratetest.World, _ *migrate.Config) { w.Queues["work.ms2m-replay"] = true }, "already exists"},
 		{"app not serving", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Mode = ms2m.ModeHold }, "hold mode"},
+		{"checkpoint image pulled without credentials", func(_ *migratetest.World, c *migrate.Config) { c.AllowAnonymousCheckpoints = false }, "pass --registry-secret for a registry that asks for credentials, --transfer direct, or --allow-anonymous-checkpoints"},
 		{"app of a newer contract", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Contract = ms2m.ContractVersion + 1 }, "upgrade kubectl-migrate"},
 		{"app whose endpoint takes anyone's calls", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Contract = 3 }, "takes calls from any pod of the cluster; upgrade it to version 4"},
 		{"no control token", func(w *migratetest.World, _ *migrate.Config) {

@@ -160,8 +160,11 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 	}
 	if m.config.Transfer != Direct && m.config.RegistrySecret == "" {
 		// The kubelet lets any pod use an image pulled anonymously.
-		m.progress(report.Preflight, "the checkpoint image is pulled without credentials: any pod on "+m.config.TargetNode+
-			" may run it while the node keeps it; use a registry that asks for credentials with --registry-secret, or --transfer direct (docs/security.md)")
+		if !m.config.AllowAnonymousCheckpoints {
+			return fmt.Errorf("the checkpoint image (the process's memory) would be pushed to %s and pulled without credentials: any pod on %s could run it, and anyone who reaches the registry read it; pass --registry-secret for a registry that asks for credentials, --transfer direct, or --allow-anonymous-checkpoints to accept that (docs/security.md)", m.config.ImageRepository, m.config.TargetNode)
+		}
+		m.progress(report.Preflight, "the checkpoint image is pulled without credentials (--allow-anonymous-checkpoints): any pod on "+m.config.TargetNode+
+			" may run it while the node keeps it")
 	}
 	return nil
 }

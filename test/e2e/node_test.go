@@ -78,7 +78,7 @@ func (l *lab) drainNodeA(t testing.TB) (took, sumOfMigrations time.Duration) {
 		before[sts.Namespace+"/"+p] = waitApplied(t, sts, p, 10).LastSeq
 	}
 
-	argv := []string{"migrate", "node", "node-a", "--to", "node-b", "--parallel", "2",
+	argv := []string{"migrate", "node", "node-a", "--to", "node-b", "--parallel", "2", "--allow-anonymous-checkpoints",
 		"--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab", "--insecure-registry", "-o", "json"}
 	cmd := l.kubectlCommand(argv...)
 	var stderr strings.Builder

@@ -703,3 +703,26 @@ func TestTenantForgingTheTargetsNameNeverConsumes(t *testing.T) {
 	}
 	checkConservation(t, w, rec.TargetPod)
 }
+
+// TestTenantAnonymousCheckpointsAreRefused: without --registry-secret (and
+// with no pull secret on the pod), a checkpoint pushed to the lab's
+// anonymous registry would be runnable by any pod on the target node and
+// readable by anyone who reaches the registry. By default the migration is
+// refused in preflight with one line naming the ways out, and nothing
+// changes; the consumer conserves every message.
+func TestTenantAnonymousCheckpointsAreRefused(t *testing.T) {
+	l := setup(t)
+	w := l.deploy(t, "10")
+	waitApplied(t, w, "consumer", 10)
+	argv := []string{"migrate", "-n", w.Namespace, "pod", "consumer", "--to", "node-b", "--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab", "--insecure-registry"}
+	out, err := l.kubectlCommand(argv...).CombinedOutput()
+	if code := exitCode(err); code != 3 || strings.Count(string(out), "error:") != 1 ||
+		!strings.Contains(string(out), "--registry-secret") || !strings.Contains(string(out), "--transfer direct") || !strings.Contains(string(out), "--allow-anonymous-checkpoints") {
+		t.Fatalf("an anonymous checkpoint: exit %d, want 3 with one line naming the ways out:\n%s", code, out)
+	}
+	if records, err := (report.Store{Client: l.client}).List(context.Background(), w.Namespace); err != nil || len(records) != 0 {
+		t.Fatalf("a refused migration left %d records (%v)", len(records), err)
+	}
+	l.nothingLeft(t, w)
+	checkConservation(t, w, "consumer")
+}

@@ -41,8 +41,9 @@ func (d dirs) demo() error {
 	if _, err := w.WaitApplied(ctx, "consumer", 30, time.Minute); err != nil {
 		return err
 	}
-	logf("$ kubectl migrate pod consumer --to node-b -n %s", ns)
-	cmd := exec.Command(d.bin("kubectl"), "migrate", "pod", "consumer", "--to", "node-b", "-n", ns,
+	// The lab's registry takes anonymous pulls.
+	logf("$ kubectl migrate pod consumer --to node-b -n %s --allow-anonymous-checkpoints", ns)
+	cmd := exec.Command(d.bin("kubectl"), "migrate", "pod", "consumer", "--to", "node-b", "-n", ns, "--allow-anonymous-checkpoints",
 		"--agent-image", imageRef("kubectl-migrate-agent"), "--insecure-registry")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.kubeconfig(), "PATH="+plugins+string(os.PathListSeparator)+os.Getenv("PATH"))
