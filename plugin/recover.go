@@ -135,14 +135,16 @@ func (o *RecoverOptions) recoverOne(ctx context.Context, client kubernetes.Inter
 		return nil, fmt.Errorf("migration %s (%s) keeps no journal to recover from", rec.ID, rec.Outcome)
 	}
 	url := o.BrokerURL
-	if url == "" && j.State.Source != nil {
-		url = j.State.Source.Annotations[migrate.BrokerURLAnnotation]
+	if url == "" {
+		// The journal keeps no password: the migration's live pods (or
+		// StatefulSet) still carry it in their annotation.
+		url = migrate.LiveBrokerURL(ctx, client, j)
 		if err := broker.CheckAnnotatedURL(url); err != nil {
-			return nil, fmt.Errorf("the journal's copy of pod %s's %s annotation %w; pass --broker-url to use them", rec.Pod, migrate.BrokerURLAnnotation, err)
+			return nil, fmt.Errorf("pod %s's %s annotation %w; pass --broker-url to use them", rec.Pod, migrate.BrokerURLAnnotation, err)
 		}
 	}
 	if url == "" {
-		return nil, fmt.Errorf("the journal keeps no broker password and pod %s has no %s annotation; pass --broker-url", rec.Pod, migrate.BrokerURLAnnotation)
+		return nil, fmt.Errorf("the journal keeps no broker password and no live pod of migration %s has it in its %s annotation; pass --broker-url", rec.ID, migrate.BrokerURLAnnotation)
 	}
 	var pullSecrets []corev1.LocalObjectReference
 	if j.State.Source != nil {

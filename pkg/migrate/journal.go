@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -143,6 +144,39 @@ func withPassword(redacted, brokerURL string) string {
 		r.User = url.UserPassword(r.User.Username(), pw)
 	}
 	return r.String()
+}
+
+// LiveBrokerURL is the broker URL, password included, that a recovery of
+// j dials when not given one: the annotation of a live object of the
+// migration (its pods, its StatefulSet's template) that names the same
+// user and host as the journal's URL, which keeps no password. "" if none
+// does.
+func LiveBrokerURL(ctx context.Context, client kubernetes.Interface, j Journal) string {
+	want, err := url.Parse(j.Config.Broker.URL)
+	if err != nil || want.User == nil {
+		return ""
+	}
+	var annotated []string
+	for _, name := range []string{j.Config.Pod, j.Config.TargetName, ShadowName(j.Config.Pod)} {
+		if pod, err := client.CoreV1().Pods(j.Config.Namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			annotated = append(annotated, pod.Annotations[BrokerURLAnnotation])
+		}
+	}
+	if j.Config.StatefulSet != "" {
+		if sts, err := client.AppsV1().StatefulSets(j.Config.Namespace).Get(ctx, j.Config.StatefulSet, metav1.GetOptions{}); err == nil {
+			annotated = append(annotated, sts.Spec.Template.Annotations[BrokerURLAnnotation])
+		}
+	}
+	for _, a := range annotated {
+		u, err := url.Parse(a)
+		if err != nil || u.User == nil || u.Host != want.Host || u.User.Username() != want.User.Username() {
+			continue // not the broker the migration used
+		}
+		if _, ok := u.User.Password(); ok {
+			return withPassword(j.Config.Broker.URL, a)
+		}
+	}
+	return ""
 }
 
 // restorePasswords puts brokerURL's password back into the broker URL

@@ -40,10 +40,13 @@ func Recover(ctx context.Context, rec *report.Record, brokerURL string, deps Dep
 		return rec, err
 	}
 	defer m.closeBroker()
-	if m.broker, err = deps.DialBroker(ctx, brokerURL); err != nil {
+	b, err := deps.DialBroker(ctx, brokerURL)
+	if err != nil {
+		// b may be a typed nil: m.broker stays unset.
 		m.leases.Abandon(context.WithoutCancel(ctx))
 		return rec, fmt.Errorf("%w; pass --broker-url with an address this machine reaches", err)
 	}
+	m.broker = b
 	if m.state.Final != nil {
 		m.startFinalStage(m.state.Final) // after the dial: stages share the broker
 	}

@@ -568,3 +568,26 @@ func TestACrashInSetupLeavesNothingToRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRecoveryTakesThePasswordFromTheLiveAnnotation: the journal keeps the
+// broker URL without its password; a recovery given none takes it from a
+// live pod of the migration whose annotation names the same user and host,
+// never from one that names another broker.
+func TestRecoveryTakesThePasswordFromTheLiveAnnotation(t *testing.T) {
+	ctx := context.Background()
+	j := migrate.Journal{Config: testConfig(migrate.MS2M)}
+	j.Config.Broker.URL = "amqp://app:@broker:5672/"
+	for _, tc := range []struct{ annotation, want string }{
+		{"amqp://app:pw@broker:5672/", "amqp://app:pw@broker:5672/"},
+		{"amqp://app:pw@elsewhere:5672/", ""},
+		{"amqp://other:pw@broker:5672/", ""},
+		{"amqp://app@broker:5672/", ""},
+	} {
+		source := migratetest.SourcePod()
+		source.Annotations = map[string]string{migrate.BrokerURLAnnotation: tc.annotation}
+		w := migratetest.NewWorld(t, migratetest.Node("node-a", "cri-o://1.34.0"), source)
+		if got := migrate.LiveBrokerURL(ctx, w.Client, j); got != tc.want {
+			t.Errorf("annotation %q: got %q, want %q", tc.annotation, got, tc.want)
+		}
+	}
+}

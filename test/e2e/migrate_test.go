@@ -321,7 +321,7 @@ func TestDryRunPredicts(t *testing.T) {
 		t.Logf("predicted total %d ms (took %d ms), replay %d ms (took %d ms)", p.TotalMillis, rec.TotalMillis, p.ReplayMillis, func() int64 { ph, _ := rec.Phase(report.Replay); return ph.DurationMillis }())
 	}
 	before := state(t, w, rec.TargetPod)
-	out := l.kubectlMigrate(t, "-n", w.Namespace, "pod", rec.TargetPod, "--to", "node-a", "--dry-run",
+	out := l.kubectlMigrate(t, "-n", w.Namespace, "pod", rec.TargetPod, "--to", "node-a", "--dry-run", "--allow-anonymous-checkpoints",
 		"--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab", "--insecure-registry")
 	t.Logf("dry run:\n%s", out)
 	m := regexp.MustCompile(`λ ([0-9.]+) msg/s, μ ([0-9.]+) msg/s`).FindStringSubmatch(out)
