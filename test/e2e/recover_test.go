@@ -80,9 +80,9 @@ func (l *lab) onlyRecord(t *testing.T, w *workload.Workload) *report.Record {
 }
 
 // recover runs kubectl migrate recover and returns its record.
-func (l *lab) recover(t *testing.T, w *workload.Workload, id string) report.Record {
+func (l *lab) recover(t *testing.T, w *workload.Workload, id string, flags ...string) report.Record {
 	t.Helper()
-	out := l.kubectlMigrate(t, "recover", id, "-n", w.Namespace, "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab", "-o", "json")
+	out := l.kubectlMigrate(t, append([]string{"recover", id, "-n", w.Namespace, "--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab", "-o", "json"}, flags...)...)
 	var rec report.Record
 	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &rec); err != nil {
 		t.Fatalf("recover printed no record: %v\n%s", err, out)
@@ -296,7 +296,10 @@ func (l *lab) crashAndRecover(t *testing.T, w *workload.Workload, tc crashCase, 
 	if err == nil || !strings.Contains(stderr, "kubectl migrate recover "+rec.ID) {
 		t.Fatalf("a new migration was not pointed at recovery: %v\n%s", err, stderr)
 	}
-	got := l.recover(t, w, rec.ID)
+	// The journal keeps no broker password; where no live pod of the
+	// migration has it in its annotation (a StatefulSet pod between its
+	// source's deletion and its target's creation) recovery asks for it.
+	got := l.recover(t, w, rec.ID, "--broker-url", l.brokerURL)
 	if got.Outcome != tc.want {
 		t.Fatalf("recovered to %s, want %s: %s", got.Outcome, tc.want, got.Error)
 	}
