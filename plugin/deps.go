@@ -39,6 +39,7 @@ func realDeps(ctx context.Context, client kubernetes.Interface, c migrate.Config
 		App:        appctl.Client{REST: rest},
 		Registry:   image.Registry{Keychain: keychain(ctx, client, c, pullSecrets), Insecure: c.InsecureRegistry},
 		Records:    report.Store{Client: client},
+		JournalKey: migrate.JournalKeyIn(client, c.Agents()),
 	}, nil
 }
 

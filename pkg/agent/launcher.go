@@ -206,17 +206,23 @@ func (l Launcher) agentSecret() string {
 // createInAgentNamespace creates obj with create, first creating the
 // agents' namespace if create found it missing.
 func (l Launcher) createInAgentNamespace(ctx context.Context, create func() error) error {
+	return CreateInNamespace(ctx, l.Client, l.Namespace, create)
+}
+
+// CreateInNamespace creates an object in the agents' namespace with
+// create, first creating the namespace if create found it missing.
+func CreateInNamespace(ctx context.Context, client kubernetes.Interface, namespace string, create func() error) error {
 	err := create()
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: l.Namespace, Labels: map[string]string{
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: map[string]string{
 		"app.kubernetes.io/managed-by": "kubectl-migrate",
 		// Root and host paths: see DefaultNamespace.
 		"pod-security.kubernetes.io/enforce": "privileged",
 	}}}
-	if _, nerr := l.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); nerr != nil && !apierrors.IsAlreadyExists(nerr) {
-		return fmt.Errorf("the agents' namespace %s does not exist and creating it failed (%w); have an administrator apply docs/rbac.yaml, which creates it, or pass --agent-namespace", l.Namespace, nerr)
+	if _, nerr := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); nerr != nil && !apierrors.IsAlreadyExists(nerr) {
+		return fmt.Errorf("the agents' namespace %s does not exist and creating it failed (%w); have an administrator apply docs/rbac.yaml, which creates it, or pass --agent-namespace", namespace, nerr)
 	}
 	return create()
 }

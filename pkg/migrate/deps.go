@@ -93,6 +93,10 @@ type Deps struct {
 	App        App
 	Registry   Registry
 	Records    RecordStore
+	// JournalKey returns the key journals are signed with (JournalKeyIn
+	// the agents' namespace; for a recovery, the one its operator names,
+	// never the journal's).
+	JournalKey func(ctx context.Context) ([]byte, error)
 }
 
 // Hooks let the caller show progress; any of them may be nil.

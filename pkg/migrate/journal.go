@@ -43,6 +43,9 @@ type journal struct {
 	state  *State
 	record *report.Record
 	store  RecordStore
+	// key signs each save (Deps.JournalKey), read once.
+	key    func(context.Context) ([]byte, error)
+	keyVal []byte
 }
 
 // saveBackoff rides out a short API server outage; a journal that cannot be
@@ -54,7 +57,16 @@ func (j *journal) save(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if j.keyVal == nil {
+		if j.key == nil {
+			return errors.New("write the migration's journal: no journal key to sign it with")
+		}
+		if j.keyVal, err = j.key(ctx); err != nil {
+			return fmt.Errorf("write the migration's journal: %w", err)
+		}
+	}
 	j.record.Journal = data
+	j.record.JournalMAC = journalMAC(j.keyVal, j.record)
 	// A refusal (RBAC, admission) will not pass on a retry; an outage may.
 	refused := func(err error) bool {
 		return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||

@@ -280,6 +280,15 @@ var permissions = []permission{
 	{RestorePermission.Group, RestorePermission.Verb, RestorePermission.Resource, "", true, "to create a pod the kubectl-migrate runtime restores (node-setup's admission policy asks)"},
 }
 
+// journalKeyPermissions read (and, the first time, create) the key
+// journals are signed with, in the agents' namespace.
+func journalKeyPermissions(agents string) []Permission {
+	return []Permission{
+		{Verb: "get", Resource: "secrets", Name: JournalKeySecret, Namespaced: true, Namespace: agents, Why: "to sign the migration's journal"},
+		{Verb: "create", Resource: "secrets", Namespaced: true, Namespace: agents, Why: "to create the journal key on the first migration"},
+	}
+}
+
 // ControlTokenPermission reads the one Secret of the namespace the
 // migration needs: the applications' control token.
 var ControlTokenPermission = Permission{Verb: "get", Resource: "secrets", Name: ms2m.ControlSecret, Namespaced: true, Why: "to read the applications' control token"}
@@ -432,6 +441,7 @@ func NeededPermissions(c Config) []Permission {
 	if agents != "" {
 		add(agentPermissions, agents)
 	}
+	out = append(out, journalKeyPermissions(c.Agents())...)
 	if c.Transfer == Direct && c.Restore != RestoreRuntime {
 		add(pullSecretPermissions, "")
 	}

@@ -28,6 +28,16 @@ func Recover(ctx context.Context, rec *report.Record, brokerURL string, deps Dep
 		}
 		return rec, fmt.Errorf("migration %s (%s) keeps no journal to recover from", rec.ID, rec.Outcome)
 	}
+	if deps.JournalKey == nil {
+		return rec, errors.New("no journal key to check the journal with")
+	}
+	key, err := deps.JournalKey(ctx)
+	if err != nil {
+		return rec, err
+	}
+	if err := checkJournalSigned(key, rec); err != nil {
+		return rec, err
+	}
 	cfg := j.Config
 	cfg.Broker.URL = brokerURL
 	j.State.restorePasswords(brokerURL)

@@ -473,8 +473,9 @@ func TestStatefulSetJournalKeepsNoPassword(t *testing.T) {
 // edit the namespace can rewrite, while recovery runs with its operator's
 // rights. A journal naming what the migration never touches (another
 // namespace's pod, another workload's queue, another image, another pod's
-// archives, another migration) is refused before anything changes; the
-// genuine one then recovers with every message conserved.
+// archives, another migration), or one whose flags were flipped, is
+// refused before anything changes: its signature no longer holds (the key
+// is in the agents' namespace, out of the editor's reach); the genuine one then recovers with every message conserved.
 func TestRecoverRefusesAForgedJournal(t *testing.T) {
 	w := migratetest.NewWorld(t)
 	done := make(chan struct{})
@@ -504,6 +505,9 @@ func TestRecoverRefusesAForgedJournal(t *testing.T) {
 			j.State.Archives = map[string]string{"app": "/var/lib/kubelet/checkpoints/checkpoint-db_prod-app-*.tar"}
 		}},
 		{"another migration", func(j *migrate.Journal) { j.Config.Namespace = "prod" }},
+		// Names nothing new: only the signature (a key in the agents'
+		// namespace, which the editor cannot read) tells.
+		{"committed flipped", func(j *migrate.Journal) { j.State.Committed = true }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var j migrate.Journal

@@ -34,7 +34,7 @@ func Phases(s Strategy, statefulSet bool, mode StatefulSetMode) []Phase {
 func newMigration(cfg Config, deps Deps, hooks Hooks, state *State, record *report.Record) *Migration {
 	m := &Migration{config: cfg, deps: deps, hooks: hooks, state: state, Record: record, fence: newFence(), receivers: &receivers{}, warm: &nodeSet{}}
 	if !cfg.DryRun {
-		m.journal = &journal{config: &m.config, state: state, record: record, store: deps.Records}
+		m.journal = &journal{config: &m.config, state: state, record: record, store: deps.Records, key: deps.JournalKey}
 	}
 	return m
 }

@@ -257,6 +257,8 @@ type Record struct {
 	// Journal is the engine's state, kept while the migration may need
 	// finishing or undoing (pkg/migrate reads and writes it).
 	Journal json.RawMessage `json:"-"`
+	// JournalMAC authenticates Journal (pkg/migrate signs and checks it).
+	JournalMAC string `json:"-"`
 	// ResourceVersion is the stored record's version as last read or
 	// written: a save over a record someone else changed since fails.
 	ResourceVersion string `json:"-"`

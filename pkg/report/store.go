@@ -22,6 +22,7 @@ const (
 	PodLabel       = "migrate.ms2m.io/pod"
 	recordKey      = "record.json"
 	journalKey     = "journal.json"
+	journalMACKey  = "journal.mac"
 	namePrefix     = "kubectl-migrate-"
 )
 
@@ -62,6 +63,7 @@ func (s Store) Save(ctx context.Context, r *Record) error {
 	}
 	if len(r.Journal) > 0 {
 		cm.Data[journalKey] = string(r.Journal)
+		cm.Data[journalMACKey] = r.JournalMAC
 	}
 	cms := s.Client.CoreV1().ConfigMaps(r.Namespace)
 	var saved *corev1.ConfigMap
@@ -148,6 +150,7 @@ func decode(cm *corev1.ConfigMap) (*Record, error) {
 	}
 	if j := cm.Data[journalKey]; j != "" {
 		r.Journal = json.RawMessage(j)
+		r.JournalMAC = cm.Data[journalMACKey]
 	}
 	if r.Namespace != cm.Namespace {
 		// Written by hand to steer whoever reads it at another namespace.

@@ -349,6 +349,7 @@ func (w *World) Deps() migrate.Deps {
 		Client: w.engine, Kubelet: (*fakeKubelet)(w), Packer: &fakePacker{w: w},
 		DialBroker: func(context.Context, string) (migrate.Broker, error) { return (*fakeBroker)(w), nil },
 		App:        (*fakeApp)(w), Registry: (*fakeRegistry)(w), Records: report.Store{Client: w.engine},
+		JournalKey: migrate.JournalKeyIn(w.engine, agent.DefaultNamespace),
 	}
 }
 
