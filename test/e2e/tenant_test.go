@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -724,5 +725,74 @@ func TestTenantAnonymousCheckpointsAreRefused(t *testing.T) {
 		t.Fatalf("a refused migration left %d records (%v)", len(records), err)
 	}
 	l.nothingLeft(t, w)
+	checkConservation(t, w, "consumer")
+}
+
+// TestTenantCannotSteerARecoveryByItsJournal: a migration dies before its
+// commit point and leaves its journal in a ConfigMap of the application's
+// namespace. A user bound to edit there flips the journal's committed flag
+// (which would make the recovery complete a migration that had not
+// committed). The operator's recover refuses it, its signature no longer
+// holding, and changes nothing; with the journal as the migration wrote
+// it, the recovery rolls back and the consumer conserves every message.
+func TestTenantCannotSteerARecoveryByItsJournal(t *testing.T) {
+	l := setup(t)
+	ctx := context.Background()
+	w := l.deploy(t, "10")
+	waitApplied(t, w, "consumer", 20)
+	editor := l.editorOf(t, w.Namespace)
+	run, out := l.start(t, w, "pod", "consumer", "--to", "node-b", "--inject-crash", "restore")
+	if err := run.Wait(); err == nil {
+		t.Fatalf("the migration was not killed:\n%s", out)
+	}
+	rec := l.onlyRecord(t, w)
+	name := "kubectl-migrate-" + rec.ID
+	cm, err := editor.CoreV1().ConfigMaps(w.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the editor cannot read the journal: %v", err)
+	}
+	genuine := cm.Data["journal.json"]
+	var j migrate.Journal
+	if err := json.Unmarshal([]byte(genuine), &j); err != nil || j.State.Committed {
+		t.Fatalf("journal: %v (committed %v)", err, j.State != nil && j.State.Committed)
+	}
+	j.State.Committed = true
+	flipped, _ := json.Marshal(j)
+	cm.Data["journal.json"] = string(flipped)
+	if _, err := editor.CoreV1().ConfigMaps(w.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("the editor cannot write the journal: %v", err)
+	}
+	pods := func() []string {
+		list, err := l.client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range list.Items {
+			names = append(names, p.Name+"@"+p.Spec.NodeName)
+		}
+		slices.Sort(names)
+		return names
+	}
+	before := pods()
+	argv := []string{"migrate", "recover", rec.ID, "-n", w.Namespace, "--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab"}
+	refused, err := l.kubectlCommand(argv...).CombinedOutput()
+	if err == nil || !strings.Contains(string(refused), "refusing its journal") {
+		t.Fatalf("recover of a flipped journal: %v\n%s", err, refused)
+	}
+	if after := pods(); !slices.Equal(after, before) {
+		t.Fatalf("the refused recovery changed the pods: %v, were %v", after, before)
+	}
+	cm, err = l.client.CoreV1().ConfigMaps(w.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["journal.json"] = genuine
+	if _, err := l.client.CoreV1().ConfigMaps(w.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.recover(t, w, rec.ID); got.Outcome != report.RolledBack {
+		t.Fatalf("recovered to %s", got.Outcome)
+	}
 	checkConservation(t, w, "consumer")
 }
