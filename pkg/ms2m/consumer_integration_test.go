@@ -310,6 +310,37 @@ func TestControlRejectsBadMessages(t *testing.T) {
 	}
 }
 
+// preparedSource is a source in pod team/consumer, applying what a
+// producer sends at 50/s, whose migration to team/consumer-x1 runs and has
+// marked it (PREPARE).
+func preparedSource(t *testing.T) (*fixture, *Consumer) {
+	f := newFixture(t)
+	cfg := ConsumerConfig{URL: f.url, Exchange: f.exchange, Queue: f.queue, Logf: t.Logf, Handle: sleep(0), Identity: func() string { return "team/consumer" }}
+	src := NewConsumer(cfg)
+	start(t, src.Run)
+	prod := f.producer(50, 0)
+	start(t, prod.Run)
+	eventually(t, 10*time.Second, "source applying", func() bool { return src.State().LastSeq >= 10 })
+	markMigrating(t, f)
+	control(t, src, Control{Type: Prepare, Payload: ControlPayload{Target: "team/consumer-x1"}})
+	return f, src
+}
+
+// rightfulResumes restores src in the migration's target,
+// team/consumer-x1, and waits until that copy, with no migration running,
+// resumes its queue on its own and applies.
+func rightfulResumes(t *testing.T, src *Consumer) {
+	t.Helper()
+	rightful := restoredCopyIn(src, "team/consumer-x1")
+	start(t, rightful.Run)
+	eventually(t, 10*holdCheck, "the target's copy serving", func() bool {
+		st := rightful.State()
+		return st.Mode == ModePrimary && st.RestoredAgain == 1 && st.Foreign == ""
+	})
+	before := rightful.State().LastSeq
+	eventually(t, 10*time.Second, "the target's copy applying", func() bool { return rightful.State().LastSeq > before+5 })
+}
+
 // restoredCopyIn is restoredCopy, run in the pod identity names, of the
 // source's namespace (it mounts the same control token).
 func restoredCopyIn(src *Consumer, identity string) *Consumer {
@@ -340,15 +371,7 @@ func restoredCopyInPod(src *Consumer, identity, tokenFile string) *Consumer {
 // image) holds for good, even once no migration runs, and refuses to
 // consume when told to; the migration's own target resumes.
 func TestCopyInAPodNoMigrationNamedNeverConsumes(t *testing.T) {
-	f := newFixture(t)
-	cfg := ConsumerConfig{URL: f.url, Exchange: f.exchange, Queue: f.queue, Logf: t.Logf, Handle: sleep(0), Identity: func() string { return "team/consumer" }}
-	src := NewConsumer(cfg)
-	start(t, src.Run)
-	prod := f.producer(50, 0)
-	start(t, prod.Run)
-	eventually(t, 10*time.Second, "source applying", func() bool { return src.State().LastSeq >= 10 })
-	markMigrating(t, f)
-	control(t, src, Control{Type: Prepare, Payload: ControlPayload{Target: "team/consumer-x1"}})
+	f, src := preparedSource(t)
 
 	foreign := restoredCopyIn(src, "attacker/consumer-x1")
 	start(t, foreign.Run)
@@ -363,16 +386,9 @@ func TestCopyInAPodNoMigrationNamedNeverConsumes(t *testing.T) {
 		_, err := ch.QueueDelete(MigrationQueueName(f.queue), false, false, false)
 		return err
 	})
-	rightful := restoredCopyIn(src, "team/consumer-x1")
-	start(t, rightful.Run)
 	// The rightful copy resuming on its own (no migration runs) shows
 	// that the foreign one had the same chances to.
-	eventually(t, 10*holdCheck, "the target's copy serving", func() bool {
-		st := rightful.State()
-		return st.Mode == ModePrimary && st.RestoredAgain == 1 && st.Foreign == ""
-	})
-	before := rightful.State().LastSeq
-	eventually(t, 10*time.Second, "the target's copy applying", func() bool { return rightful.State().LastSeq > before+5 })
+	rightfulResumes(t, src)
 	if st := foreign.State(); st.Position() != foreignAt || st.RestoredAgain != 0 || st.Mode != ModeHold {
 		t.Fatalf("the foreign copy consumed or resumed (restored at %s): %+v", foreignAt, st)
 	}
@@ -384,15 +400,7 @@ func TestCopyInAPodNoMigrationNamedNeverConsumes(t *testing.T) {
 // control token. The copy restored into it holds for good, also once no
 // migration runs, while the copy in the real target resumes.
 func TestCopyInAPodThatForgesItsHomeNeverConsumes(t *testing.T) {
-	f := newFixture(t)
-	cfg := ConsumerConfig{URL: f.url, Exchange: f.exchange, Queue: f.queue, Logf: t.Logf, Handle: sleep(0), Identity: func() string { return "team/consumer" }}
-	src := NewConsumer(cfg)
-	start(t, src.Run)
-	prod := f.producer(50, 0)
-	start(t, prod.Run)
-	eventually(t, 10*time.Second, "source applying", func() bool { return src.State().LastSeq >= 10 })
-	markMigrating(t, f)
-	control(t, src, Control{Type: Prepare, Payload: ControlPayload{Target: "team/consumer-x1"}})
+	f, src := preparedSource(t)
 	onChannel(t, f, func(ch *amqp.Channel) error {
 		_, err := ch.QueueDelete(MigrationQueueName(f.queue), false, false, false)
 		return err
@@ -409,16 +417,9 @@ func TestCopyInAPodThatForgesItsHomeNeverConsumes(t *testing.T) {
 			t.Fatalf("with %s, the copy in a pod forging the target's name and namespace does not hold as foreign: %+v", name, st)
 		}
 	}
-	rightful := restoredCopyIn(src, "team/consumer-x1")
-	start(t, rightful.Run)
 	// The rightful copy resuming on its own (no migration runs) shows
 	// that the forging ones had the same chances to.
-	eventually(t, 10*holdCheck, "the target's copy serving", func() bool {
-		st := rightful.State()
-		return st.Mode == ModePrimary && st.RestoredAgain == 1 && st.Foreign == ""
-	})
-	before := rightful.State().LastSeq
-	eventually(t, 10*time.Second, "the target's copy applying", func() bool { return rightful.State().LastSeq > before+5 })
+	rightfulResumes(t, src)
 	for name, thief := range thieves {
 		if st := thief.State(); st.Position().Seq > restoredAt.Seq || st.RestoredAgain != 0 || st.Mode != ModeHold {
 			t.Fatalf("with %s, the forging copy consumed or resumed (restored at %s): %+v", name, restoredAt, st)

@@ -3,14 +3,11 @@
 package e2e
 
 import (
-	"context"
 	"errors"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -38,19 +35,7 @@ func TestExitCodesThroughTheRealBinary(t *testing.T) {
 	l := setup(t)
 	w := l.deploy(t, "10")
 	waitApplied(t, w, "consumer", 20)
-	ctx := context.Background()
-	pods := func() []string {
-		list, err := l.client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, p := range list.Items {
-			names = append(names, p.Name)
-		}
-		slices.Sort(names)
-		return names
-	}
+	pods := func() []string { return l.podPlaces(t, w.Namespace) }
 	before := pods()
 	for _, tc := range []struct {
 		name string

@@ -315,3 +315,19 @@ func (l *lab) waitDefaultServiceAccount(t testing.TB, namespace string) {
 		t.Fatalf("namespace %s has no default service account: %v", namespace, err)
 	}
 }
+
+// podPlaces lists namespace's pods as NAME@NODE, sorted: what a refused or
+// undone command must leave as it was.
+func (l *lab) podPlaces(t *testing.T, namespace string) []string {
+	t.Helper()
+	list, err := l.client.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var places []string
+	for _, p := range list.Items {
+		places = append(places, p.Name+"@"+p.Spec.NodeName)
+	}
+	slices.Sort(places)
+	return places
+}

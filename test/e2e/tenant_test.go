@@ -52,14 +52,7 @@ func TestCheckpointRunByAnotherNamespaceNeverConsumes(t *testing.T) {
 	ctx := context.Background()
 	// The runtime restores the victim's process into the thief's pod; once
 	// it has reconnected it knows where it runs.
-	st, err := thief.WaitFor(ctx, "thief", 2*time.Minute, func(st ms2m.State) bool { return st.Reconnects > 0 })
-	if err != nil {
-		t.Fatalf("the thief's copy never answered: %v (%+v)", err, st)
-	}
-	t.Logf("the thief's pod runs the victim's process %s: mode %s, foreign %q, homes %v", st.Process, st.Mode, st.Foreign, st.Homes)
-	if victim := state(t, w, rec.TargetPod); st.Process != victim.Process {
-		t.Fatalf("the thief's pod runs process %s, not the victim's %s: the runtime did not restore the checkpoint, so this proves nothing", st.Process, victim.Process)
-	}
+	st := thiefRunsTheVictim(t, w, thief, rec)
 	if st.Foreign != thief.Namespace+"/thief" || st.Mode != ms2m.ModeHold {
 		t.Fatalf("the copy in another namespace's pod does not hold as foreign: %+v", st)
 	}
@@ -73,10 +66,27 @@ func TestCheckpointRunByAnotherNamespaceNeverConsumes(t *testing.T) {
 	}
 }
 
+// thiefRunsTheVictim waits until the copy in the thief's pod has
+// reconnected (it then knows where it runs), checks that it is the
+// victim's process, and returns its state.
+func thiefRunsTheVictim(t *testing.T, w, thief *workload.Workload, rec report.Record) ms2m.State {
+	t.Helper()
+	st, err := thief.WaitFor(context.Background(), "thief", 2*time.Minute, func(st ms2m.State) bool { return st.Reconnects > 0 })
+	if err != nil {
+		t.Fatalf("the thief's copy never answered: %v (%+v)", err, st)
+	}
+	t.Logf("the thief's pod runs the victim's process %s: mode %s, foreign %q, homes %v", st.Process, st.Mode, st.Foreign, st.Homes)
+	if victim := state(t, w, rec.TargetPod); st.Process != victim.Process {
+		t.Fatalf("the thief's pod runs process %s, not the victim's %s: the runtime did not restore the checkpoint, so this proves nothing", st.Process, victim.Process)
+	}
+	return st
+}
+
 // startThief starts, in a new namespace, a pod pinned to the target node
 // that names rec's checkpoint image, as a tenant who read the image's name
-// (node.status.images lists it) would; it returns the thief's workload.
-func startThief(t *testing.T, l *lab, w *workload.Workload, rec report.Record) *workload.Workload {
+// (node.status.images lists it) would, with forge applied to its pod
+// before it is created; it returns the thief's workload.
+func startThief(t *testing.T, l *lab, w *workload.Workload, rec report.Record, forge ...func(*corev1.Pod)) *workload.Workload {
 	t.Helper()
 	if len(rec.Images) != 1 {
 		t.Fatalf("images %v", rec.Images)
@@ -105,6 +115,9 @@ func startThief(t *testing.T, l *lab, w *workload.Workload, rec report.Record) *
 		t.Fatal(err)
 	}
 	workload.MountControlToken(&pod.Spec)
+	for _, f := range forge {
+		f(pod)
+	}
 	// The namespace's default service account appears asynchronously.
 	l.waitDefaultServiceAccount(t, thief.Namespace)
 	if _, err := l.client.CoreV1().Pods(thief.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -284,20 +297,8 @@ func TestAnotherNamespaceCannotDriveAnAgent(t *testing.T) {
 		t.Fatalf("the agent pod has no IP: %v", err)
 	}
 	// The attacker: Python's standard library, in a pod of its own namespace.
-	script := fmt.Sprintf(`
-import urllib.request, urllib.error
-codes = []
-for path, body in [("/runtime", "{}"), ("/stop-pod", '{"uid":"x"}'), ("/remove", '{"archives":["*"]}'), ("/pack", "{}"), ("/pull", '{"images":["x"]}')]:
-    for token in (None, "guess"):
-        req = urllib.request.Request("http://%s:%d" + path, data=body.encode(), method="POST")
-        if token:
-            req.add_header("%s", token)
-        try:
-            codes.append(urllib.request.urlopen(req, timeout=10).status)
-        except urllib.error.HTTPError as e:
-            codes.append(e.code)
-print("codes", *codes)
-`, pod.Status.PodIP, agent.ServePort, agent.ControlTokenHeader)
+	script := callerScript(fmt.Sprintf("http://%s:%d", pod.Status.PodIP, agent.ServePort), agent.ControlTokenHeader,
+		[][3]string{{"POST", "/runtime", "{}"}, {"POST", "/stop-pod", `{"uid":"x"}`}, {"POST", "/remove", `{"archives":["*"]}`}, {"POST", "/pack", "{}"}, {"POST", "/pull", `{"images":["x"]}`}})
 	logs := l.runPython(t, attacker, script)
 	if got, want := logs, "codes"+strings.Repeat(" 401", 10); got != want {
 		t.Fatalf("another namespace's calls to the agent answered %q, want %q", got, want)
@@ -605,22 +606,10 @@ func TestTenantCannotSteerAnotherNamespacesConsumer(t *testing.T) {
 	t.Cleanup(func() {
 		_ = l.client.CoreV1().Namespaces().Delete(context.Background(), attacker, metav1.DeleteOptions{})
 	})
-	script := fmt.Sprintf(`
-import urllib.request, urllib.error
-codes = []
-calls = [("POST", "/ms2m/control", '{"type":"STOP"}'), ("POST", "/ms2m/control", '{"type":"RESUME"}'),
-         ("POST", "/ms2m/control", '{"type":"PREPARE","payload":{"target":"%s/thief"}}'), ("GET", "/ms2m/state", None)]
-for method, path, body in calls:
-    for token in (None, "guess"):
-        req = urllib.request.Request("http://%s:8080" + path, data=body.encode() if body else None, method=method)
-        if token:
-            req.add_header("%s", token)
-        try:
-            codes.append(urllib.request.urlopen(req, timeout=10).status)
-        except urllib.error.HTTPError as e:
-            codes.append(e.code)
-print("codes", *codes)
-`, attacker, pod.Status.PodIP, ms2m.TokenHeader)
+	script := callerScript(fmt.Sprintf("http://%s:8080", pod.Status.PodIP), ms2m.TokenHeader, [][3]string{
+		{"POST", "/ms2m/control", `{"type":"STOP"}`}, {"POST", "/ms2m/control", `{"type":"RESUME"}`},
+		{"POST", "/ms2m/control", fmt.Sprintf(`{"type":"PREPARE","payload":{"target":"%s/thief"}}`, attacker)}, {"GET", "/ms2m/state", ""},
+	})
 	if got, want := l.runPython(t, attacker, script), "codes"+strings.Repeat(" 401", 8); got != want {
 		t.Fatalf("another namespace's calls to the consumer answered %q, want %q", got, want)
 	}
@@ -647,44 +636,17 @@ print("codes", *codes)
 func TestTenantForgingTheTargetsNameNeverConsumes(t *testing.T) {
 	l, w, rec := migrateLivePod(t)
 	ctx := context.Background()
-	thief := workload.Attach(l.client, fmt.Sprintf("attacker-%06x", rand.Uint32()>>8), w.Exchange, w.Queue)
-	thief.Token = w.Token // what the copy in the thief's pod answers to: its memory's
-	if _, err := l.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: thief.Namespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = thief.Delete(context.Background()) })
-	if _, err := workload.CreateControlToken(ctx, l.client, thief.Namespace); err != nil {
-		t.Fatal(err)
-	}
-	forged := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: thief.Namespace}, Data: map[string]string{"namespace": w.Namespace}}
-	if _, err := l.client.CoreV1().ConfigMaps(thief.Namespace).Create(ctx, forged, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "thief", Namespace: thief.Namespace},
-		Spec: corev1.PodSpec{
-			NodeName: "node-b", Hostname: rec.TargetPod, AutomountServiceAccountToken: ptr.To(false),
-			Containers: []corev1.Container{{
-				Name: "consumer", Image: rec.Images[0], ImagePullPolicy: corev1.PullIfNotPresent,
-				Ports:        []corev1.ContainerPort{{ContainerPort: 8080}},
-				VolumeMounts: []corev1.VolumeMount{{Name: "forged", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"}},
-			}},
-			Volumes: []corev1.Volume{{Name: "forged", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "forged"}}}}},
-		},
-	}
-	workload.MountControlToken(&pod.Spec)
-	l.waitDefaultServiceAccount(t, thief.Namespace)
-	if _, err := l.client.CoreV1().Pods(thief.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	st, err := thief.WaitFor(ctx, "thief", 2*time.Minute, func(st ms2m.State) bool { return st.Reconnects > 0 })
-	if err != nil {
-		t.Fatalf("the thief's copy never answered: %v (%+v)", err, st)
-	}
-	t.Logf("the thief's pod runs the victim's process %s: mode %s, foreign %q, homes %v", st.Process, st.Mode, st.Foreign, st.Homes)
-	if victim := state(t, w, rec.TargetPod); st.Process != victim.Process {
-		t.Fatalf("the thief's pod runs process %s, not the victim's %s: the runtime did not restore the checkpoint, so this proves nothing", st.Process, victim.Process)
-	}
+	thief := startThief(t, l, w, rec, func(pod *corev1.Pod) {
+		forged := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: pod.Namespace}, Data: map[string]string{"namespace": w.Namespace}}
+		if _, err := l.client.CoreV1().ConfigMaps(pod.Namespace).Create(ctx, forged, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod.Spec.Hostname, pod.Spec.AutomountServiceAccountToken = rec.TargetPod, ptr.To(false)
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "forged", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "forged"}}}})
+		c := &pod.Spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "forged", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"})
+	})
+	st := thiefRunsTheVictim(t, w, thief, rec)
 	if want := w.Namespace + "/" + rec.TargetPod; st.Foreign != want || st.Mode != ms2m.ModeHold {
 		t.Fatalf("the copy in a pod forging %s does not hold as foreign: %+v", want, st)
 	}
@@ -762,18 +724,7 @@ func TestTenantCannotSteerARecoveryByItsJournal(t *testing.T) {
 	if _, err := editor.CoreV1().ConfigMaps(w.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("the editor cannot write the journal: %v", err)
 	}
-	pods := func() []string {
-		list, err := l.client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, p := range list.Items {
-			names = append(names, p.Name+"@"+p.Spec.NodeName)
-		}
-		slices.Sort(names)
-		return names
-	}
+	pods := func() []string { return l.podPlaces(t, w.Namespace) }
 	before := pods()
 	argv := []string{"migrate", "recover", rec.ID, "-n", w.Namespace, "--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab"}
 	refused, err := l.kubectlCommand(argv...).CombinedOutput()
@@ -795,4 +746,29 @@ func TestTenantCannotSteerARecoveryByItsJournal(t *testing.T) {
 		t.Fatalf("recovered to %s", got.Outcome)
 	}
 	checkConservation(t, w, "consumer")
+}
+
+// callerScript is a Python script that makes each call (method, path,
+// body) at base without a token and with a guessed one in header, and
+// prints "codes" and the status of each.
+func callerScript(base, header string, calls [][3]string) string {
+	literal := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	var list []string
+	for _, c := range calls {
+		list = append(list, fmt.Sprintf("(%s, %s, %s)", literal(c[0]), literal(c[1]), literal(c[2])))
+	}
+	return fmt.Sprintf(`
+import urllib.request, urllib.error
+codes = []
+for method, path, body in [%s]:
+    for token in (None, "guess"):
+        req = urllib.request.Request(%s + path, data=body.encode() if body else None, method=method)
+        if token:
+            req.add_header(%s, token)
+        try:
+            codes.append(urllib.request.urlopen(req, timeout=10).status)
+        except urllib.error.HTTPError as e:
+            codes.append(e.code)
+print("codes", *codes)
+`, strings.Join(list, ", "), literal(base), literal(header))
 }
