@@ -592,6 +592,7 @@ func (l *lab) runPython(t *testing.T, namespace, script string) string {
 // message. The migration, with the namespace's token, then moves it.
 func TestTenantCannotSteerAnotherNamespacesConsumer(t *testing.T) {
 	l := setup(t)
+	l.restoresSomeWay(t)
 	ctx := context.Background()
 	w := l.deploy(t, "10")
 	waitApplied(t, w, "consumer", 20)
@@ -699,6 +700,7 @@ func TestTenantAnonymousCheckpointsAreRefused(t *testing.T) {
 // it, the recovery rolls back and the consumer conserves every message.
 func TestTenantCannotSteerARecoveryByItsJournal(t *testing.T) {
 	l := setup(t)
+	l.restoresSomeWay(t)
 	ctx := context.Background()
 	w := l.deploy(t, "10")
 	waitApplied(t, w, "consumer", 20)
@@ -771,4 +773,13 @@ for method, path, body in [%s]:
             codes.append(e.code)
 print("codes", *codes)
 `, strings.Join(list, ", "), literal(base), literal(header))
+}
+
+// restoresSomeWay sets the kubectl-migrate runtime up on lanes whose
+// container runtime cannot restore (containerd 2.4), for tests that run on
+// every lane.
+func (l *lab) restoresSomeWay(t *testing.T) {
+	if os.Getenv("LAB_RUNTIME") == "containerd-2.4" {
+		l.setUpRuntime(t)
+	}
 }
