@@ -3,7 +3,6 @@ package conformance
 import (
 	"context"
 	"fmt"
-	"path"
 	"strconv"
 	"time"
 
@@ -76,12 +75,11 @@ func Start(ctx context.Context, client kubernetes.Interface, spec PodSpec) (*Scr
 				Env: []corev1.EnvVar{
 					{Name: EnvBrokerURL, Value: spec.BrokerURL}, {Name: EnvExchange, Value: s.Exchange}, {Name: EnvQueue, Value: s.Queue},
 				},
-				Ports:        []corev1.ContainerPort{{ContainerPort: int32(spec.Port)}},
-				VolumeMounts: []corev1.VolumeMount{{Name: "ms2m-control", MountPath: path.Dir(ms2m.DefaultTokenFile), ReadOnly: true}},
+				Ports: []corev1.ContainerPort{{ContainerPort: int32(spec.Port)}},
 			}},
-			Volumes: []corev1.Volume{{Name: "ms2m-control", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ms2m.ControlSecret}}}},
 		},
 	}
+	appctl.MountToken(&pod.Spec)
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := client.CoreV1().Pods(s.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 		// A new namespace refuses pods until its service account exists.

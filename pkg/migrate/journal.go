@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,7 +67,7 @@ func (j *journal) save(ctx context.Context) error {
 		}
 	}
 	j.record.Journal = data
-	j.record.JournalMAC = journalMAC(j.keyVal, j.record)
+	j.record.JournalMAC = hex.EncodeToString(journalMAC(j.keyVal, j.record))
 	// A refusal (RBAC, admission) will not pass on a retry; an outage may.
 	refused := func(err error) bool {
 		return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
@@ -105,21 +106,27 @@ func (s *State) forJournal() *State {
 		}
 		o.SetAnnotations(a)
 	}
-	if c.Source != nil {
-		c.Source = c.Source.DeepCopy()
-		strip(c.Source)
-	}
-	if c.Target != nil {
-		c.Target = c.Target.DeepCopy()
-		strip(c.Target)
-	}
-	if c.SavedSTS != nil {
-		c.SavedSTS = c.SavedSTS.DeepCopy()
-		strip(c.SavedSTS)
-		strip(&c.SavedSTS.Spec.Template)
+	c.Source, c.Target, c.SavedSTS = c.Source.DeepCopy(), c.Target.DeepCopy(), c.SavedSTS.DeepCopy()
+	for _, o := range c.savedObjects() {
+		strip(o)
 	}
 	c.Final = s.Final.forJournal()
 	return &c
+}
+
+// savedObjects are the objects s keeps a copy of (not its Final's): the
+// source and target pods, the StatefulSet and its pod template.
+func (s *State) savedObjects() []metav1.Object {
+	var objects []metav1.Object
+	for _, p := range []*corev1.Pod{s.Source, s.Target} {
+		if p != nil {
+			objects = append(objects, p)
+		}
+	}
+	if s.SavedSTS != nil {
+		objects = append(objects, s.SavedSTS, &s.SavedSTS.Spec.Template)
+	}
+	return objects
 }
 
 // redactConfig keeps the broker's password out of the journal; recovery
@@ -195,16 +202,7 @@ func LiveBrokerURL(ctx context.Context, client kubernetes.Interface, j Journal) 
 // annotations of what the journal saved (the journal keeps none).
 func (s *State) restorePasswords(brokerURL string) {
 	for ; s != nil; s = s.Final {
-		objects := []metav1.Object{}
-		for _, p := range []*corev1.Pod{s.Source, s.Target} {
-			if p != nil {
-				objects = append(objects, p)
-			}
-		}
-		if s.SavedSTS != nil {
-			objects = append(objects, s.SavedSTS, &s.SavedSTS.Spec.Template)
-		}
-		for _, o := range objects {
+		for _, o := range s.savedObjects() {
 			if a := o.GetAnnotations(); a[BrokerURLAnnotation] != "" {
 				a[BrokerURLAnnotation] = withPassword(a[BrokerURLAnnotation], brokerURL)
 			}

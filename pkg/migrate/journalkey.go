@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -43,16 +44,11 @@ func JournalKeyIn(client kubernetes.Interface, namespace string) func(context.Co
 				ObjectMeta: metav1.ObjectMeta{Name: JournalKeySecret, Namespace: namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "kubectl-migrate"}},
 				Data:       map[string][]byte{journalKeyField: key},
 			}
-			err = agent.CreateInNamespace(ctx, client, namespace, func() error {
-				_, err := secrets.Create(ctx, fresh, metav1.CreateOptions{})
+			// Another migration may make it first: then its key is kept.
+			err = agent.CreateInNamespace(ctx, client, namespace, func() (err error) {
+				s, _, err = kube.EnsureSecret(ctx, client, fresh)
 				return err
 			})
-			if err == nil {
-				return key, nil
-			}
-			if apierrors.IsAlreadyExists(err) { // another migration made it first
-				s, err = secrets.Get(ctx, JournalKeySecret, metav1.GetOptions{})
-			}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("the journal key (Secret %s in namespace %s): %w", JournalKeySecret, namespace, err)
@@ -66,20 +62,19 @@ func JournalKeyIn(client kubernetes.Interface, namespace string) func(context.Co
 
 // journalMAC is the signature of r's journal: of its namespace and ID too,
 // so that it cannot be moved to another record.
-func journalMAC(key []byte, r *report.Record) string {
+func journalMAC(key []byte, r *report.Record) []byte {
 	mac := hmac.New(sha256.New, key)
 	for _, part := range [][]byte{[]byte(r.Namespace), []byte(r.ID), r.Journal} {
 		fmt.Fprintf(mac, "%d:", len(part))
 		mac.Write(part)
 	}
-	return hex.EncodeToString(mac.Sum(nil))
+	return mac.Sum(nil)
 }
 
 // checkJournalSigned refuses r's journal unless key signed it.
 func checkJournalSigned(key []byte, r *report.Record) error {
 	got, err := hex.DecodeString(r.JournalMAC)
-	want, _ := hex.DecodeString(journalMAC(key, r))
-	if err != nil || !hmac.Equal(got, want) {
+	if err != nil || !hmac.Equal(got, journalMAC(key, r)) {
 		return fmt.Errorf("migration %s: refusing its journal, which kubectl migrate did not write as it is (its signature does not hold): anyone who may edit ConfigMaps in namespace %s can change it; nothing was changed: remove what the migration left by hand", r.ID, r.Namespace)
 	}
 	return nil

@@ -2,7 +2,6 @@ package workload
 
 import (
 	"context"
-	"path"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,17 +21,7 @@ func CreateControlToken(ctx context.Context, client kubernetes.Interface, namesp
 
 // MountControlToken mounts the namespace's control token into each of
 // spec's containers where the SDK reads it (ms2m.DefaultTokenFile).
-func MountControlToken(spec *corev1.PodSpec) { MountToken(spec, ms2m.ControlSecret) }
-
-// MountToken mounts Secret secret's token into each of spec's containers
-// where the SDK reads the control token.
-func MountToken(spec *corev1.PodSpec, secret string) {
-	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "ms2m-control", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}})
-	for i := range spec.Containers {
-		c := &spec.Containers[i]
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "ms2m-control", MountPath: path.Dir(ms2m.DefaultTokenFile), ReadOnly: true})
-	}
-}
+func MountControlToken(spec *corev1.PodSpec) { appctl.MountToken(spec) }
 
 // token is the token calls to the workload's applications carry: Token if
 // set, else its namespace's (read once it exists).
