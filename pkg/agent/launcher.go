@@ -295,6 +295,18 @@ func (l Launcher) Expect(ctx context.Context, node string, ids []ociruntime.Iden
 	return err
 }
 
+// Bind has node's receiving agent give the checkpoints staged for ids
+// before their pod existed to that pod, whose UID each id carries: only
+// its containers restore them.
+func (l Launcher) Bind(ctx context.Context, node string, ids []ociruntime.Identity) error {
+	warm, ok := l.Serving.pod(node)
+	if !ok {
+		return fmt.Errorf("no agent on %s holds the staged checkpoint", node)
+	}
+	_, err := l.call(ctx, warm, http.MethodPost, bindPath, bindRequest{Containers: ids})
+	return err
+}
+
 // DirectCert asks node's warm direct-transfer agent for the fingerprint of
 // the certificate its sender must pin. The answer comes through the API
 // server, not over the network the archive crosses.

@@ -41,7 +41,8 @@ type PackRequest struct {
 	CertSHA256 string `json:"certSHA256,omitempty"`
 	// StageAs has the target's agent stage the checkpoint for the
 	// kubectl-migrate runtime to restore as this container, instead of
-	// serving it as an image.
+	// serving it as an image: into the pod of StageAs.UID only, or, with
+	// no UID (the pod does not exist yet), once Bind names it.
 	StageAs *ociruntime.Identity `json:"stageAs,omitempty"`
 }
 
@@ -126,7 +127,7 @@ func removeAfterPush(req PackRequest, ref string) error {
 // kubelet's call), or a checkpoint staged for the runtime (StagedPath).
 func Remove(path string) error {
 	if id, ok := stagedIdentity(path); ok {
-		return removeStaged(ociruntime.StagePath(stageDir, id))
+		return removeStagedAll(stageDir, id)
 	}
 	if err := ValidateArchive(path); err != nil {
 		return err

@@ -32,6 +32,7 @@ const (
 	directPath  = "/direct"
 	volumesPath = "/volumes"
 	expectPath  = "/expect"
+	bindPath    = "/bind"
 )
 
 // ControlTokenEnv carries a serving agent's control token: every call but
@@ -92,6 +93,9 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		})))
 		mux.Handle("POST "+expectPath, authorized(jsonCall(touch, "expect", func(_ context.Context, req expectRequest) (struct{}, error) {
 			return struct{}{}, direct.expect(req.Containers)
+		})))
+		mux.Handle("POST "+bindPath, authorized(jsonCall(touch, "bind", func(_ context.Context, req bindRequest) (struct{}, error) {
+			return struct{}{}, direct.bind(req.Containers)
 		})))
 	}
 	mux.Handle("POST "+packPath, authorized(jsonCall(touch, "pack", func(ctx context.Context, req PackRequest) (PackResult, error) {

@@ -27,8 +27,10 @@ import (
 var stageDir = ociruntime.StageDir
 
 // StagedPath is how a migration names a staged checkpoint: what Remove
-// takes to delete it.
-func StagedPath(id ociruntime.Identity) string { return ociruntime.StagePath(ociruntime.StageDir, id) }
+// takes to delete it, bound to a pod's UID or not (the path names none).
+func StagedPath(id ociruntime.Identity) string {
+	return ociruntime.StagePath(ociruntime.StageDir, id.Unbound())
+}
 
 // ExpectedPath is how a migration names the mark that a checkpoint for id
 // is on its way (ociruntime.ExpectedPath), which Remove takes as it takes
@@ -64,6 +66,42 @@ func (d *Direct) expect(ids []ociruntime.Identity) error {
 	return nil
 }
 
+// bindRequest names the containers whose checkpoints, staged before their
+// pod existed, are now its: Containers carry the pod's UID.
+type bindRequest struct {
+	Containers []ociruntime.Identity `json:"containers"`
+}
+
+// bind moves each checkpoint staged unbound (before its pod existed: a
+// StatefulSet's pod keeps its name, so it is created after the source has
+// gone) under the UID of the pod the migration created, which alone may
+// restore it. One already bound to that UID is left as it is (a retry).
+func (d *Direct) bind(ids []ociruntime.Identity) error {
+	if d.StageDir == "" {
+		return fmt.Errorf("this agent stages no checkpoints (it was started without --stage)")
+	}
+	for _, id := range ids {
+		if err := id.Valid(); err != nil {
+			return err
+		}
+		if id.UID == "" {
+			return fmt.Errorf("bind %s: no pod UID", stageQuery(id))
+		}
+		bound := ociruntime.StagePath(d.StageDir, id)
+		if _, err := os.Stat(bound); err == nil {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(bound), 0o700); err != nil {
+			return err
+		}
+		if err := os.Rename(ociruntime.StagePath(d.StageDir, id.Unbound()), bound); err != nil {
+			_ = os.Remove(filepath.Dir(bound)) // the UID's directory, if empty
+			return fmt.Errorf("bind the checkpoint staged for %s: %w", stageQuery(id), err)
+		}
+	}
+	return nil
+}
+
 // stagedIdentity reads a StagedPath, or an ExpectedPath (as the identity
 // of a container named with ExpectedSuffix: Remove deletes either alike).
 func stagedIdentity(path string) (ociruntime.Identity, bool) {
@@ -71,21 +109,33 @@ func stagedIdentity(path string) (ociruntime.Identity, bool) {
 	if !ok {
 		return ociruntime.Identity{}, false
 	}
-	id, err := parseStageQuery(rest)
-	return id, err == nil
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 {
+		return ociruntime.Identity{}, false // a handle names no UID
+	}
+	id := ociruntime.Identity{Namespace: parts[0], Pod: parts[1], Container: parts[2]}
+	return id, id.Valid() == nil
 }
 
-// stageQuery is the receive query's spelling of an identity.
+// stageQuery is the receive query's spelling of an identity:
+// NAMESPACE/POD/CONTAINER, then /UID when it is bound to a pod's.
 func stageQuery(id ociruntime.Identity) string {
-	return id.Namespace + "/" + id.Pod + "/" + id.Container
+	q := id.Namespace + "/" + id.Pod + "/" + id.Container
+	if id.UID != "" {
+		q += "/" + id.UID
+	}
+	return q
 }
 
 func parseStageQuery(s string) (ociruntime.Identity, error) {
 	parts := strings.Split(s, "/")
-	if len(parts) != 3 {
-		return ociruntime.Identity{}, fmt.Errorf("stage %q is not NAMESPACE/POD/CONTAINER", s)
+	if len(parts) != 3 && len(parts) != 4 {
+		return ociruntime.Identity{}, fmt.Errorf("stage %q is not NAMESPACE/POD/CONTAINER[/UID]", s)
 	}
 	id := ociruntime.Identity{Namespace: parts[0], Pod: parts[1], Container: parts[2]}
+	if len(parts) == 4 {
+		id.UID = parts[3]
+	}
 	return id, id.Valid()
 }
 
@@ -97,7 +147,7 @@ func (d *Direct) stage(conn net.Conn, buffered *bufio.Reader, size int64, id oci
 	if d.StageDir == "" {
 		return PackResult{}, fmt.Errorf("this agent stages no checkpoints (it was started without --stage)")
 	}
-	final := ociruntime.StagePath(d.StageDir, id)
+	final := ociruntime.StagePath(d.StageDir, id) // bound if the pod exists already
 	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
 		return PackResult{}, err
 	}
@@ -128,6 +178,21 @@ func (d *Direct) stage(conn net.Conn, buffered *bufio.Reader, size int64, id oci
 		return PackResult{}, fmt.Errorf("stage the checkpoint for %s: %w", stageQuery(id), err)
 	}
 	return PackResult{ArchiveBytes: size, Staged: StagedPath(id)}, nil
+}
+
+// removeStagedAll deletes what a migration's handle on a staged checkpoint
+// (StagedPath, id without UID) names under stage: the checkpoint unbound,
+// or bound to any pod's UID, and extractions of it left mid-way.
+func removeStagedAll(stage string, id ociruntime.Identity) error {
+	unbound := ociruntime.StagePath(stage, id.Unbound())
+	errs := []error{removeStaged(unbound)}
+	// Bound to a pod's UID: under each UID directory of the pod's name.
+	bound, _ := filepath.Glob(filepath.Join(filepath.Dir(unbound), ociruntime.UIDPrefix+"*", id.Container))
+	for _, b := range bound {
+		errs = append(errs, removeStaged(b))
+		_ = os.Remove(filepath.Dir(b)) // the UID's directory, once empty
+	}
+	return errors.Join(errs...)
 }
 
 // receivingInfix names a checkpoint being extracted beside its StagePath.

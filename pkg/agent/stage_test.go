@@ -11,12 +11,13 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
+	"k8s.io/utils/ptr"
 )
 
 // TestDirectTransferStagesForTheRuntime: sent for staging, the archive is
-// extracted under the stage as NAMESPACE/POD/CONTAINER, whole, with no
-// image made; Remove of its StagedPath deletes it; a stage name that would
-// leave the stage is refused and nothing is written.
+// extracted under the stage for its pod's UID, whole, with no image made;
+// Remove of its StagedPath deletes it; a stage name that would leave the
+// stage is refused and nothing is written.
 func TestDirectTransferStagesForTheRuntime(t *testing.T) {
 	archiveDir, stageDir = t.TempDir(), t.TempDir()
 	t.Cleanup(func() { archiveDir, stageDir = CheckpointDir, ociruntime.StageDir })
@@ -42,7 +43,7 @@ func TestDirectTransferStagesForTheRuntime(t *testing.T) {
 	if err := os.WriteFile(path, archive.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	id := ociruntime.Identity{Namespace: "shop", Pod: "consumer-x", Container: "app"}
+	id := ociruntime.Identity{Namespace: "shop", Pod: "consumer-x", UID: "uid-1", Container: "app"}
 	req := PackRequest{Archive: path, Container: "app", SendTo: addr, Repository: "shop/consumer", Tag: "app-x1", Token: "s3cret", CertSHA256: direct.CertSHA256()}
 
 	evil := req
@@ -93,5 +94,49 @@ func TestDirectTransferStagesForTheRuntime(t *testing.T) {
 	}
 	if err := Remove(ociruntime.StageDir + "/shop/../../etc"); err == nil {
 		t.Fatal("Remove took a path that leaves the stage")
+	}
+	if err := Remove(ociruntime.StageDir + "/shop/consumer-x/" + ociruntime.UIDPrefix + "uid-2"); err == nil {
+		t.Fatal("Remove took a pod's UID directory as a handle")
+	}
+
+	// Sent before its pod exists (a StatefulSet's pod keeps its name), a
+	// checkpoint is staged unbound, which no create claims, until Bind
+	// gives it to the pod of the UID the migration created.
+	if err := os.WriteFile(path, archive.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	req.StageAs = ptr.To(id.Unbound())
+	if res, err = Pack(ctx, req, image.Registry{}); err != nil {
+		t.Fatal(err)
+	}
+	unbound := ociruntime.StagePath(stageDir, id.Unbound())
+	if _, err := os.Stat(filepath.Join(unbound, "checkpoint", "pages-1.img")); err != nil {
+		t.Fatalf("staged unbound: %v", err)
+	}
+	if err := direct.bind([]ociruntime.Identity{id.Unbound()}); err == nil {
+		t.Fatal("bound to no UID")
+	}
+	if err := direct.bind([]ociruntime.Identity{id}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(staged, "checkpoint", "pages-1.img")); err != nil {
+		t.Fatalf("bound: %v", err)
+	}
+	if _, err := os.Stat(unbound); !os.IsNotExist(err) {
+		t.Fatalf("still unbound after the bind: %v", err)
+	}
+	if err := direct.bind([]ociruntime.Identity{id}); err != nil {
+		t.Fatalf("a bind retried: %v", err)
+	}
+	later := id
+	later.UID = "uid-2"
+	if err := direct.bind([]ociruntime.Identity{later}); err == nil {
+		t.Fatal("a checkpoint bound to one pod was bound to another")
+	}
+	if err := Remove(res.Staged); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(unbound)); len(entries) != 1 || entries[0].Name() != filepath.Base(other) {
+		t.Fatalf("left staged after Remove: %v", entries)
 	}
 }

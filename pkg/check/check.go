@@ -385,8 +385,17 @@ func (c *checker) pull(ctx context.Context, restored chan<- restoreOutcome) (str
 	c.restoring = true
 	pod.Labels = c.labels()
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
-	if _, err := c.deps.Client.CoreV1().Pods(c.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	created, err := c.deps.Client.CoreV1().Pods(c.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
 		return "", fmt.Errorf("create the restored canary on %s: %w", c.cfg.To, err)
+	}
+	if c.viaRuntime {
+		// The runtime restores only into the pod the checkpoint is bound
+		// to, by UID, which exists only now.
+		id := ociruntime.Identity{Namespace: c.cfg.Namespace, Pod: c.restored, UID: string(created.UID), Container: "canary"}
+		if err := c.deps.Packer.Bind(ctx, c.cfg.To, []ociruntime.Identity{id}); err != nil {
+			return "", fmt.Errorf("give the staged checkpoint to the restored canary on %s: %w", c.cfg.To, err)
+		}
 	}
 	start := time.Now()
 	_, err = kube.WaitForPod(ctx, c.deps.Client, c.cfg.Namespace, c.restored, func(p *corev1.Pod) (bool, error) {

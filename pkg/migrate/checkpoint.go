@@ -110,10 +110,7 @@ func (m *Migration) removeStaged(ctx context.Context) error {
 	if m.state.RestoreVia != RestoreRuntime {
 		return nil // only the runtime's restore stages (packRequest)
 	}
-	sent := slices.Clone(m.state.Migrated)
-	if len(m.carriedVolumes()) > 0 {
-		sent = append(sent, agent.VolumesKey)
-	}
+	sent := m.stagedKeys()
 	staged := make([]string, 0, len(sent))
 	for _, c := range sent {
 		staged = append(staged, agent.StagedPath(m.staged(c)))
@@ -129,6 +126,15 @@ func (m *Migration) removeStaged(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// stagedKeys names what a migration through the kubectl-migrate runtime
+// stages: the emptyDir data, if carried, and each migrated container.
+func (m *Migration) stagedKeys() []string {
+	if len(m.carriedVolumes()) > 0 {
+		return append([]string{agent.VolumesKey}, m.state.Migrated...)
+	}
+	return slices.Clone(m.state.Migrated)
 }
 
 // stageOnSource sends the kept archives (keepsArchives) from the source

@@ -44,6 +44,10 @@ type Packer interface {
 	// Expect has node's receiving agent (started with WarmOptions.Stage)
 	// mark the checkpoints of ids as on their way (agent.ExpectedPath).
 	Expect(ctx context.Context, node string, ids []ociruntime.Identity) error
+	// Bind has node's receiving agent give the checkpoints staged for ids'
+	// names before their pod existed to the pod of ids' UID
+	// (agent.Launcher.Bind).
+	Bind(ctx context.Context, node string, ids []ociruntime.Identity) error
 	// DirectCert is the fingerprint of the certificate node's warm
 	// direct-transfer agent receives with (started with a DirectToken).
 	DirectCert(ctx context.Context, node string) (string, error)

@@ -243,6 +243,16 @@ func (m *Migration) createTarget(ctx context.Context, name, node string) (*corev
 			return created, err
 		}
 	}
+	if m.state.RestoreVia == RestoreRuntime && name == m.config.TargetName && !m.createsTargetEarly() {
+		// Staged before this pod existed: from now on its only.
+		ids := make([]ociruntime.Identity, 0, len(m.state.Migrated)+1)
+		for _, c := range m.stagedKeys() {
+			ids = append(ids, ociruntime.Identity{Namespace: m.config.Namespace, Pod: name, UID: string(created.UID), Container: c})
+		}
+		if err := m.deps.Packer.Bind(ctx, node, ids); err != nil {
+			return created, fmt.Errorf("give the checkpoint staged on %s to pod %s: %w", node, name, err)
+		}
+	}
 	m.step(report.PodCreate, "", start, 0)
 	m.progress(report.Restore, "pod "+name+" created on "+node)
 	return created, nil

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
@@ -380,6 +381,12 @@ func TestStatefulSetRuntimeRestore(t *testing.T) {
 			pod, _ := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-0", metav1.GetOptions{})
 			if pod.Spec.RuntimeClassName == nil || *pod.Spec.RuntimeClassName != ociruntime.HandlerName {
 				t.Fatalf("consumer-0 not restored through the runtime: %+v", pod.Spec)
+			}
+			// Staged before the pod that keeps the name existed, the
+			// checkpoint is given to that pod's UID only once it does.
+			bound := "bind " + agent.StagedPath(ociruntime.Identity{Namespace: "default", Pod: "consumer-0", Container: "app"}) + " to " + string(pod.UID) + " on node-b"
+			if calls := strings.Join(w.Calls, "\n"); tc.mode == migrate.Sequential && (pod.UID == "" || !strings.Contains(calls, bound)) {
+				t.Fatalf("want %q in:\n%s", bound, calls)
 			}
 		})
 		for _, failed := range tc.failures {

@@ -125,9 +125,16 @@ func (m *Migration) keepsArchives() bool {
 }
 
 // staged is the checkpoint of container staged for the kubectl-migrate
-// runtime on the target node, restored as that container of the target pod.
+// runtime on the target node, restored as that container of the target pod:
+// bound to its UID where the target exists before its checkpoint
+// (createsTargetEarly); staged before it exists, the checkpoint is bound
+// once it is created (createTarget).
 func (m *Migration) staged(container string) ociruntime.Identity {
-	return ociruntime.Identity{Namespace: m.config.Namespace, Pod: m.config.TargetName, Container: container}
+	id := ociruntime.Identity{Namespace: m.config.Namespace, Pod: m.config.TargetName, Container: container}
+	if m.createsTargetEarly() && m.state.Target != nil {
+		id.UID = string(m.state.Target.UID)
+	}
+	return id
 }
 
 // RestoredPod builds the pod a checkpoint of source is restored into, name

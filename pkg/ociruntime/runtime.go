@@ -32,8 +32,8 @@ import (
 // Where the runtime finds and keeps things on a node.
 const (
 	// StageDir is where a migration's target agent puts each checkpoint,
-	// extracted, as StageDir/NAMESPACE/POD/CONTAINER. Only root reads it:
-	// a checkpoint is a process's memory.
+	// extracted (StagePath). Only root reads it: a checkpoint is a
+	// process's memory.
 	StageDir = "/var/lib/kubectl-migrate/restore"
 	// StateDir remembers, until their start, the containers created by a
 	// restore (they run already); it is on the node's tmpfs, as runc's own
@@ -67,8 +67,11 @@ const (
 // for container of pod in namespace is on its way: the target pod is
 // created before the source is checkpointed, so that its sandbox starts
 // meanwhile, and the container's create waits for the checkpoint instead
-// of starting afresh.
-func ExpectedPath(stage string, id Identity) string { return StagePath(stage, id) + ExpectedSuffix }
+// of starting afresh. It names no pod UID: it is left before the pod, and
+// its UID, exist.
+func ExpectedPath(stage string, id Identity) string {
+	return StagePath(stage, id.Unbound()) + ExpectedSuffix
+}
 
 // The CRI runtimes that run this runtime, as nodes name them
 // (nodeInfo.containerRuntimeVersion): each writes a container's identity
@@ -239,8 +242,19 @@ type bundleMount struct {
 }
 
 // Identity is a container's place in the cluster, from the annotations its
-// CRI runtime puts into its bundle.
-type Identity struct{ Namespace, Pod, Container string }
+// CRI runtime puts into its bundle. UID is its pod's: a checkpoint staged
+// for one UID is restored into that pod only, never into a pod that takes
+// the name later (the target deleted and another created in its place).
+type Identity struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	UID       string `json:"uid,omitempty"`
+	Container string `json:"container"`
+}
+
+// Unbound is id without its pod's UID: how a checkpoint staged before its
+// pod exists is named, until the migration binds it (BoundPath).
+func (id Identity) Unbound() Identity { id.UID = ""; return id }
 
 // identityOf reads the identity that cri (Containerd, CRIO, or "" for
 // whichever set its own marker) wrote into a container's annotations; a
@@ -265,25 +279,41 @@ func identityOf(cri string, a map[string]string) (Identity, bool) {
 	switch cri {
 	case Containerd:
 		if a["io.kubernetes.cri.container-type"] == "container" {
-			return Identity{a["io.kubernetes.cri.sandbox-namespace"], a["io.kubernetes.cri.sandbox-name"], a["io.kubernetes.cri.container-name"]}, true
+			return Identity{Namespace: a["io.kubernetes.cri.sandbox-namespace"], Pod: a["io.kubernetes.cri.sandbox-name"], UID: a["io.kubernetes.cri.sandbox-uid"], Container: a["io.kubernetes.cri.container-name"]}, true
 		}
 	case CRIO:
 		if a["io.kubernetes.cri-o.ContainerType"] == "container" {
-			return Identity{a["io.kubernetes.pod.namespace"], a["io.kubernetes.pod.name"], a["io.kubernetes.container.name"]}, true
+			return Identity{Namespace: a["io.kubernetes.pod.namespace"], Pod: a["io.kubernetes.pod.name"], UID: a["io.kubernetes.pod.uid"], Container: a["io.kubernetes.container.name"]}, true
 		}
 	}
 	return Identity{}, false
 }
 
-// StagePath is where container of pod in namespace is staged under stage.
+// StagePath is where container of pod in namespace is staged under stage:
+// NAMESPACE/POD/CONTAINER while no UID binds it, and under the pod's UID
+// (UIDPrefix) once bound. A create claims only a checkpoint bound to its
+// own pod's UID.
 func StagePath(stage string, id Identity) string {
-	return filepath.Join(stage, id.Namespace, id.Pod, id.Container)
+	if id.UID == "" {
+		return filepath.Join(stage, id.Namespace, id.Pod, id.Container)
+	}
+	return filepath.Join(stage, id.Namespace, id.Pod, UIDPrefix+id.UID, id.Container)
 }
+
+// UIDPrefix starts the directory of a pod's UID beside its containers'
+// unbound checkpoints: no container's name has a dot.
+const UIDPrefix = ".uid-"
 
 // Valid refuses an identity whose parts could leave the stage directory.
 func (id Identity) Valid() error {
-	for _, p := range []string{id.Namespace, id.Pod, id.Container} {
-		if p == "" || p == "." || p == ".." || strings.ContainsAny(p, `/\`) {
+	parts := []string{id.Namespace, id.Pod, id.Container}
+	if id.UID != "" {
+		parts = append(parts, id.UID)
+	}
+	for _, p := range parts {
+		// No name in the cluster starts with a dot; the stage's own
+		// directories do (UIDPrefix).
+		if p == "" || strings.HasPrefix(p, ".") || strings.ContainsAny(p, `/\`) {
 			return fmt.Errorf("%q cannot name a pod's checkpoint", p)
 		}
 	}
@@ -307,11 +337,11 @@ func (r Runtime) claim(inv invocation) (string, error) {
 		return "", nil
 	}
 	id, ok := identityOf(r.CRI, spec.Annotations)
-	if !ok || id.Valid() != nil || inv.id == "" || strings.ContainsAny(inv.id, `/\`) {
+	if !ok || id.UID == "" || id.Valid() != nil || inv.id == "" || strings.ContainsAny(inv.id, `/\`) {
 		return "", nil
 	}
 	staged := StagePath(r.Stage, id)
-	if err := r.awaitExpected(id); err != nil {
+	if err := r.awaitBound(id); err != nil {
 		return "", err
 	}
 	if _, err := os.Stat(staged); err != nil {
@@ -351,7 +381,7 @@ const emptyDirPath = "/volumes/kubernetes.io~empty-dir/"
 // there must exist. The first create that mounts a volume claims its data
 // (a rename within the stage) and fills it; the stage goes once all are.
 func (r Runtime) fillVolumes(id Identity, mounts []bundleMount) error {
-	podVolumes := StagePath(r.Stage, Identity{Namespace: id.Namespace, Pod: id.Pod, Container: VolumesKey})
+	podVolumes := StagePath(r.Stage, Identity{Namespace: id.Namespace, Pod: id.Pod, UID: id.UID, Container: VolumesKey})
 	staged := filepath.Join(podVolumes, image.VolumesRoot)
 	entries, err := os.ReadDir(staged)
 	if err != nil {
@@ -401,13 +431,22 @@ func copyInto(from, to string) error {
 	return err
 }
 
-// awaitExpected waits, while a migration expects a checkpoint for id
-// (ExpectedPath), until it is staged. A container that was expecting one
-// never starts afresh in this create: if the mark goes first (the migration
-// rolled back, and deletes the pod) or the wait runs out, the create fails.
-func (r Runtime) awaitExpected(id Identity) error {
-	staged, expected := StagePath(r.Stage, id), ExpectedPath(r.Stage, id)
-	if _, err := os.Stat(expected); err != nil {
+// awaitBound waits, while a checkpoint for id's name is on its way
+// (ExpectedPath) or staged but bound to no pod yet (unbound StagePath),
+// until one is staged for id's pod UID. A container whose name a migration
+// awaits never starts afresh in this create: if the mark and the unbound
+// checkpoint go first (the migration rolled back, and deletes the pod), or
+// the wait runs out, the create fails. A pod that took the name of a
+// migration's target waits for a checkpoint bound to its own UID, which
+// never comes.
+func (r Runtime) awaitBound(id Identity) error {
+	staged, expected, unbound := StagePath(r.Stage, id), ExpectedPath(r.Stage, id), StagePath(r.Stage, id.Unbound())
+	awaited := func() bool {
+		_, markErr := os.Stat(expected)
+		_, unboundErr := os.Stat(unbound)
+		return markErr == nil || unboundErr == nil
+	}
+	if !awaited() {
 		return nil
 	}
 	timeout := cmp.Or(r.ExpectTimeout, ExpectTimeout)
@@ -416,7 +455,7 @@ func (r Runtime) awaitExpected(id Identity) error {
 			_ = os.Remove(expected)
 			return nil
 		}
-		if _, err := os.Stat(expected); err != nil {
+		if !awaited() {
 			return fmt.Errorf("the migration expecting a checkpoint for %s/%s %s ended without one", id.Namespace, id.Pod, id.Container)
 		}
 		if time.Now().After(deadline) {

@@ -104,9 +104,15 @@ func must(t *testing.T, err error) {
 }
 
 var (
-	crioContainer = map[string]string{"io.kubernetes.cri-o.ContainerType": "container", "io.kubernetes.pod.namespace": "shop", "io.kubernetes.pod.name": "consumer-2", "io.kubernetes.container.name": "app"}
-	containerdApp = map[string]string{"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "shop", "io.kubernetes.cri.sandbox-name": "consumer-2", "io.kubernetes.cri.container-name": "app"}
-	app           = Identity{"shop", "consumer-2", "app"}
+	crioContainer = map[string]string{"io.kubernetes.cri-o.ContainerType": "container", "io.kubernetes.pod.namespace": "shop", "io.kubernetes.pod.name": "consumer-2", "io.kubernetes.pod.uid": targetUID, "io.kubernetes.container.name": "app"}
+	containerdApp = map[string]string{"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "shop", "io.kubernetes.cri.sandbox-name": "consumer-2", "io.kubernetes.cri.sandbox-uid": targetUID, "io.kubernetes.cri.container-name": "app"}
+	app           = Identity{Namespace: "shop", Pod: "consumer-2", UID: targetUID, Container: "app"}
+)
+
+const (
+	targetUID = "0b4f6c2e-7a1d-4c3b-9e8f-5d6a7b8c9d0e"
+	// laterUID is a pod's that took the target's name after the target went.
+	laterUID = "9f8e7d6c-5b4a-4321-8765-43210fedcba9"
 )
 
 // The shims' command lines (containerd's runc shim, then CRI-O's conmon).
@@ -165,8 +171,9 @@ func TestACreateWithAStagedCheckpointRestores(t *testing.T) {
 // kubelet's labels over them) in namespace, named pod, that carries
 // podAnnotations.
 func crioPod(namespace, pod string, podAnnotations map[string]string) map[string]string {
-	a := maps.Clone(podAnnotations)
-	maps.Copy(a, map[string]string{"io.kubernetes.cri-o.ContainerType": "container", "io.kubernetes.pod.namespace": namespace, "io.kubernetes.pod.name": pod, "io.kubernetes.container.name": "app"})
+	a := map[string]string{}
+	maps.Copy(a, podAnnotations)
+	maps.Copy(a, map[string]string{"io.kubernetes.cri-o.ContainerType": "container", "io.kubernetes.pod.namespace": namespace, "io.kubernetes.pod.name": pod, "io.kubernetes.pod.uid": laterUID, "io.kubernetes.container.name": "app"})
 	return a
 }
 
@@ -175,10 +182,15 @@ func TestACreateWithoutACheckpointIsRuncs(t *testing.T) {
 		cri         string
 		annotations map[string]string
 	}{
-		"nothing staged":                       {"", crioContainer},
-		"the sandbox":                          {"", map[string]string{"io.kubernetes.cri-o.ContainerType": "sandbox", "io.kubernetes.pod.namespace": "shop", "io.kubernetes.pod.name": "consumer-2", "io.kubernetes.container.name": "app"}},
-		"another namespace's pod of that name": {"", map[string]string{"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "attacker", "io.kubernetes.cri.sandbox-name": "consumer-2", "io.kubernetes.cri.container-name": "app"}},
-		"a name that leaves the stage":         {"", map[string]string{"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "..", "io.kubernetes.cri.sandbox-name": "shop", "io.kubernetes.cri.container-name": "consumer-2"}},
+		"nothing staged": {"", crioContainer},
+		// The target deleted and a pod of its name created in its place
+		// (by one allowed to migrate there): the checkpoint is the
+		// target's pod's, by UID, not its name's.
+		"a later pod of the target's name":       {CRIO, crioPod("shop", "consumer-2", nil)},
+		"a pod of the target's name with no UID": {"", map[string]string{"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "shop", "io.kubernetes.cri.sandbox-name": "consumer-2", "io.kubernetes.cri.container-name": "app"}},
+		"the sandbox":                            {"", map[string]string{"io.kubernetes.cri-o.ContainerType": "sandbox", "io.kubernetes.pod.namespace": "shop", "io.kubernetes.pod.name": "consumer-2", "io.kubernetes.container.name": "app"}},
+		"another namespace's pod of that name":   {"", map[string]string{"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "attacker", "io.kubernetes.cri.sandbox-name": "consumer-2", "io.kubernetes.cri.container-name": "app"}},
+		"a name that leaves the stage":           {"", map[string]string{"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-namespace": "..", "io.kubernetes.cri.sandbox-name": "shop", "io.kubernetes.cri.container-name": "consumer-2"}},
 		// The attack on CRI-O nodes: a pod in another namespace whose own
 		// annotations are containerd's keys naming the victim's target.
 		"on CRI-O, a pod carrying containerd's keys of the target": {CRIO, crioPod("attacker", "thief", containerdApp)},
@@ -291,7 +303,7 @@ func TestACreateExpectingACheckpointWaitsForIt(t *testing.T) {
 		case <-time.After(200 * time.Millisecond):
 		}
 		// An agent stages it whole, by a rename.
-		elsewhere := w.stage(t, Identity{"shop", "consumer-2", "receiving"})
+		elsewhere := w.stage(t, Identity{Namespace: "shop", Pod: "consumer-2", UID: targetUID, Container: "receiving"})
 		must(t, os.Rename(elsewhere, StagePath(w.r.Stage, app)))
 		if r := <-done; r.pass || r.err != nil {
 			t.Fatalf("create: %+v; want the restore", r)
@@ -314,6 +326,38 @@ func TestACreateExpectingACheckpointWaitsForIt(t *testing.T) {
 		}
 		if calls := w.calls(t); calls != nil {
 			t.Fatalf("runc was called: %q", calls)
+		}
+	})
+	// A StatefulSet's pod is staged before the pod that keeps its name
+	// exists: unbound, it holds the create as a mark does, until the
+	// migration binds it to the new pod's UID.
+	t.Run("staged unbound, then bound to this pod", func(t *testing.T) {
+		w := newWorld(t, crioContainer)
+		unbound := w.stage(t, app.Unbound())
+		done := create(w)
+		select {
+		case r := <-done:
+			t.Fatalf("the create did not wait for the binding: %+v", r)
+		case <-time.After(200 * time.Millisecond):
+		}
+		must(t, os.MkdirAll(filepath.Dir(StagePath(w.r.Stage, app)), 0o700))
+		must(t, os.Rename(unbound, StagePath(w.r.Stage, app)))
+		if r := <-done; r.pass || r.err != nil {
+			t.Fatalf("create: %+v; want the restore", r)
+		}
+	})
+	t.Run("staged unbound, then bound to another pod", func(t *testing.T) {
+		w := newWorld(t, crioPod("shop", "consumer-2", nil))
+		unbound := w.stage(t, app.Unbound())
+		done := create(w)
+		time.Sleep(50 * time.Millisecond)
+		must(t, os.MkdirAll(filepath.Dir(StagePath(w.r.Stage, app)), 0o700))
+		must(t, os.Rename(unbound, StagePath(w.r.Stage, app)))
+		if r := <-done; r.pass || r.err == nil || !strings.Contains(r.err.Error(), "ended without one") {
+			t.Fatalf("create: %+v; want an error, neither a restore nor a fresh start", r)
+		}
+		if _, err := os.Stat(StagePath(w.r.Stage, app)); err != nil {
+			t.Errorf("the checkpoint bound to the target was touched: %v", err)
 		}
 	})
 	t.Run("the wait runs out", func(t *testing.T) {
@@ -356,7 +400,7 @@ func TestARestoringCreateFillsTheEmptyDirVolumesItMounts(t *testing.T) {
 		spec, _ := json.Marshal(map[string]any{"root": map[string]any{"path": w.rootfs}, "mounts": ms, "annotations": annotations})
 		must(t, os.WriteFile(filepath.Join(w.bundle, "config.json"), spec, 0o644))
 	}
-	volumes := StagePath(w.r.Stage, Identity{"shop", "consumer-2", VolumesKey})
+	volumes := StagePath(w.r.Stage, Identity{Namespace: "shop", Pod: "consumer-2", UID: targetUID, Container: VolumesKey})
 	for name, files := range map[string]map[string]string{"scratch": {"ledger": "1\n2\n", "sub/part": "p"}, "other": {"x": "y"}} {
 		for rel, body := range files {
 			path := filepath.Join(volumes, "ms2m", "volumes", name, rel)
@@ -382,7 +426,7 @@ func TestARestoringCreateFillsTheEmptyDirVolumesItMounts(t *testing.T) {
 		t.Errorf("app's create filled a volume it does not mount: %v", entries)
 	}
 
-	side := Identity{"shop", "consumer-2", "side"}
+	side := Identity{Namespace: "shop", Pod: "consumer-2", UID: targetUID, Container: "side"}
 	w.stage(t, side)
 	writeSpec("side", other)
 	if pass, err := w.r.Run(append(createArgs(w.bundle)[:len(createArgs(w.bundle))-1], "ctr2")); err != nil || pass {

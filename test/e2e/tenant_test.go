@@ -449,7 +449,8 @@ func (l *lab) editorOf(t *testing.T, namespace string) kubernetes.Interface {
 // containerd's sandbox-namespace/sandbox-name/container-name annotations
 // naming the target (CRI-O copies pod annotations into the container's
 // spec) starts afresh as itself: the staged checkpoint is neither restored
-// into it nor removed. Before that, node-setup's admission policy refuses
+// into it nor removed. Nor is it by a pod of the target's own name and
+// namespace that is not the pod it is bound to (another UID). Before that, node-setup's admission policy refuses
 // such a pod from an editor of the namespace (who may not migrate there);
 // the pod that reaches the node is an allowed migrator's. While it runs,
 // node-setup --uninstall refuses. Runs on both runtime lanes (CRI-O,
@@ -458,7 +459,9 @@ func TestTenantCannotClaimAStagedCheckpoint(t *testing.T) {
 	l := setup(t)
 	l.setUpRuntime(t)
 	ctx := context.Background()
-	victim := ociruntime.Identity{Namespace: fmt.Sprintf("victim-%06x", rand.Uint32()>>8), Pod: "consumer-restored", Container: "consumer"}
+	// The victim's target pod, by its UID: the migration binds what it
+	// stages to the pod it created.
+	victim := ociruntime.Identity{Namespace: fmt.Sprintf("victim-%06x", rand.Uint32()>>8), Pod: "consumer-restored", UID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", rand.Uint32()), Container: "consumer"}
 	// What a target agent stages: CRIU's images and the file changes. A
 	// restore of these fails, so a claim would show as a failed create too.
 	staged := filepath.Join(env(t, "LAB_RUN"), "node-b", "upper", ociruntime.StagePath(ociruntime.StageDir, victim))
@@ -483,10 +486,18 @@ func TestTenantCannotClaimAStagedCheckpoint(t *testing.T) {
 	l.waitDefaultServiceAccount(t, attacker)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "thief", Namespace: attacker, Annotations: map[string]string{
+			// containerd's keys, which CRI-O copies from the pod as they are
 			"io.kubernetes.cri.container-type":    "container",
 			"io.kubernetes.cri.sandbox-namespace": victim.Namespace,
 			"io.kubernetes.cri.sandbox-name":      victim.Pod,
+			"io.kubernetes.cri.sandbox-uid":       victim.UID,
 			"io.kubernetes.cri.container-name":    victim.Container,
+			// CRI-O's own keys, which containerd copies and CRI-O writes over
+			"io.kubernetes.pod.namespace":       victim.Namespace,
+			"io.kubernetes.pod.name":            victim.Pod,
+			"io.kubernetes.pod.uid":             victim.UID,
+			"io.kubernetes.container.name":      victim.Container,
+			"io.kubernetes.cri-o.ContainerType": "container",
 		}},
 		Spec: corev1.PodSpec{
 			NodeName:         "node-b",
@@ -554,6 +565,34 @@ func TestTenantCannotClaimAStagedCheckpoint(t *testing.T) {
 		return apierrors.IsNotFound(err), nil
 	}); err != nil {
 		t.Fatalf("the attacker's pod did not go: %v", err)
+	}
+
+	// Within the victim's namespace, a pod that takes the target's name
+	// (the target deleted, another created in its place) is another pod:
+	// its UID is not the one the checkpoint is bound to.
+	if _, err := l.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: victim.Namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = l.client.CoreV1().Namespaces().Delete(context.Background(), victim.Namespace, metav1.DeleteOptions{})
+	})
+	l.waitDefaultServiceAccount(t, victim.Namespace)
+	namesake := pod.DeepCopy()
+	namesake.Name, namesake.Namespace, namesake.Annotations = victim.Pod, victim.Namespace, nil
+	created, err := l.client.CoreV1().Pods(victim.Namespace).Create(ctx, namesake, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if _, err := kube.WaitForPod(startCtx, l.client, victim.Namespace, victim.Pod, kube.ContainersRunning("", []string{victim.Container})); err != nil {
+		t.Fatalf("the pod of the target's name (UID %s) did not start afresh: %v", created.UID, err)
+	}
+	if got, err := os.ReadFile(memory); err != nil || string(got) != "the victim's memory" {
+		t.Fatalf("the checkpoint bound to %s was taken by the pod of its name with UID %s: %q, %v", victim.UID, created.UID, got, err)
+	}
+	if err := kube.DeleteAndWait(ctx, l.client, victim.Namespace, victim.Pod, ptr.To[int64](0)); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -102,6 +102,9 @@ type World struct {
 	// Staged are the checkpoints staged for the kubectl-migrate runtime
 	// (agent.StagedPath), until a pod under its RuntimeClass restores one.
 	Staged map[string]bool
+	// BoundTo is the pod UID each staged checkpoint is for; none while
+	// it was staged before its pod existed and not yet bound.
+	BoundTo map[string]types.UID
 	// Expected are the marks of checkpoints on their way (ExpectedPath):
 	// a pod under the runtime waits for its checkpoint while marked.
 	Expected  map[string]bool
@@ -170,10 +173,18 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 		T: t, Client: fake.NewClientset(objects...),
 		Queues:   map[string]bool{"work": true},
 		Apps:     map[string]*ms2m.State{"consumer": {Contract: ms2m.ContractVersion, Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
-		Archives: map[string]bool{}, Images: map[string]bool{}, Staged: map[string]bool{}, Expected: map[string]bool{}, reconnecting: map[string]bool{}, Unanswered: map[string]int{}, Stalled: map[string]int{},
+		Archives: map[string]bool{}, Images: map[string]bool{}, Staged: map[string]bool{}, BoundTo: map[string]types.UID{}, Expected: map[string]bool{}, reconnecting: map[string]bool{}, Unanswered: map[string]int{}, Stalled: map[string]int{},
 		failed: map[report.PhaseName]int{}, published: 100, deletedSets: map[types.UID]bool{},
 		acked: map[string]uint64{}, restored: map[string]bool{},
 	}
+	created := 0
+	w.Client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if pod := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod); pod.UID == "" {
+			created++ // the API server gives every new object its own UID
+			pod.UID = types.UID(fmt.Sprintf("pod-uid-%d", created))
+		}
+		return false, nil, nil
+	})
 	w.Client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		r := a.(k8stesting.CreateAction).GetObject().(*authzv1.SelfSubjectAccessReview)
 		r.Status.Allowed = true
@@ -243,17 +254,20 @@ func (w *World) startKubelet() {
 			}
 			underRuntime := pod.Spec.RuntimeClassName != nil && *pod.Spec.RuntimeClassName == ociruntime.HandlerName
 			id := ociruntime.Identity{Namespace: pod.Namespace, Pod: pod.Name, Container: pod.Spec.Containers[0].Name}
+			handle := agent.StagedPath(id)
 			w.Mu.Lock()
-			expected := w.Expected[agent.ExpectedPath(id)]
+			awaited := w.Expected[agent.ExpectedPath(id)] || w.Staged[handle] && w.BoundTo[handle] == ""
 			w.Mu.Unlock()
-			if underRuntime && expected {
+			if underRuntime && awaited {
 				w.reportAddress(ctx, pod)
-				// The runtime holds the create until the checkpoint is
-				// staged, or fails it when the mark goes.
+				// The runtime holds the create until a checkpoint is
+				// staged for this pod's UID, or fails it when the mark
+				// and the unbound checkpoint go.
 				go func() {
 					for {
 						w.Mu.Lock()
-						staged, marked := w.Staged[agent.StagedPath(id)], w.Expected[agent.ExpectedPath(id)]
+						staged := w.Staged[handle] && w.BoundTo[handle] == pod.UID
+						awaited := w.Expected[agent.ExpectedPath(id)] || w.Staged[handle] && w.BoundTo[handle] == ""
 						if staged {
 							delete(w.Expected, agent.ExpectedPath(id))
 						}
@@ -262,7 +276,7 @@ func (w *World) startKubelet() {
 							w.run(ctx, pod, id, underRuntime)
 							return
 						}
-						if !marked || ctx.Err() != nil {
+						if !awaited || ctx.Err() != nil {
 							return
 						}
 						time.Sleep(5 * time.Millisecond)
@@ -301,12 +315,16 @@ func (w *World) run(ctx context.Context, pod *corev1.Pod, id ociruntime.Identity
 	staged := agent.StagedPath(id)
 	volumes := agent.StagedPath(ociruntime.Identity{Namespace: id.Namespace, Pod: id.Pod, Container: agent.VolumesKey})
 	w.Mu.Lock()
-	hasCheckpoint := w.Staged[staged]
-	delete(w.Staged, staged) // the runtime claims it, restored or not
+	hasCheckpoint := w.Staged[staged] && w.BoundTo[staged] == pod.UID
+	if hasCheckpoint || !underRuntime {
+		delete(w.Staged, staged) // the runtime claims it, restored or not
+		delete(w.BoundTo, staged)
+	}
 	// The create that restores fills the emptyDir volumes staged by then.
-	fills := underRuntime && hasCheckpoint && w.Staged[volumes]
+	fills := underRuntime && hasCheckpoint && w.Staged[volumes] && w.BoundTo[volumes] == pod.UID
 	if fills {
 		delete(w.Staged, volumes)
+		delete(w.BoundTo, volumes)
 	}
 	w.Mu.Unlock()
 	if fills {
@@ -484,6 +502,7 @@ func (f *fakePacker) Pack(_ context.Context, podName, node string, req agent.Pac
 				delete(w.Archives, req.Archive)
 			}
 			w.Staged[staged] = true
+			w.BoundTo[staged] = types.UID(req.StageAs.UID)
 			if w.DieAfterStaging {
 				w.DieAfterStaging = false
 				goruntime.Goexit()
@@ -534,6 +553,7 @@ func (f *fakePacker) Remove(_ context.Context, podName, node string, archives []
 	defer w.Mu.Unlock()
 	for _, a := range archives {
 		delete(w.Staged, a)
+		delete(w.BoundTo, a)
 		delete(w.Expected, a)
 		for have := range w.Archives {
 			if ok, _ := path.Match(a, have); ok {
@@ -551,6 +571,26 @@ func (f *fakePacker) Expect(_ context.Context, node string, ids []ociruntime.Ide
 	for _, id := range ids {
 		w.Calls = append(w.Calls, fmt.Sprintf("expect %s on %s", agent.ExpectedPath(id), node))
 		w.Expected[agent.ExpectedPath(id)] = true
+	}
+	return nil
+}
+
+// Bind gives the checkpoints staged unbound for ids' names to the pod of
+// their UID, as the agent does: one bound to another pod's stays its.
+func (f *fakePacker) Bind(_ context.Context, node string, ids []ociruntime.Identity) error {
+	w := f.w
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	for _, id := range ids {
+		handle := agent.StagedPath(id)
+		w.Calls = append(w.Calls, fmt.Sprintf("bind %s to %s on %s", handle, id.UID, node))
+		switch bound := w.BoundTo[handle]; {
+		case !w.Staged[handle]:
+			return fmt.Errorf("bind the checkpoint staged for %s: none is staged", handle)
+		case bound != "" && bound != types.UID(id.UID):
+			return fmt.Errorf("bind the checkpoint staged for %s: bound to pod %s", handle, bound)
+		}
+		w.BoundTo[handle] = types.UID(id.UID)
 	}
 	return nil
 }
