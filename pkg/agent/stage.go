@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -91,15 +92,30 @@ func (d *Direct) bind(ids []ociruntime.Identity) error {
 		if _, err := os.Stat(bound); err == nil {
 			continue
 		}
-		if err := os.MkdirAll(filepath.Dir(bound), 0o700); err != nil {
-			return err
-		}
-		if err := os.Rename(ociruntime.StagePath(d.StageDir, id.Unbound()), bound); err != nil {
+		if err := inDir(filepath.Dir(bound), func() error {
+			return os.Rename(ociruntime.StagePath(d.StageDir, id.Unbound()), bound)
+		}); err != nil {
 			_ = os.Remove(filepath.Dir(bound)) // the UID's directory, if empty
 			return fmt.Errorf("bind the checkpoint staged for %s: %w", stageQuery(id), err)
 		}
 	}
 	return nil
+}
+
+// inDir makes dir and runs create in it. The runtime deletes a pod UID's
+// directory once it restored the last checkpoint in it; another container's
+// arriving at that moment makes the directory again.
+func inDir(dir string, create func() error) error {
+	var err error
+	for range 3 {
+		if err = os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		if err = create(); !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return err
 }
 
 // stagedIdentity reads a StagedPath, or an ExpectedPath (as the identity
@@ -148,13 +164,10 @@ func (d *Direct) stage(conn net.Conn, buffered *bufio.Reader, size int64, id oci
 		return PackResult{}, fmt.Errorf("this agent stages no checkpoints (it was started without --stage)")
 	}
 	final := ociruntime.StagePath(d.StageDir, id) // bound if the pod exists already
-	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
-		return PackResult{}, err
-	}
 	suffix := make([]byte, 6)
 	_, _ = rand.Read(suffix)
 	tmp := final + receivingInfix + hex.EncodeToString(suffix)
-	if err := os.Mkdir(tmp, 0o700); err != nil {
+	if err := inDir(filepath.Dir(final), func() error { return os.Mkdir(tmp, 0o700) }); err != nil {
 		return PackResult{}, err
 	}
 	archive := &countingReader{r: io.LimitReader(io.MultiReader(io.LimitReader(buffered, int64(buffered.Buffered())), deadlineReader{conn}), size)}

@@ -362,14 +362,22 @@ func (r Runtime) claim(inv invocation) (string, error) {
 		rootfs = filepath.Join(bundle, rootfs)
 	}
 	if err := applyRootfsChanges(within, rootfs); err != nil {
-		_ = os.RemoveAll(within)
+		discard(within)
 		return "", fmt.Errorf("restore %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
 	}
 	if err := r.fillVolumes(id, spec.Mounts); err != nil {
-		_ = os.RemoveAll(within)
+		discard(within)
 		return "", fmt.Errorf("restore %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
 	}
 	return within, nil
+}
+
+// discard deletes a claimed checkpoint, and its pod UID's directory once
+// no other container's is in it (a target agent that stages one meanwhile
+// makes the directory again: agent.Direct's stage).
+func discard(claimed string) {
+	_ = os.RemoveAll(claimed)
+	_ = os.Remove(filepath.Dir(claimed))
 }
 
 // emptyDirPath is how a kubelet's emptyDir volume ends on the node.
@@ -531,7 +539,7 @@ func restoreArgs(inv invocation, checkpoint string) []string {
 // restore leaves the container to fail as any create would, and a restart
 // starts the container afresh.
 func (r Runtime) restore(inv invocation, checkpoint string) error {
-	defer os.RemoveAll(checkpoint)
+	defer discard(checkpoint)
 	cmd := exec.Command(r.Runc, restoreArgs(inv, checkpoint)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.Stdin, r.Stdout, r.Stderr
 	if err := cmd.Run(); err != nil {

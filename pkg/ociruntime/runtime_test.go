@@ -141,7 +141,8 @@ func TestACreateWithAStagedCheckpointRestores(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(w.rootfs, "etc", "gone")); !os.IsNotExist(err) {
 				t.Errorf("a file the container deleted is back: %v", err)
 			}
-			for _, left := range []string{staged, claimed} {
+			// The pod UID's directory goes with its last checkpoint.
+			for _, left := range []string{staged, claimed, filepath.Dir(staged)} {
 				if _, err := os.Stat(left); !os.IsNotExist(err) {
 					t.Errorf("the checkpoint is left at %s", left)
 				}

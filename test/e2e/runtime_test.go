@@ -39,7 +39,9 @@ func (l *lab) nothingStaged(t testing.TB, node string) {
 	var left []string
 	_ = filepath.WalkDir(stage, func(path string, d os.DirEntry, err error) error {
 		if err == nil && path != stage {
-			if rel, _ := filepath.Rel(stage, path); strings.Count(rel, "/") == 2 { // NAMESPACE/POD/CONTAINER
+			// NAMESPACE/POD/CONTAINER, or NAMESPACE/POD/.uid-UID(/CONTAINER)
+			rel, _ := filepath.Rel(stage, path)
+			if parts := strings.Split(rel, "/"); len(parts) == 3 || len(parts) == 4 && strings.HasPrefix(parts[2], ociruntime.UIDPrefix) {
 				left = append(left, rel)
 			}
 		}
