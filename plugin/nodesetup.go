@@ -127,6 +127,9 @@ func (o *NodeSetupOptions) Run(ctx context.Context) error {
 			nodes = append(nodes, *n)
 		}
 	}
+	if err := agent.CheckNamespace(ctx, client, o.AgentNamespace); err != nil {
+		return err
+	}
 	id := "setup-" + rand.String(5)
 	launcher := agent.Launcher{
 		Client:    client,

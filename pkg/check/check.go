@@ -198,6 +198,11 @@ func (c *checker) permissions(ctx context.Context) (string, error) {
 	if len(missing) > 0 {
 		return "", fail("grant them with RBAC: docs/rbac.yaml has them all", "missing: %s", strings.Join(missing, "; "))
 	}
+	if mc.Agents() != c.cfg.Namespace {
+		if err := agent.CheckNamespace(ctx, c.deps.Client, mc.Agents()); err != nil {
+			return "", fail("have an administrator delete it and apply docs/rbac.yaml, or pass --agent-namespace", "%v", err)
+		}
+	}
 	return fmt.Sprintf("pods, pods/proxy, configmaps in %s; agents in %s; nodes/proxy", c.cfg.Namespace, mc.Agents()), nil
 }
 

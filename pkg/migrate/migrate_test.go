@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -308,6 +309,23 @@ func TestPreflightRefusals(t *testing.T) {
 			_, _ = w.Client.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
 			w.RuntimeConfig = map[string]string{"node-b": `{"enableCRIU":true,"enableExperimentalRestoreViaCreate":false}`}
 		}, "enable_experimental_restore_via_create = true"},
+		{"agents' namespace made by someone else", func(w *migratetest.World, _ *migrate.Config) {
+			_, _ = w.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.DefaultNamespace}}, metav1.CreateOptions{})
+		}, "the agents' namespace kubectl-migrate-system was not made by kubectl migrate"},
+		{"agents' namespace another can act in", func(w *migratetest.World, _ *migrate.Config) {
+			_, _ = w.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+				Name: agent.DefaultNamespace, Labels: map[string]string{agent.ManagedByLabel: agent.ManagedByValue}}}, metav1.CreateOptions{})
+			for name, role := range map[string]rbacv1.RoleRef{
+				"migrators": {Kind: "Role", Name: agent.AgentsRole},
+				"squatter":  {Kind: "ClusterRole", Name: "admin"},
+			} {
+				_, _ = w.Client.RbacV1().RoleBindings(agent.DefaultNamespace).Create(context.Background(), &rbacv1.RoleBinding{
+					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: agent.DefaultNamespace},
+					RoleRef:    role,
+					Subjects:   []rbacv1.Subject{{Kind: "User", Name: "mallory"}},
+				}, metav1.CreateOptions{})
+			}
+		}, "grants more than Role kubectl-migrate-agents, so others can act where the agents run as root: RoleBinding squatter (ClusterRole admin to User mallory); have an administrator remove them"},
 		{"replay queue exists", func(w *migratetest.World, _ *migrate.Config) { w.Queues["work.ms2m-replay"] = true }, "already exists"},
 		{"app not serving", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Mode = ms2m.ModeHold }, "hold mode"},
 		{"checkpoint image pulled without credentials", func(_ *migratetest.World, c *migrate.Config) { c.AllowAnonymousCheckpoints = false }, "pass --registry-secret for a registry that asks for credentials, --transfer direct, or --allow-anonymous-checkpoints"},

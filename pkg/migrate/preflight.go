@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	volumehelpers "k8s.io/component-helpers/storage/volume"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
@@ -42,6 +43,7 @@ func (preflight) Run(ctx context.Context, m *Migration) error {
 		// Before anything else: a caller short of a permission hears all it
 		// lacks at once.
 		{"permissions", checkPermissions},
+		{"agents' namespace", checkAgentNamespace},
 		// Who holds the lock is said here; setup takes it.
 		{"lock", func(ctx context.Context, m *Migration) error { return m.checkLeasesFree(ctx) }},
 		{"source pod", checkSourcePod},
@@ -314,6 +316,7 @@ var agentPermissions = []permission{
 	{"", "delete", "pods", "", true, "to remove the agents"},
 	{"", "create", "pods", "proxy", true, "to call the agents"},
 	{"", "get", "pods", "proxy", true, "to ask whether an agent is ready"},
+	{"rbac.authorization.k8s.io", "list", "rolebindings", "", true, "to know who else acts where the agents run (agent.CheckNamespace)"},
 }
 
 // registrySecretPermissions are needed when the agents push with a
@@ -336,6 +339,16 @@ var pullSecretPermissions = []permission{
 var agentSecretPermissions = []permission{
 	{"", "create", "secrets", "", true, "to give the agents their copy of the registry secret"},
 	{"", "delete", "secrets", "", true, "to remove the agents' copy of the registry secret"},
+}
+
+// checkAgentNamespace refuses agents' namespace that others own. Where
+// the agents run in the pod's own namespace (--agent-namespace), its
+// editors are trusted with them: the caller chose so.
+func checkAgentNamespace(ctx context.Context, m *Migration) error {
+	if m.config.Agents() == m.config.Namespace {
+		return nil
+	}
+	return agent.CheckNamespace(ctx, m.deps.Client, m.config.Agents())
 }
 
 func checkPermissions(ctx context.Context, m *Migration) error {
@@ -440,6 +453,8 @@ func NeededPermissions(c Config) []Permission {
 	}
 	if agents != "" {
 		add(agentPermissions, agents)
+		// A Role in a namespace grants get on the namespace itself.
+		out = append(out, Permission{Verb: "get", Resource: "namespaces", Name: agents, Namespaced: true, Namespace: agents, Why: "to know the agents' namespace is kubectl migrate's (agent.CheckNamespace)"})
 	}
 	out = append(out, journalKeyPermissions(c.Agents())...)
 	if c.Transfer == Direct && c.Restore != RestoreRuntime {

@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/check"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
@@ -821,4 +822,59 @@ func (l *lab) restoresSomeWay(t *testing.T) {
 	if os.Getenv("LAB_RUNTIME") == "containerd-2.4" {
 		l.setUpRuntime(t)
 	}
+}
+
+// TestTenantCannotOwnTheAgentsNamespace: a tenant who made the agents'
+// namespace before kubectl migrate did (labelled as its own, with
+// themselves bound admin there) would own every agent later started in it,
+// root on its node, and the secrets it holds. A migration, check and
+// node-setup pointed at it refuse before creating anything there, naming
+// the binding; the consumer keeps serving and conserves every message.
+func TestTenantCannotOwnTheAgentsNamespace(t *testing.T) {
+	l := setup(t)
+	ctx := context.Background()
+	squatted := fmt.Sprintf("agents-%06x", rand.Uint32()>>8)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: squatted, Labels: map[string]string{
+		agent.ManagedByLabel: agent.ManagedByValue, "pod-security.kubernetes.io/enforce": "privileged",
+	}}}
+	if _, err := l.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = l.client.CoreV1().Namespaces().Delete(context.Background(), squatted, metav1.DeleteOptions{})
+	})
+	owner := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "owner", Namespace: squatted},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "tenant"}},
+	}
+	if _, err := l.client.RbacV1().RoleBindings(squatted).Create(ctx, owner, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const named = "RoleBinding owner (ClusterRole admin to User tenant)"
+
+	w := l.deploy(t, "10")
+	before := waitApplied(t, w, "consumer", 10)
+	_, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--agent-namespace", squatted)
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if last := lines[len(lines)-1]; exitCode(err) != 3 || !strings.Contains(last, named) {
+		t.Fatalf("want a refusal (exit 3) naming %q, got %v:\n%s", named, err, stderr)
+	}
+	if res, _, err := l.runCheck(t, "node-a", "node-b", "--agent-namespace", squatted); err == nil || !strings.Contains(link(res, check.LinkPermissions).Detail, named) {
+		t.Fatalf("check with the squatted agents' namespace: %v %+v", err, res.Links)
+	}
+	out, err := l.kubectlCommand("migrate", "node-setup", "--all", "--agent-namespace", squatted, "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), named) {
+		t.Fatalf("node-setup with the squatted agents' namespace: %v\n%s", err, out)
+	}
+	if pods, err := l.client.CoreV1().Pods(squatted).List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 0 {
+		t.Fatalf("pods in the squatted namespace: %v %v", pods, err)
+	}
+	if secrets, err := l.client.CoreV1().Secrets(squatted).List(ctx, metav1.ListOptions{}); err != nil || len(secrets.Items) != 0 {
+		t.Fatalf("secrets in the squatted namespace: %v %v", secrets, err)
+	}
+	if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary || st.Process != before.Process {
+		t.Fatalf("the source was disturbed: %+v", st)
+	}
+	checkConservation(t, w, "consumer")
 }
