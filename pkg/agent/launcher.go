@@ -287,23 +287,23 @@ func (l Launcher) Runtime(ctx context.Context, node string) (RuntimeInfo, error)
 // Expect has node's receiving agent (started with WarmOptions.Stage) mark
 // the checkpoints of ids as on their way (ExpectedPath).
 func (l Launcher) Expect(ctx context.Context, node string, ids []ociruntime.Identity) error {
-	warm, ok := l.Serving.pod(node)
-	if !ok {
-		return fmt.Errorf("no agent on %s receives the checkpoint", node)
-	}
-	_, err := l.call(ctx, warm, http.MethodPost, expectPath, expectRequest{Containers: ids})
-	return err
+	return l.tellReceiver(ctx, node, expectPath, expectRequest{Containers: ids})
 }
 
 // Bind has node's receiving agent give the checkpoints staged for ids
 // before their pod existed to that pod, whose UID each id carries: only
 // its containers restore them.
 func (l Launcher) Bind(ctx context.Context, node string, ids []ociruntime.Identity) error {
+	return l.tellReceiver(ctx, node, bindPath, bindRequest{Containers: ids})
+}
+
+// tellReceiver posts req to path of node's warm receiving agent.
+func (l Launcher) tellReceiver(ctx context.Context, node, path string, req any) error {
 	warm, ok := l.Serving.pod(node)
 	if !ok {
-		return fmt.Errorf("no agent on %s holds the staged checkpoint", node)
+		return fmt.Errorf("no agent on %s receives checkpoints", node)
 	}
-	_, err := l.call(ctx, warm, http.MethodPost, bindPath, bindRequest{Containers: ids})
+	_, err := l.call(ctx, warm, http.MethodPost, path, req)
 	return err
 }
 
