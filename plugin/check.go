@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,8 +18,12 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
-const checkExample = `  # Before the first migration from node-a to node-b
+const checkExample = `  # Before the first migration from node-a to node-b, through a registry
   kubectl migrate check --from node-a --to node-b --registry registry.example:5000/checkpoints
+
+  # Without a registry: the checkpoint goes node to node (always so where the
+  # kubectl-migrate runtime restores)
+  kubectl migrate check --from node-a --to node-b
 
   # A private registry: the credentials the agent pushes with
   kubectl migrate check --from node-a --to node-b --registry registry.example:5000/checkpoints \
@@ -34,6 +39,8 @@ type CheckOptions struct {
 	Registry         string
 	RegistrySecret   string
 	InsecureRegistry bool
+	Transfer         string
+	Restore          string
 	AgentImage       string
 	AgentNamespace   string
 	Timeout          time.Duration
@@ -46,18 +53,19 @@ type CheckOptions struct {
 func NewCmdCheck(root *RootOptions) *cobra.Command {
 	o := &CheckOptions{RootOptions: root}
 	cmd := &cobra.Command{
-		Use:   "check --from NODE --to NODE --registry REPO",
+		Use:   "check --from NODE --to NODE [--registry REPO]",
 		Short: "Prove that a migration between two nodes can work, without a workload",
 		Long: `Prove, in seconds and without touching a workload, that pods can be migrated
 from one node to another: a small canary (the agent image in canary mode, with
 its state in memory and an established TCP connection) is started on --from,
-checkpointed through the kubelet, pushed to --registry and restored on --to,
-where it must go on as the same process.
+checkpointed through the kubelet, sent the way migrations will send it (pushed
+to --registry, or node to node without one) and restored on --to, where it
+must go on as the same process.
 
 Each link a migration relies on is reported with ✓ or ✗ and, for a ✗, what to
 change: RBAC, the nodes' runtimes and whether they restore, the agent image
 and its namespace (--agent-namespace), the kubelet's checkpoint API and CRIU,
-the registry push and pull, the restore itself. Everything it created is
+the transfer and the target's pull, the restore itself. Everything it created is
 removed again. It exits 6 if a link fails.
 
 More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/check.md`,
@@ -68,21 +76,31 @@ More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/check.md
 	fs := cmd.Flags()
 	fs.StringVar(&o.From, "from", "", "the node pods will be migrated from (required)")
 	fs.StringVar(&o.To, "to", "", "the node pods will be migrated to (required)")
-	fs.StringVar(&o.Registry, "registry", "", "repository for checkpoint images, as migrations will use it (required)")
+	fs.StringVar(&o.Registry, "registry", "", "repository for checkpoint images, as migrations will use it (default: none, the checkpoint goes node to node)")
 	fs.StringVar(&o.RegistrySecret, "registry-secret", "", "dockerconfigjson secret the agent pushes with and the node pulls with")
 	fs.BoolVar(&o.InsecureRegistry, "insecure-registry", false, "allow a plain-HTTP or self-signed registry")
+	fs.StringVar(&o.Transfer, "transfer", "", "registry: push to --registry; direct: node to node, no registry (default: registry when --registry is given, else direct)")
+	fs.StringVar(&o.Restore, "restore", string(migrate.RestoreAuto), "cri: the target's container runtime restores; runtime: the kubectl-migrate runtime does; auto: as a migration picks")
 	fs.StringVar(&o.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent (also the canary)")
 	addAgentNamespaceFlag(fs, &o.AgentNamespace)
 	fs.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "time limit of the check (cleanup gets its own)")
 	fs.StringVarP(&o.Output, "output", "o", "", "output format of the result: json or yaml (default: one line per link)")
 	_ = cmd.RegisterFlagCompletionFunc("from", completeNodes(root))
 	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(root))
+	_ = cmd.RegisterFlagCompletionFunc("transfer", cobra.FixedCompletions([]string{"registry", "direct"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("restore", cobra.FixedCompletions([]string{"auto", "cri", "runtime"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
-// Complete resolves the namespace.
+// Complete resolves the namespace and the transfer.
 func (o *CheckOptions) Complete([]string) error {
+	if o.Transfer == "" {
+		o.Transfer = string(migrate.Direct)
+		if strings.TrimSpace(o.Registry) != "" {
+			o.Transfer = string(migrate.ViaRegistry)
+		}
+	}
 	var err error
 	o.namespace, _, err = o.ConfigFlags.ToRawKubeConfigLoader().Namespace()
 	return err
@@ -95,8 +113,14 @@ func (o *CheckOptions) Validate() error {
 		return errors.New("give both nodes: kubectl migrate check --from NODE --to NODE")
 	case o.From == o.To:
 		return fmt.Errorf("--from and --to are both %s; give two nodes", o.From)
-	case strings.TrimSpace(o.Registry) == "":
-		return errors.New("give --registry, the repository migrations push checkpoint images to (e.g. registry.example:5000/checkpoints)")
+	case !slices.Contains(migrate.Transfers, migrate.Transfer(o.Transfer)):
+		return fmt.Errorf("--transfer must be one of %v, not %q", migrate.Transfers, o.Transfer)
+	case !slices.Contains(migrate.Restores, migrate.Restore(o.Restore)):
+		return fmt.Errorf("--restore must be one of %v, not %q", migrate.Restores, o.Restore)
+	case o.Transfer == string(migrate.ViaRegistry) && strings.TrimSpace(o.Registry) == "":
+		return errors.New("--transfer registry needs --registry, the repository migrations push checkpoint images to (e.g. registry.example:5000/checkpoints)")
+	case o.Transfer == string(migrate.ViaRegistry) && o.Restore == string(migrate.RestoreRuntime):
+		return errors.New("--restore runtime sends the checkpoint node to node, with no registry: drop --transfer registry and --registry")
 	case o.Timeout <= 0:
 		return fmt.Errorf("--timeout must be positive, not %s", o.Timeout)
 	case validateOutput(o.Output) != nil:
@@ -123,6 +147,7 @@ func (o *CheckOptions) Run(ctx context.Context) error {
 		ID: id, Namespace: o.namespace, From: o.From, To: o.To,
 		ImageRepository: strings.TrimSuffix(o.Registry, "/"), RegistrySecret: o.RegistrySecret,
 		InsecureRegistry: o.InsecureRegistry, AgentImage: o.AgentImage, AgentNamespace: o.AgentNamespace,
+		Transfer: migrate.Transfer(o.Transfer), Restore: migrate.Restore(o.Restore),
 	}
 	// The agents carry the check's label, so that cleanup finds them.
 	deps, err := o.NewDeps(ctx, client, migrate.Config{
@@ -134,25 +159,26 @@ func (o *CheckOptions) Run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	// Links are printed as they end: the human form on stdout, or, with
-	// -o, as progress on stderr.
-	w := o.colourWriter(o.Out)
+	// Links are printed as they end, a spinner beside the one that runs:
+	// the human form on stdout, or, with -o, as progress on stderr.
+	out := o.Out
 	if o.Output != "" {
-		w = o.colourWriter(o.ErrOut)
+		out = o.ErrOut
 	}
 	quiet := o.Output != "" && o.Quiet
-	if !quiet {
-		fmt.Fprintln(w, render.CheckHeader(o.From, o.To))
-	}
-	result := check.Run(ctx, cfg, deps, func(l check.Link) {
-		if !quiet {
-			fmt.Fprintln(w, render.CheckLink(l))
-		}
+	s := newStatusOn(o.RootOptions, out, quiet)
+	s.printLine(render.CheckHeader(o.From, o.To))
+	result := check.Run(ctx, cfg, deps, check.Hooks{
+		LinkStarted: s.begin,
+		LinkEnded: func(l check.Link) {
+			s.end()
+			s.printLine(render.CheckLink(l))
+		},
 	})
 	if o.Output != "" {
 		err = printData(o.Out, o.Output, result)
 	} else {
-		fmt.Fprintln(w, render.CheckVerdict(result))
+		s.printLine(render.CheckVerdict(result))
 	}
 	if err == nil && !result.OK() {
 		err = withCode(ExitCheckFailed, errCheckFailed)

@@ -38,11 +38,16 @@ type status struct {
 }
 
 func newStatus(o *RootOptions) *status {
-	s := &status{w: o.colourWriter(o.ErrOut), verbose: o.Verbosity}
-	if o.Quiet {
+	return newStatusOn(o, o.ErrOut, o.Quiet)
+}
+
+// newStatusOn shows progress on out, or nothing if quiet.
+func newStatusOn(o *RootOptions, out io.Writer, quiet bool) *status {
+	s := &status{w: o.colourWriter(out), verbose: o.Verbosity}
+	if quiet {
 		s.w = io.Discard
 	}
-	if f, ok := o.ErrOut.(*os.File); ok && !o.Quiet {
+	if f, ok := out.(*os.File); ok && !quiet {
 		s.tty = term.IsTerminal(int(f.Fd()))
 	}
 	return s
@@ -83,9 +88,12 @@ func (s *status) hooks(crashAt string) migrate.Hooks {
 	}
 }
 
-func (s *status) phaseStarted(p report.PhaseTiming) {
+func (s *status) phaseStarted(p report.PhaseTiming) { s.begin(p.Label()) }
+
+// begin spins beside what runs, on a terminal, until the next line.
+func (s *status) begin(what string) {
 	s.mu.Lock()
-	s.phase, s.started = p.Label(), time.Now()
+	s.phase, s.started = what, time.Now()
 	s.mu.Unlock()
 	if !s.tty {
 		return
@@ -112,16 +120,21 @@ func (s *status) spin(stop <-chan struct{}) {
 }
 
 func (s *status) phaseFinished(p report.PhaseTiming, took time.Duration, err error) {
-	if s.stop != nil {
-		close(s.stop)
-		s.done.Wait()
-		s.stop = nil
-	}
+	s.end()
 	mark := doneMark
 	if err != nil {
 		mark = failMark
 	}
 	s.printLine(fmt.Sprintf("%s %s %s", mark, p.Label(), dimStyle.Render(render.FormatMillis(took.Milliseconds()))))
+}
+
+// end stops the spinner begin started.
+func (s *status) end() {
+	if s.stop != nil {
+		close(s.stop)
+		s.done.Wait()
+		s.stop = nil
+	}
 }
 
 // printLine prints a whole line, clearing a spinner first.

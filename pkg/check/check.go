@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -49,6 +50,13 @@ type Config struct {
 	InsecureRegistry bool
 	AgentImage       string
 	AgentNamespace   string // where the agents run ("" for agent.DefaultNamespace)
+	// Transfer is how the checkpoint travels, as the migrations will send
+	// it: through ImageRepository, or node to node (migrate.Direct, also
+	// whenever the kubectl-migrate runtime restores).
+	Transfer migrate.Transfer
+	// Restore is the restore path the migrations will ask for ("" or auto:
+	// as a migration picks it).
+	Restore migrate.Restore
 }
 
 // Status is a link's outcome.
@@ -98,7 +106,7 @@ const (
 	LinkRuntimeRestore = "runtime restore"
 	LinkCanary         = "canary"
 	LinkCheckpoint     = "checkpoint"
-	LinkPush           = "registry push"
+	LinkPush           = "transfer"
 	LinkPull           = "node pull"
 	LinkRestore        = "restore"
 	LinkSameProcess    = "same process"
@@ -117,8 +125,7 @@ type checker struct {
 	deps   migrate.Deps
 	result Result
 	failed bool
-	// Hook, if set, sees each link as it ends (progress).
-	hook func(Link)
+	hooks  Hooks
 
 	agentPods int
 	canary    *corev1.Pod // running on From
@@ -134,13 +141,24 @@ type checker struct {
 	viaRuntime bool
 	receiver   migrate.Receiver
 	staged     string
+	// direct: the checkpoint goes to To's agent (always with viaRuntime);
+	// without the runtime, To's runtime pulls it from that agent with
+	// pullSecret.
+	direct     bool
+	pullSecret string
+}
+
+// Hooks show a check's progress; either may be nil.
+type Hooks struct {
+	LinkStarted func(name string) // a link that runs (not a skipped one)
+	LinkEnded   func(Link)
 }
 
 // Run checks cfg's two nodes with deps (a migration's: client, kubelet,
-// agents, application and registry clients); hook, if not nil, sees each
-// link as it ends. It cleans up whatever it created, whatever happens.
-func Run(ctx context.Context, cfg Config, deps migrate.Deps, hook func(Link)) Result {
-	c := &checker{cfg: cfg, deps: deps, result: Result{From: cfg.From, To: cfg.To}, hook: hook}
+// agents, application and registry clients), telling hooks of each link.
+// It cleans up whatever it created, whatever happens.
+func Run(ctx context.Context, cfg Config, deps migrate.Deps, hooks Hooks) Result {
+	c := &checker{cfg: cfg, deps: deps, result: Result{From: cfg.From, To: cfg.To}, hooks: hooks}
 	c.restored = "kubectl-migrate-canary-" + cfg.ID + "-restored"
 	start := time.Now()
 	c.link(LinkPermissions, func() (string, error) { return c.permissions(ctx) })
@@ -165,6 +183,9 @@ func Run(ctx context.Context, cfg Config, deps migrate.Deps, hook func(Link)) Re
 func (c *checker) link(name string, fn func() (string, error)) {
 	l := Link{Name: name, Status: Skipped}
 	if !c.failed {
+		if c.hooks.LinkStarted != nil {
+			c.hooks.LinkStarted(name)
+		}
 		start := time.Now()
 		detail, err := fn()
 		l.Millis = time.Since(start).Milliseconds()
@@ -179,8 +200,8 @@ func (c *checker) link(name string, fn func() (string, error)) {
 		}
 	}
 	c.result.Links = append(c.result.Links, l)
-	if c.hook != nil {
-		c.hook(l)
+	if c.hooks.LinkEnded != nil {
+		c.hooks.LinkEnded(l)
 	}
 }
 
@@ -213,11 +234,12 @@ func (c *checker) nodes(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	via, note, err := migrate.ChooseRestore(migrate.RestoreNeeds{Target: target})
+	via, note, err := migrate.ChooseRestore(migrate.RestoreNeeds{Want: c.cfg.Restore, Target: target})
 	if err != nil {
 		return "", err
 	}
 	c.target, c.viaRuntime = target, via == migrate.RestoreRuntime
+	c.direct = c.viaRuntime || c.cfg.Transfer == migrate.Direct
 	seen := fmt.Sprintf("%s %s, %s %s", source.Name, source.Status.NodeInfo.ContainerRuntimeVersion, target.Name, target.Status.NodeInfo.ContainerRuntimeVersion)
 	if note != "" {
 		seen += "; " + note
@@ -249,23 +271,32 @@ func (c *checker) agents(ctx context.Context) (string, error) {
 	if err := g.Wait(); err != nil {
 		return "", err
 	}
-	if c.viaRuntime {
-		if c.receiver, err = c.receiver.Started(ctx, c.deps.Packer, c.cfg.To); err != nil {
-			return "", err
-		}
-		return c.cfg.AgentImage + " runs on both nodes; the one on " + c.cfg.To + " receives the checkpoint over TLS", nil
+	if !c.direct {
+		return c.cfg.AgentImage + " runs on both nodes", nil
 	}
-	return c.cfg.AgentImage + " runs on both nodes", nil
+	if c.receiver, err = c.receiver.Started(ctx, c.deps.Packer, c.cfg.To); err != nil {
+		return "", err
+	}
+	if !c.viaRuntime {
+		// As a migration's setup proves it: the node's runtime must pull
+		// from its agent, over plain HTTP on localhost.
+		probe := agent.DirectRegistry() + "/" + agent.ProbeImage
+		if err := c.deps.Packer.Prepull(ctx, c.nextPod(), c.cfg.To, []string{probe}); err != nil {
+			return "", fail(fmt.Sprintf("let it pull from there over plain HTTP (CRI-O: insecure_registries in [crio.image]; containerd: a hosts.toml for %s in its config_path), or pass --registry", agent.DirectRegistry()),
+				"node %s's runtime cannot pull from its agent at %s: %v", c.cfg.To, agent.DirectRegistry(), err)
+		}
+	}
+	return c.cfg.AgentImage + " runs on both nodes; the one on " + c.cfg.To + " receives the checkpoint over TLS", nil
 }
 
 // targetAgent is how To's agent runs: with the kubectl-migrate runtime, it
 // receives the checkpoint and stages it.
 func (c *checker) targetAgent() (agent.WarmOptions, error) {
 	opts := agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(c.target.Status.NodeInfo.ContainerRuntimeVersion)}
-	if !c.viaRuntime {
+	if !c.direct {
 		return opts, nil
 	}
-	opts, receiver, err := migrate.NewReceiver(c.target, opts, true)
+	opts, receiver, err := migrate.NewReceiver(c.target, opts, c.viaRuntime)
 	c.receiver = receiver
 	return opts, err
 }
@@ -344,15 +375,22 @@ func (c *checker) checkpoint(ctx context.Context) (string, error) {
 }
 
 func (c *checker) push(ctx context.Context) (string, error) {
-	if c.viaRuntime {
+	if c.direct {
 		req := c.receiver.Request(c.archive, "canary", c.cfg.Namespace, c.canary.Name, c.cfg.ID)
-		req.StageAs = &ociruntime.Identity{Namespace: c.cfg.Namespace, Pod: c.restored, Container: "canary"}
+		if c.viaRuntime {
+			req.StageAs = &ociruntime.Identity{Namespace: c.cfg.Namespace, Pod: c.restored, Container: "canary"}
+		}
 		res, err := c.deps.Packer.Pack(ctx, c.nextPod(), c.cfg.From, req)
 		if err != nil {
-			return "", fail("let the source node reach the target node's port 8093 (TLS)", "the agent on %s could not send the checkpoint to %s: %v", c.cfg.From, c.cfg.To, err)
+			return "", fail(fmt.Sprintf("let the source node reach the target node's port %d (TLS)", agent.DirectReceivePort), "the agent on %s could not send the checkpoint to %s: %v", c.cfg.From, c.cfg.To, err)
 		}
-		c.archive, c.staged = "", res.Staged
-		return fmt.Sprintf("staged on %s for the kubectl-migrate runtime (%d KiB, sent node to node over TLS; no image)", c.cfg.To, res.ArchiveBytes/1024), nil
+		c.archive = ""
+		if c.viaRuntime {
+			c.staged = res.Staged
+			return fmt.Sprintf("staged on %s for the kubectl-migrate runtime (%d KiB, sent node to node over TLS; no image)", c.cfg.To, res.ArchiveBytes/1024), nil
+		}
+		c.image = res.Image // held by To's agent, which goes with cleanup's
+		return fmt.Sprintf("%s (%d KiB, sent node to node over TLS; no registry)", res.Image, res.ArchiveBytes/1024), nil
 	}
 	ref := migrate.CheckpointImage(c.cfg.ImageRepository, c.canary.Namespace, c.canary.Name, "canary", c.cfg.ID)
 	res, err := c.deps.Packer.Pack(ctx, c.nextPod(), c.cfg.From, agent.PackRequest{Archive: c.archive, Container: "canary", Image: ref, Insecure: c.cfg.InsecureRegistry})
@@ -368,6 +406,20 @@ func (c *checker) push(ctx context.Context) (string, error) {
 type restoreOutcome struct {
 	detail string
 	err    error
+}
+
+// writePullSecret gives the restored canary the read credential of To's
+// agent, which holds its image.
+func (c *checker) writePullSecret(ctx context.Context) (string, error) {
+	secret, err := migrate.PullSecret(c.cfg.Namespace, "kubectl-migrate-pull-"+MigrationID(c.cfg.ID), MigrationID(c.cfg.ID), c.receiver.Token)
+	if err != nil {
+		return "", err
+	}
+	if _, err := c.deps.Client.CoreV1().Secrets(c.cfg.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("create the restored canary's pull secret: %w", err)
+	}
+	c.pullSecret = secret.Name
+	return secret.Name, nil
 }
 
 // pull creates the restored canary on To and waits until its image is
@@ -386,7 +438,13 @@ func (c *checker) pull(ctx context.Context, restored chan<- restoreOutcome) (str
 	if c.viaRuntime {
 		via = migrate.RestoreRuntime
 	}
-	pod := migrate.RestoredPod(source, c.restored, c.cfg.To, MigrationID(c.cfg.ID), map[string]string{"canary": cmp.Or(c.image, c.staged)}, c.cfg.RegistrySecret, via)
+	pullSecret := c.cfg.RegistrySecret
+	if c.direct && !c.viaRuntime {
+		if pullSecret, err = c.writePullSecret(ctx); err != nil {
+			return "", err
+		}
+	}
+	pod := migrate.RestoredPod(source, c.restored, c.cfg.To, MigrationID(c.cfg.ID), map[string]string{"canary": cmp.Or(c.image, c.staged)}, pullSecret, via)
 	c.restoring = true
 	pod.Labels = c.labels()
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
@@ -494,8 +552,15 @@ func (c *checker) cleanup(ctx context.Context) (string, error) {
 		// Restored, it is gone; a restore that never came leaves it.
 		remove(c.staged+" on "+c.cfg.To, c.deps.Packer.Remove(ctx, c.nextPod(), c.cfg.To, []string{c.staged}))
 	}
-	if c.image != "" {
+	if c.image != "" && !c.direct { // To's agent holds a direct transfer's image, and goes below
 		remove("image "+c.image, c.deps.Registry.Delete(ctx, c.image))
+	}
+	if c.pullSecret != "" {
+		err := c.deps.Client.CoreV1().Secrets(c.cfg.Namespace).Delete(ctx, c.pullSecret, metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			err = nil
+		}
+		remove("secret "+c.pullSecret, err)
 	}
 	// Only agents it asked for can be left: a check stopped before (say, by
 	// an API server it cannot reach) names none.

@@ -33,8 +33,12 @@ func TestFailedLinkSkipsTheRest(t *testing.T) {
 	cfg := testConfig()
 	cfg.To = "node-z"
 	var seen []string
-	r := Run(context.Background(), cfg, w.Deps(), func(l Link) { seen = append(seen, l.Name) })
-	want := "permissions=ok nodes=failed agent image=skipped runtime restore=skipped canary=skipped checkpoint=skipped registry push=skipped node pull=skipped restore=skipped same process=skipped cleanup=ok"
+	var started []string
+	r := Run(context.Background(), cfg, w.Deps(), Hooks{
+		LinkStarted: func(name string) { started = append(started, name) },
+		LinkEnded:   func(l Link) { seen = append(seen, l.Name) },
+	})
+	want := "permissions=ok nodes=failed agent image=skipped runtime restore=skipped canary=skipped checkpoint=skipped transfer=skipped node pull=skipped restore=skipped same process=skipped cleanup=ok"
 	if got := statuses(r); got != want || r.OK() {
 		t.Fatalf("links %s\nwant  %s", got, want)
 	}
@@ -43,6 +47,9 @@ func TestFailedLinkSkipsTheRest(t *testing.T) {
 	}
 	if len(seen) != len(r.Links) {
 		t.Fatalf("the hook saw %v", seen)
+	}
+	if strings.Join(started, ",") != "permissions,nodes,cleanup" {
+		t.Fatalf("links started: %v; want only those that ran", started)
 	}
 	if changes := w.Changes(); len(changes) != 0 {
 		t.Fatalf("a failed check changed %v", changes)
@@ -57,7 +64,7 @@ func TestRestoreOffRefusedBeforeTheCanary(t *testing.T) {
 	n.Status.NodeInfo.ContainerRuntimeVersion = "containerd://2.3.7"
 	_, _ = w.Client.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
 	w.RuntimeConfig = map[string]string{"node-b": `{"enableCRIU":true,"enableExperimentalRestoreViaCreate":false}`}
-	r := Run(context.Background(), testConfig(), w.Deps(), nil)
+	r := Run(context.Background(), testConfig(), w.Deps(), Hooks{})
 	bad := r.Links[3]
 	if bad.Name != LinkRuntimeRestore || bad.Status != Failed || !strings.Contains(bad.Remedy, "enable_experimental_restore_via_create = true") {
 		t.Fatalf("links %s: %+v", statuses(r), bad)
@@ -89,7 +96,7 @@ func TestUnreachableAPIServerNamesNoLeftovers(t *testing.T) {
 	w.Client.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New(`Get "https://10.0.0.1:6443/api": dial tcp 10.0.0.1:6443: connect: connection refused`)
 	})
-	r := Run(context.Background(), testConfig(), w.Deps(), nil)
+	r := Run(context.Background(), testConfig(), w.Deps(), Hooks{})
 	cleanup := r.Links[len(r.Links)-1]
 	if cleanup.Name != LinkCleanup || cleanup.Status != OK || strings.Contains(cleanup.Detail+cleanup.Remedy, "agent pods") || !strings.Contains(cleanup.Detail, "created nothing") {
 		t.Fatalf("cleanup link after an unreachable API server: %+v", cleanup)

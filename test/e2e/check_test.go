@@ -25,6 +25,12 @@ import (
 // lab's registry and agent image; args come last and so win.
 func (l *lab) runCheck(t *testing.T, from, to string, args ...string) (check.Result, string, error) {
 	t.Helper()
+	return l.runCheckWith(t, from, to, append([]string{"--registry", l.registry + "/checkpoints", "--insecure-registry"}, args...)...)
+}
+
+// runCheckWith is runCheck with no registry unless args name one.
+func (l *lab) runCheckWith(t *testing.T, from, to string, args ...string) (check.Result, string, error) {
+	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "check-"}}
 	ns, err := l.client.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{})
 	if err != nil {
@@ -34,7 +40,6 @@ func (l *lab) runCheck(t *testing.T, from, to string, args ...string) (check.Res
 		_ = l.client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
 	argv := append([]string{"migrate", "check", "-n", ns.Name, "--from", from, "--to", to,
-		"--registry", l.registry + "/checkpoints", "--insecure-registry",
 		"--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab", "-o", "json"}, args...)
 	cmd := l.kubectlCommand(argv...)
 	var stderr strings.Builder
@@ -56,6 +61,10 @@ func (l *lab) checkLeftNothing(t *testing.T, ns string, res check.Result) {
 	pods, err := l.client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
 	if err != nil || len(pods.Items) != 0 {
 		t.Fatalf("check left pods in %s: %v %v", ns, len(pods.Items), err)
+	}
+	secrets, err := l.client.CoreV1().Secrets(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=kubectl-migrate"})
+	if err != nil || len(secrets.Items) != 0 {
+		t.Fatalf("check left secrets in %s: %v %v", ns, len(secrets.Items), err)
 	}
 	for _, node := range []string{"node-a", "node-b"} {
 		l.nothingStaged(t, node)
@@ -100,6 +109,15 @@ func TestCheckPasses(t *testing.T) {
 		if n := strings.Count(stderr, "✓"); n != len(res.Links) {
 			t.Fatalf("%d progress lines for %d links:\n%s", n, len(res.Links), stderr)
 		}
+	}
+	// No registry: the checkpoint goes node to node, and the target's
+	// runtime restores it from its agent.
+	res, stderr, err := l.runCheckWith(t, "node-a", "node-b")
+	if err != nil || !res.OK() || res.Image != "" {
+		t.Fatalf("check without a registry: %v\n%+v\n%s", err, res.Links, stderr)
+	}
+	if d := link(res, check.LinkPush).Detail; !strings.Contains(d, "node to node") {
+		t.Fatalf("transfer without a registry: %q", d)
 	}
 }
 
