@@ -47,6 +47,7 @@ type migrationFlags struct {
 	Timeout           time.Duration
 	DryRun            bool
 	dryRunMode        string
+	readOnly          bool
 	KeepOnFailure     bool
 	KeepImage         bool
 	AllowAnonymous    bool
@@ -88,7 +89,7 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs.DurationVar(&f.KubeletTimeout, "kubelet-timeout", 15*time.Second, "how long a node's kubelet may not answer before the migration stops waiting for it (a target it never starts rolls back)")
 	fs.DurationVar(&f.CheckpointTimeout, "checkpoint-timeout", time.Minute, "time the kubelet gives the runtime for one checkpoint")
 	fs.DurationVar(&f.Timeout, "timeout", 15*time.Minute, "time limit of the whole migration (rollback gets its own)")
-	fs.StringVar(&f.dryRunMode, "dry-run", "none", "none migrates; client or server (a bare --dry-run is client) runs the preflight checks against the cluster and prints the plan, changing nothing that stays")
+	fs.StringVar(&f.dryRunMode, "dry-run", "none", "none migrates; client (a bare --dry-run) runs the preflight checks, only reading the cluster, and prints the plan; server also starts the agents, checks the target's runtime through them and predicts the timings, removing them again")
 	fs.Lookup("dry-run").NoOptDefVal = "client"
 	fs.BoolVar(&f.KeepOnFailure, "keep-on-failure", false, "leave everything as it is when the migration fails, for debugging")
 	fs.BoolVar(&f.KeepImage, "keep-image", false, "keep the checkpoint images in the registry after success (they hold the process's memory, and are deleted by default)")
@@ -126,21 +127,24 @@ func (f *migrationFlags) complete(pod string) error {
 	if err != nil {
 		return err
 	}
-	f.DryRun, err = parseDryRun(f.dryRunMode)
+	f.DryRun, f.readOnly, err = parseDryRun(f.dryRunMode)
 	return err
 }
 
-// parseDryRun reads --dry-run as kubectl does: none, client or server. Both
-// of the latter mean the same here: the checks read the cluster (and start
-// the agents, removed again) but the migration changes nothing.
-func parseDryRun(mode string) (bool, error) {
+// parseDryRun reads --dry-run as kubectl does: none, client or server.
+// Client only reads the cluster (preflight); server also starts the agents,
+// checks the target's runtime through them and predicts, removing all of it
+// again: neither changes the workload.
+func parseDryRun(mode string) (dryRun, readOnly bool, err error) {
 	switch mode {
 	case "none", "false", "":
-		return false, nil
-	case "client", "server", "true":
-		return true, nil
+		return false, false, nil
+	case "client", "true":
+		return true, true, nil
+	case "server":
+		return true, false, nil
 	}
-	return false, fmt.Errorf("--dry-run must be none, client or server, not %q", mode)
+	return false, false, fmt.Errorf("--dry-run must be none, client or server, not %q", mode)
 }
 
 // validate checks what the flags alone decide, with the engine's own rules,
@@ -182,7 +186,7 @@ func (f *migrationFlags) toConfig(pod *corev1.Pod, id string) (migrate.Config, e
 		ControlPort:       f.ControlPort,
 		CheckpointTimeout: f.CheckpointTimeout, PhaseTimeout: f.PhaseTimeout, ReplayTimeout: f.ReplayTimeout, Timeout: f.Timeout,
 		KubeletTimeout: f.KubeletTimeout,
-		KeepOnFailure:  f.KeepOnFailure, DryRun: f.DryRun, KeepImages: f.KeepImage, AllowAnonymousCheckpoints: f.AllowAnonymous,
+		KeepOnFailure:  f.KeepOnFailure, DryRun: f.DryRun, ReadOnly: f.readOnly, KeepImages: f.KeepImage, AllowAnonymousCheckpoints: f.AllowAnonymous,
 		Labels: f.labels, InjectFailure: f.InjectFailure,
 		Restore: migrate.Restore(f.Restore), Transfer: migrate.ViaRegistry,
 	}

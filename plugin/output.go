@@ -151,6 +151,9 @@ func (o *migrationFlags) printPlan(c migrate.Config, source *corev1.Pod, predict
 	}
 	writePrediction(&b, prediction)
 	b.WriteString("Nothing was changed.\n")
+	if c.ReadOnly {
+		b.WriteString("--dry-run=client only read the cluster; --dry-run=server also starts the agents (removed again), asks the target's runtime through them whether it restores, and predicts the timings.\n")
+	}
 	// Preflight reads what the API and the runtimes say; only a real
 	// checkpoint and restore prove CRIU, the registry path and the restore.
 	fmt.Fprintf(&b, "Preflight does not checkpoint. To prove a checkpoint, push and restore between these nodes without the workload:\n  kubectl migrate check --from %s --to %s", source.Spec.NodeName, c.TargetNode)

@@ -202,11 +202,44 @@ func TestDryRunPrintsPlanAndChangesNothing(t *testing.T) {
 					t.Errorf("plan lacks %q:\n%s", want, out)
 				}
 			}
-			// Only the agents ran, to prove they can, and left nothing.
+			// Nothing stays: no change, record or lease.
 			if len(w.Changes()) != 0 || len(w.Records()) != 0 || len(w.Leases()) != 0 {
 				t.Fatalf("dry run changed: %v", w.Calls)
 			}
 		})
+	}
+}
+
+// TestClientDryRunOnlyReads: --dry-run=client makes no API call but reads
+// (and the access reviews that ask what the caller may do), starts no
+// agent and binds no probe; it still prints the plan.
+func TestClientDryRunOnlyReads(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	w.Client.ClearActions()
+	r := execute(t, w, append([]string{"pod", "consumer", "--to", "node-b", "--dry-run=client"}, brokerFlags...)...)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if out := r.out.String(); !strings.Contains(out, "Preflight passed") || !strings.Contains(out, "restore pod consumer-") {
+		t.Fatalf("no plan:\n%s", out)
+	}
+	reads := 0
+	for _, a := range w.Client.Actions() {
+		switch {
+		case a.GetVerb() == "get" || a.GetVerb() == "list" || a.GetVerb() == "watch":
+			reads++
+		case a.GetVerb() == "create" && strings.HasSuffix(a.GetResource().Resource, "accessreviews"):
+		default:
+			t.Errorf("a client dry run called %s %s/%s", a.GetVerb(), a.GetResource().Resource, a.GetSubresource())
+		}
+	}
+	if reads == 0 {
+		t.Fatal("no API call recorded: the test sees nothing")
+	}
+	for _, call := range w.Calls {
+		if strings.HasPrefix(call, "agent") || strings.Contains(call, "probe") {
+			t.Errorf("a client dry run did %q", call)
+		}
 	}
 }
 

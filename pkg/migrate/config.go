@@ -172,6 +172,10 @@ type Config struct {
 	KeepOnFailure bool
 	// DryRun runs preflight and setup, predicts, and undoes the setup.
 	DryRun bool
+	// ReadOnly, with DryRun, runs preflight alone: it only reads the
+	// cluster (kubectl's --dry-run=client), starting no agent and binding
+	// no probe, so it predicts nothing.
+	ReadOnly bool
 	// Labels are copied into the record, for comparing runs.
 	Labels map[string]string
 	// InjectFailure makes the named phase ("replay", or "replay/final" for

@@ -56,6 +56,9 @@ func Run(ctx context.Context, cfg Config, deps Deps, hooks Hooks) (*report.Recor
 	readying := unjournaledHead(phases)
 	if cfg.DryRun {
 		phases = phases[:readying] // they change nothing of the workload
+		if cfg.ReadOnly {
+			phases = phases[:1] // setup starts agents and binds a probe queue
+		}
 	}
 	err := m.run(ctx, phases, 0)
 	if cfg.DryRun && err == nil {
