@@ -84,12 +84,12 @@ More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/check.md
 	fs.StringVar(&o.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent (also the canary)")
 	addAgentNamespaceFlag(fs, &o.AgentNamespace)
 	fs.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "time limit of the check (cleanup gets its own)")
-	fs.StringVarP(&o.Output, "output", "o", "", "output format of the result: json or yaml (default: one line per link)")
+	fs.StringVarP(&o.Output, "output", "o", "", "output format of the result: "+outputFormats+" (default: one line per link)")
 	_ = cmd.RegisterFlagCompletionFunc("from", completeNodes(root))
 	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(root))
 	_ = cmd.RegisterFlagCompletionFunc("transfer", cobra.FixedCompletions([]string{"registry", "direct"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("restore", cobra.FixedCompletions([]string{"auto", "cri", "runtime"}, cobra.ShellCompDirectiveNoFileComp))
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputCompletions, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 

@@ -88,7 +88,7 @@ More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/contract
 	addAgentNamespaceFlag(fs, &o.AgentNamespace)
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "time limit of the check (cleanup gets its own)")
 	fs.BoolVar(&o.Keep, "keep", false, "leave the scratch namespace and queues, for debugging")
-	fs.StringVarP(&o.Output, "output", "o", "", "output format of the result: json or yaml (default: one line per clause)")
+	fs.StringVarP(&o.Output, "output", "o", "", "output format of the result: "+outputFormats+" (default: one line per clause)")
 	_ = cmd.RegisterFlagCompletionFunc("from", completeNodes(root))
 	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(root))
 	return cmd

@@ -100,14 +100,14 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs.BoolVar(&f.DeleteImage, "delete-image", true, "")
 	_ = fs.MarkDeprecated("delete-image", "checkpoint images are deleted by default now; --keep-image keeps them")
 	fs.StringSliceVar(&f.Labels, "label", nil, "key=value labels stored with the record, to compare runs (e.g. rate=10)")
-	fs.StringVarP(&f.Output, "output", "o", "", "output format of the result: json or yaml (default: the report)")
+	fs.StringVarP(&f.Output, "output", "o", "", "output format of the result: name, "+outputFormats+" (default: the report)")
 	fs.StringVar(&f.InjectFailure, "inject-failure", "", "fail this phase (e.g. replay, or replay/final) after it ran, to test rollback")
 	_ = fs.MarkHidden("inject-failure")
 	fs.StringVar(&f.InjectCrash, "inject-crash", "", "kill this process (SIGKILL) as this phase starts (e.g. restore, or restore/final), to test recovery")
 	_ = fs.MarkHidden("inject-crash")
 	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(f.RootOptions))
 	_ = cmd.RegisterFlagCompletionFunc("strategy", cobra.FixedCompletions([]string{"ms2m", "stop-and-copy"}, cobra.ShellCompDirectiveNoFileComp))
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(append([]string{outputName}, outputCompletions...), cobra.ShellCompDirectiveNoFileComp))
 }
 
 // addAgentNamespaceFlag adds --agent-namespace, where the commands that
@@ -157,7 +157,7 @@ func (f *migrationFlags) validate(mc migrationCommand) error {
 	if err := c.ValidateChoices(); err != nil {
 		return err
 	}
-	return validateOutput(f.Output)
+	return validateNamedOutput(f.Output)
 }
 
 // toConfig turns the flags and, where a flag is not set, the pod's

@@ -135,7 +135,7 @@ func (o *NodeOptions) Validate() error {
 			return err
 		}
 	}
-	return validateOutput(o.Output)
+	return validateNamedOutput(o.Output)
 }
 
 // configFor is the engine's config for one move of the drain.

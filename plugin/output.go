@@ -7,12 +7,14 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"text/template"
 	"time"
 
 	"github.com/charmbracelet/colorprofile"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/jsonpath"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
@@ -21,12 +23,46 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report/render"
 )
 
+// Output formats beside json and yaml, as kubectl spells them: -o name
+// (where the result names objects), -o jsonpath=TEMPLATE and
+// -o go-template=TEMPLATE over the result's JSON fields.
+const (
+	outputName       = "name"
+	jsonpathPrefix   = "jsonpath="
+	goTemplatePrefix = "go-template="
+)
+
+// outputCompletions are -o's values for shell completion.
+var outputCompletions = []string{"json", "yaml", jsonpathPrefix, goTemplatePrefix}
+
+// outputFormats is what -o takes, for flag help.
+const outputFormats = "json, yaml, jsonpath=TEMPLATE or go-template=TEMPLATE"
+
+// validateOutput accepts json, yaml, jsonpath= and go-template= (whose
+// template must parse).
 func validateOutput(format string) error {
-	switch format {
-	case "", "json", "yaml":
+	switch {
+	case format == "" || format == "json" || format == "yaml":
+		return nil
+	case strings.HasPrefix(format, jsonpathPrefix):
+		return jsonpath.New("output").Parse(strings.TrimPrefix(format, jsonpathPrefix))
+	case strings.HasPrefix(format, goTemplatePrefix):
+		_, err := template.New("output").Parse(strings.TrimPrefix(format, goTemplatePrefix))
+		return err
+	}
+	return fmt.Errorf("--output must be %s, not %q", outputFormats, format)
+}
+
+// validateNamedOutput is validateOutput with -o name too, for commands
+// whose result names an object.
+func validateNamedOutput(format string) error {
+	if format == outputName {
 		return nil
 	}
-	return fmt.Errorf("--output must be json or yaml, not %q", format)
+	if err := validateOutput(format); err != nil {
+		return fmt.Errorf("--output must be name, %s, not %q", outputFormats, format)
+	}
+	return nil
 }
 
 // exactlyOne requires one argument, naming it in the error.
@@ -47,23 +83,59 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-// printData writes v as json or yaml.
+// printData writes v as json or yaml, or through a jsonpath or go-template
+// over its JSON form (the field names -o json shows).
 func printData(w io.Writer, format string, v any) error {
-	switch format {
-	case "json":
+	switch {
+	case format == "json":
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
-	case "yaml":
+	case format == "yaml":
 		out, err := yaml.Marshal(v)
 		if err != nil {
 			return err
 		}
 		_, err = w.Write(out)
 		return err
+	case strings.HasPrefix(format, jsonpathPrefix):
+		data, err := asJSONValue(v)
+		if err != nil {
+			return err
+		}
+		jp := jsonpath.New("output")
+		if err := jp.Parse(strings.TrimPrefix(format, jsonpathPrefix)); err != nil {
+			return err
+		}
+		return jp.Execute(w, data)
+	case strings.HasPrefix(format, goTemplatePrefix):
+		data, err := asJSONValue(v)
+		if err != nil {
+			return err
+		}
+		t, err := template.New("output").Parse(strings.TrimPrefix(format, goTemplatePrefix))
+		if err != nil {
+			return err
+		}
+		return t.Execute(w, data)
 	}
 	return fmt.Errorf("unknown output format %q", format)
 }
+
+// asJSONValue is v as encoding/json decodes its JSON: maps, slices and
+// plain values, so templates name fields as -o json shows them.
+func asJSONValue(v any) (any, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var out any
+	err = json.Unmarshal(raw, &out)
+	return out, err
+}
+
+// recordName is a migration's name for -o name.
+func recordName(r *report.Record) string { return "migration/" + r.ID }
 
 func (o *RootOptions) renderOptions(cw *colorprofile.Writer) render.Options {
 	return render.Options{Colour: cw.Profile >= colorprofile.ANSI, Now: time.Now()}
@@ -101,6 +173,10 @@ func writePrediction(b *strings.Builder, p *report.Prediction) {
 
 // printRecord prints r as data in format, or as the breakdown.
 func (o *RootOptions) printRecord(r *report.Record, format string) error {
+	if format == outputName {
+		_, err := fmt.Fprintln(o.Out, recordName(r))
+		return err
+	}
 	if format != "" {
 		return printData(o.Out, format, r)
 	}
@@ -110,6 +186,10 @@ func (o *RootOptions) printRecord(r *report.Record, format string) error {
 
 // printPlan describes what the migration would do, after a passing preflight.
 func (o *migrationFlags) printPlan(c migrate.Config, source *corev1.Pod, prediction *report.Prediction) error {
+	if o.Output == outputName {
+		_, err := fmt.Fprintln(o.Out, "pod/"+c.TargetName) // the one object the migration would create
+		return err
+	}
 	if o.Output != "" {
 		images := map[string]string{}
 		for _, ctr := range source.Spec.Containers {

@@ -59,9 +59,9 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		{[]string{"pod"}, "give the pod's name"},
 		{[]string{"pod", "consumer"}, "--to NODE is required"},
 		{[]string{"pod", "consumer", "--to", "node-b", "--strategy", "teleport"}, `--strategy must be one of [ms2m stop-and-copy], not "teleport"`},
-		{[]string{"pod", "consumer", "--to", "node-b", "-o", "xml"}, "--output must be json or yaml"},
+		{[]string{"pod", "consumer", "--to", "node-b", "-o", "xml"}, "--output must be name, json, yaml, jsonpath=TEMPLATE or go-template=TEMPLATE"},
 		{[]string{"pod", "consumer", "--to", "node-b", "--label", "novalue"}, `--label "novalue" is not key=value`},
-		{[]string{"report", "-o", "table"}, "--output must be json, yaml or csv"},
+		{[]string{"report", "-o", "table"}, "--output must be csv, name, json, yaml"},
 		{[]string{"report", "a1b2c", "d3e4f"}, "give one migration ID, or --compare"},
 		{[]string{"report", "--group-by", "rate"}, "--group-by applies to --compare"},
 		{[]string{"report", "--compare", "-l", "rate in (10"}, "is not a label selector"},
@@ -75,8 +75,8 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		{[]string{"check", "--from", "node-a", "--to", "node-b", "--transfer", "registry"}, "--transfer registry needs --registry"},
 		{[]string{"check", "--from", "node-a", "--to", "node-b", "--transfer", "pigeon"}, "--transfer must be one of [registry direct]"},
 		{[]string{"check", "--from", "node-a", "--to", "node-b", "--registry", "r/c", "--transfer", "registry", "--restore", "runtime"}, "--restore runtime sends the checkpoint node to node"},
-		{[]string{"check", "--from", "node-a", "--to", "node-b", "--registry", "r/c", "-o", "csv"}, "--output must be json or yaml"},
-		{[]string{"conformance", "--image", "team/orders:1", "--broker-url", "amqp://b/", "-o", "csv"}, "--output must be json or yaml"},
+		{[]string{"check", "--from", "node-a", "--to", "node-b", "--registry", "r/c", "-o", "csv"}, "--output must be json, yaml, jsonpath=TEMPLATE or go-template=TEMPLATE"},
+		{[]string{"conformance", "--image", "team/orders:1", "--broker-url", "amqp://b/", "-o", "csv"}, "--output must be json, yaml, jsonpath=TEMPLATE or go-template=TEMPLATE"},
 		{[]string{"check", "node-a", "node-b"}, "takes no arguments"},
 		{[]string{"pod", "consumer", "--to", "node-b", "--dry-run=maybe"}, `--dry-run must be none, client or server, not "maybe"`},
 		{[]string{"pod", "consumer", "--to", "node-b", "--no-such-flag"}, "unknown flag: --no-such-flag (see 'kubectl migrate pod --help')"},
@@ -367,11 +367,15 @@ func TestReportListIsForScripts(t *testing.T) {
 	if fields := strings.Fields(r.out.String()); r.err != nil || len(fields) != 10 || fields[0] != "default" || fields[1] != "b3c4d" {
 		t.Fatalf("report -A --no-headers: %v\n%q", r.err, r.out)
 	}
+	if names := execute(t, w, "report", "-o", "name"); names.err != nil || names.out.String() != "migration/b3c4d\n" {
+		t.Fatalf("report -o name: %v\n%q", names.err, names.out)
+	}
 }
 
 // Scripting: a report with nothing in it is an empty list in JSON, the
-// version is JSON on request, and --help shows no default for a flag that
-// has none (--ordinal).
+// version is JSON on request, -o takes name, jsonpath= and go-template= as
+// kubectl does (a template that does not parse is a usage error), and
+// --help shows no default for a flag that has none (--ordinal).
 func TestOutputForScripts(t *testing.T) {
 	w := migratetest.NewWorld(t)
 	r := execute(t, w, "report", "-o", "json")
@@ -383,8 +387,29 @@ func TestOutputForScripts(t *testing.T) {
 	if err := json.Unmarshal(v.out.Bytes(), &info); v.err != nil || err != nil || info["version"] == "" || info["agentImage"] == "" {
 		t.Fatalf("version -o json: %q, %v %v", v.out.String(), v.err, err)
 	}
-	if bad := execute(t, w, "version", "-o", "table"); bad.err == nil || !strings.Contains(bad.err.Error(), "--output must be json or yaml") {
+	if bad := execute(t, w, "version", "-o", "table"); ExitCode(bad.err) != ExitUsage || !strings.Contains(bad.err.Error(), "--output must be json, yaml, jsonpath=TEMPLATE or go-template=TEMPLATE") {
 		t.Fatalf("version -o table: %v", bad.err)
+	}
+	if v := execute(t, w, "version", "-o", "jsonpath={.version}"); v.err != nil || v.out.String() != "dev" {
+		t.Fatalf("version -o jsonpath={.version}: %q, %v", v.out.String(), v.err)
+	}
+	if bad := execute(t, w, "version", "-o", "jsonpath={.version"); ExitCode(bad.err) != ExitUsage || !strings.Contains(bad.err.Error(), "unclosed action") {
+		t.Fatalf("a jsonpath that does not parse: %v", bad.err)
+	}
+	// A migration's record: its name, one field, a template.
+	for _, tc := range []struct{ format, want string }{
+		{"name", "migration/"},
+		{"jsonpath={.outcome}", "succeeded"},
+		{"go-template={{.pod}} {{.targetNode}}", "consumer node-b"},
+	} {
+		r := execute(t, migratetest.NewWorld(t), append([]string{"pod", "consumer", "--to", "node-b", "-q", "-o", tc.format}, brokerFlags...)...)
+		if r.err != nil || !strings.HasPrefix(r.out.String(), tc.want) {
+			t.Fatalf("pod -o %s: %q, %v", tc.format, r.out.String(), r.err)
+		}
+	}
+	// A dry run's -o name is the pod it would create.
+	if r := execute(t, w, append([]string{"pod", "consumer", "--to", "node-b", "--dry-run", "-o", "name"}, brokerFlags...)...); r.err != nil || !regexp.MustCompile(`^pod/consumer-[a-z0-9]{5}\n$`).MatchString(r.out.String()) {
+		t.Fatalf("dry run -o name: %q, %v", r.out.String(), r.err)
 	}
 	help := execute(t, w, "sts", "--help")
 	if line := regexp.MustCompile(`.*--ordinal.*`).FindString(help.out.String()); line == "" || strings.Contains(line, "default") {

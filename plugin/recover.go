@@ -65,8 +65,8 @@ More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/reliabil
 	cmd.Flags().StringVar(&o.BrokerURL, "broker-url", "", "AMQP URL this machine reaches the broker at (default: the migrated pod's ms2m.io/broker-url annotation)")
 	cmd.Flags().StringVar(&o.AgentNamespace, "agent-namespace", agent.DefaultNamespace, "namespace the migration's agents ran in (never the one a journal names)")
 	cmd.Flags().StringVar(&o.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent recovery runs (never the one a journal names: anyone who may edit the namespace's ConfigMaps could write it)")
-	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format of the result: json or yaml (default: the report)")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format of the result: name, "+outputFormats+" (default: the report)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(append([]string{outputName}, outputCompletions...), cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -79,7 +79,7 @@ func (o *RecoverOptions) Complete(args []string) error {
 }
 
 // Validate checks the flags.
-func (o *RecoverOptions) Validate() error { return validateOutput(o.Output) }
+func (o *RecoverOptions) Validate() error { return validateNamedOutput(o.Output) }
 
 // Run recovers the migration.
 func (o *RecoverOptions) Run(ctx context.Context) error {

@@ -75,11 +75,11 @@ More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/performa
 	f := cmd.Flags()
 	f.BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "list migrations in all namespaces")
 	f.BoolVar(&o.NoHeaders, "no-headers", false, "leave the list's header row out")
-	f.StringVarP(&o.Output, "output", "o", "", "output format: json, yaml or csv (default: a table or the breakdown)")
+	f.StringVarP(&o.Output, "output", "o", "", "output format: csv, name, "+outputFormats+" (default: a table or the breakdown)")
 	f.BoolVar(&o.Compare, "compare", false, "draw the selected migrations side by side")
 	f.StringVarP(&o.Selector, "selector", "l", "", "select migrations by label (e.g. rate=10,strategy=ms2m)")
 	f.StringVar(&o.GroupBy, "group-by", "", "with --compare, one bar per value of this label (or strategy, mode, outcome): the group's medians")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml", "csv"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(append([]string{"csv", outputName}, outputCompletions...), cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -106,8 +106,8 @@ func (o *ReportOptions) Validate() error {
 		return errors.New("give one migration ID, or --compare to draw several side by side")
 	case o.GroupBy != "" && !o.Compare:
 		return errors.New("--group-by applies to --compare")
-	case o.Output != "" && o.Output != "csv" && validateOutput(o.Output) != nil:
-		return fmt.Errorf("--output must be json, yaml or csv, not %q", o.Output)
+	case o.Output != "" && o.Output != "csv" && validateNamedOutput(o.Output) != nil:
+		return fmt.Errorf("--output must be csv, name, %s, not %q", outputFormats, o.Output)
 	}
 	return nil
 }
@@ -131,7 +131,7 @@ func (o *ReportOptions) Run(ctx context.Context) error {
 		case "csv":
 			return report.WriteCSV(o.Out, []*report.Record{r})
 		}
-		return printData(o.Out, o.Output, r)
+		return o.printRecord(r, o.Output)
 	}
 	records, err := o.selected(ctx, store, client)
 	if err != nil {
@@ -140,6 +140,13 @@ func (o *ReportOptions) Run(ctx context.Context) error {
 	switch {
 	case o.Output == "csv":
 		return report.WriteCSV(o.Out, records)
+	case o.Output == outputName:
+		for _, r := range records {
+			if _, err := fmt.Fprintln(o.Out, recordName(r)); err != nil {
+				return err
+			}
+		}
+		return nil
 	case o.Output != "":
 		if records == nil {
 			records = []*report.Record{} // [] for none, not null

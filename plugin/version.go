@@ -22,20 +22,20 @@ func NewCmdVersion(o *RootOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "version",
 		Short:   "Print the version of kubectl-migrate",
-		Example: "  kubectl migrate version\n  kubectl migrate version -o json",
+		Example: "  kubectl migrate version\n  kubectl migrate version -o json\n  kubectl migrate version -o jsonpath='{.version}'",
 		Args:    cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			switch output {
-			case "":
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := validateOutput(output); err != nil {
+				return usageError(cmd, err)
+			}
+			if output == "" {
 				_, err := fmt.Fprintf(o.Out, "kubectl-migrate %s (commit %s, built %s)\n", version.Version, version.Commit, version.Date)
 				return err
-			case "json", "yaml":
-				return printData(o.Out, output, versionInfo{version.Version, version.Commit, version.Date, version.AgentImage()})
 			}
-			return fmt.Errorf("--output must be json or yaml, not %q", output)
+			return printData(o.Out, output, versionInfo{version.Version, version.Commit, version.Date, version.AgentImage()})
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json or yaml (default: one line)")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: "+outputFormats+" (default: one line)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputCompletions, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
