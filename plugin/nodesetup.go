@@ -1,15 +1,18 @@
 package plugin
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,8 +29,14 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
-const nodeSetupExample = `  # Install the kubectl-migrate runtime on two nodes
+const nodeSetupExample = `  # What it would do on every node, changing nothing
+  kubectl migrate node-setup --all --dry-run
+
+  # Install the kubectl-migrate runtime on two nodes (it shows the plan and asks)
   kubectl migrate node-setup node-a node-b
+
+  # From a script: no question
+  kubectl migrate node-setup node-a node-b --yes
 
   # On every node; then migrate onto nodes whose runtime cannot restore
   kubectl migrate node-setup --all
@@ -46,7 +55,8 @@ kubectl-migrate handler in a drop-in file of the node's runtime (containerd
 SIGTERM where a supervisor restarts it; running containers keep running),
 then checks that the runtime lists the handler. The node gets the label
 kubectl-migrate.io/runtime, and the RuntimeClass kubectl-migrate selects
-such nodes. --uninstall undoes each step.
+such nodes. --uninstall undoes each step. First it shows the plan and asks
+(--yes: no question, as a script needs; --dry-run: the plan alone).
 
 More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/runtime.md`
 
@@ -58,8 +68,17 @@ type NodeSetupOptions struct {
 	Restart        string
 	AgentImage     string
 	AgentNamespace string
+	Yes            bool
+	DryRun         bool
 
 	nodes []string
+}
+
+// stdinIsTerminal says whether in is a terminal a person can answer on;
+// tests replace it.
+var stdinIsTerminal = func(in io.Reader) bool {
+	f, ok := in.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // NewCmdNodeSetup returns kubectl migrate node-setup.
@@ -79,6 +98,8 @@ func NewCmdNodeSetup(root *RootOptions) *cobra.Command {
 	_ = cmd.RegisterFlagCompletionFunc("restart", cobra.FixedCompletions([]string{nodesetup.RestartAuto, nodesetup.RestartSystemd, nodesetup.RestartSignal}, cobra.ShellCompDirectiveNoFileComp))
 	f.StringVar(&o.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent, whose binary is the runtime")
 	f.StringVar(&o.AgentNamespace, "agent-namespace", agent.DefaultNamespace, "namespace the setup pods run in")
+	f.BoolVarP(&o.Yes, "yes", "y", false, "restart the nodes' runtimes without asking")
+	f.BoolVar(&o.DryRun, "dry-run", false, "show the plan and change nothing")
 	return cmd
 }
 
@@ -97,8 +118,70 @@ func (o *NodeSetupOptions) Validate() error {
 		return errors.New("name the nodes to set up, or pass --all: kubectl migrate node-setup NODE... ")
 	case !slices.Contains([]string{nodesetup.RestartAuto, nodesetup.RestartSystemd, nodesetup.RestartSignal}, o.Restart):
 		return fmt.Errorf("--restart must be auto, systemd or signal, not %q", o.Restart)
+	case !o.Yes && !o.DryRun && !stdinIsTerminal(o.In):
+		return errors.New("node-setup restarts each node's container runtime and there is no terminal to ask on: pass --yes to go ahead, or --dry-run to see the plan")
 	}
 	return nil
+}
+
+// errNotConfirmed is a plan its user did not accept.
+var errNotConfirmed = errors.New("not confirmed: nothing was changed")
+
+// plan says what Run will do to nodes, in order.
+func (o *NodeSetupOptions) plan(nodes []corev1.Node) string {
+	var b strings.Builder
+	verb := "install the kubectl-migrate runtime on"
+	if o.Uninstall {
+		verb = "remove the kubectl-migrate runtime from"
+	}
+	fmt.Fprintf(&b, "node-setup will %s %d node(s), one at a time:\n", verb, len(nodes))
+	for _, n := range nodes {
+		runtime, _, _ := strings.Cut(n.Status.NodeInfo.ContainerRuntimeVersion, "://")
+		if o.Uninstall {
+			fmt.Fprintf(&b, "  %s (%s): remove the label %s, the handler's drop-in and /opt/kubectl-migrate; restart %s (--restart %s); wait until Ready without the handler\n",
+				n.Name, n.Status.NodeInfo.ContainerRuntimeVersion, ociruntime.NodeLabel, runtime, o.Restart)
+			continue
+		}
+		_, has := n.Labels[ociruntime.NodeLabel]
+		again := ""
+		if has {
+			again = " (installed already: installed again, this version)"
+		}
+		fmt.Fprintf(&b, "  %s (%s)%s: install /opt/kubectl-migrate, add the %s handler to %s's drop-in config, restart %s (--restart %s); wait until Ready with the handler; label %s\n",
+			n.Name, n.Status.NodeInfo.ContainerRuntimeVersion, again, ociruntime.HandlerName, runtime, runtime, o.Restart, ociruntime.NodeLabel)
+	}
+	if o.Uninstall {
+		fmt.Fprintf(&b, "then, once no node has it: delete RuntimeClass %s and its admission policy.\n", ociruntime.HandlerName)
+		b.WriteString("It refuses, before any change, while pods run under that RuntimeClass on these nodes.\n")
+	} else {
+		fmt.Fprintf(&b, "first, once: RuntimeClass %s and the admission policy that admits pods under it only from who may migrate in their namespace.\n", ociruntime.HandlerName)
+	}
+	b.WriteString("Running containers keep running; each node reports NotReady for a few seconds while its runtime restarts.\n")
+	return b.String()
+}
+
+// confirm shows the plan and asks, unless --yes or --dry-run (which only
+// shows it); false means stop.
+func (o *NodeSetupOptions) confirm(nodes []corev1.Node) (bool, error) {
+	plan := o.plan(nodes)
+	switch {
+	case o.DryRun:
+		_, err := fmt.Fprint(o.Out, plan+"Nothing was changed (--dry-run).\n")
+		return false, err
+	case o.Yes:
+		return true, nil
+	}
+	fmt.Fprint(o.ErrOut, plan+"Go ahead? [y/N] ")
+	answer, err := bufio.NewReader(o.In).ReadString('\n')
+	if err != nil && answer == "" {
+		fmt.Fprintln(o.ErrOut)
+		return false, errNotConfirmed
+	}
+	switch strings.ToLower(strings.TrimSpace(answer)) {
+	case "y", "yes":
+		return true, nil
+	}
+	return false, errNotConfirmed
 }
 
 // Run sets up each node, one at a time: a runtime restarting on one node
@@ -128,6 +211,12 @@ func (o *NodeSetupOptions) Run(ctx context.Context) error {
 		}
 	}
 	if err := agent.CheckNamespace(ctx, client, o.AgentNamespace); err != nil {
+		return err
+	}
+	switch ok, err := o.confirm(nodes); {
+	case errors.Is(err, errNotConfirmed):
+		return withCode(ExitRefused, err)
+	case err != nil || !ok:
 		return err
 	}
 	id := "setup-" + rand.String(5)

@@ -29,7 +29,14 @@ type run struct {
 // execute runs the command tree against w, as kubectl would run the plugin.
 func execute(t *testing.T, w *migratetest.World, args ...string) run {
 	t.Helper()
-	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+	return executeWithInput(t, w, "", args...)
+}
+
+// executeWithInput is execute with stdin reading input.
+func executeWithInput(t *testing.T, w *migratetest.World, input string, args ...string) run {
+	t.Helper()
+	streams, in, out, errOut := genericiooptions.NewTestIOStreams()
+	in.WriteString(input)
 	o := NewRootOptions(streams)
 	o.Environ = nil
 	r := run{out: out, errOut: errOut}

@@ -87,7 +87,7 @@ func (l *lab) setUpRuntime(t testing.TB) (uninstall func()) {
 		before[n] = nodeFiles(t, n)
 	}
 	agentImage := l.imagePrefix + "/kubectl-migrate-agent:lab"
-	out := l.kubectlMigrate(t, "node-setup", "--all", "--agent-image", agentImage)
+	out := l.kubectlMigrate(t, "node-setup", "--all", "--yes", "--agent-image", agentImage)
 	t.Logf("node-setup:\n%s", out)
 	for _, n := range []string{"node-a", "node-b"} {
 		node, err := l.client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
@@ -101,7 +101,7 @@ func (l *lab) setUpRuntime(t testing.TB) (uninstall func()) {
 	var once sync.Once
 	uninstall = func() {
 		once.Do(func() {
-			out := l.kubectlMigrate(t, "node-setup", "--all", "--uninstall", "--agent-image", agentImage)
+			out := l.kubectlMigrate(t, "node-setup", "--all", "--uninstall", "--yes", "--agent-image", agentImage)
 			t.Logf("node-setup --uninstall:\n%s", out)
 			if _, err := l.client.NodeV1().RuntimeClasses().Get(ctx, ociruntime.HandlerName, metav1.GetOptions{}); !isNotFound(err) {
 				t.Errorf("RuntimeClass left: %v", err)
@@ -243,7 +243,7 @@ func TestTheRuntimeRestoresWhereContainerdCannot(t *testing.T) {
 
 	// node-setup --uninstall refuses while the restored pod runs under the
 	// RuntimeClass, and waits for it once it is being deleted.
-	if out, err := l.kubectlCommand("migrate", "node-setup", "--all", "--uninstall", "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab").CombinedOutput(); err == nil || !strings.Contains(string(out), w.Namespace+"/"+rec.TargetPod) {
+	if out, err := l.kubectlCommand("migrate", "node-setup", "--all", "--uninstall", "--yes", "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab").CombinedOutput(); err == nil || !strings.Contains(string(out), w.Namespace+"/"+rec.TargetPod) {
 		t.Fatalf("node-setup --uninstall with %s running under the RuntimeClass: %v\n%s", rec.TargetPod, err, out)
 	}
 	if err := l.client.CoreV1().Pods(w.Namespace).Delete(context.Background(), rec.TargetPod, metav1.DeleteOptions{}); err != nil {

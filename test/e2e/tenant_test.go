@@ -551,7 +551,7 @@ func TestTenantCannotClaimAStagedCheckpoint(t *testing.T) {
 	}
 
 	// Uninstalling now would leave the pod without its runtime.
-	out, err := l.kubectlCommand("migrate", "node-setup", "--all", "--uninstall", "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab").CombinedOutput()
+	out, err := l.kubectlCommand("migrate", "node-setup", "--all", "--uninstall", "--yes", "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), attacker+"/thief on node-b") {
 		t.Fatalf("node-setup --uninstall with a pod under the RuntimeClass running: %v\n%s", err, out)
 	}
@@ -863,7 +863,7 @@ func TestTenantCannotOwnTheAgentsNamespace(t *testing.T) {
 	if res, _, err := l.runCheck(t, "node-a", "node-b", "--agent-namespace", squatted); err == nil || !strings.Contains(link(res, check.LinkPermissions).Detail, named) {
 		t.Fatalf("check with the squatted agents' namespace: %v %+v", err, res.Links)
 	}
-	out, err := l.kubectlCommand("migrate", "node-setup", "--all", "--agent-namespace", squatted, "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab").CombinedOutput()
+	out, err := l.kubectlCommand("migrate", "node-setup", "--all", "--yes", "--agent-namespace", squatted, "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), named) {
 		t.Fatalf("node-setup with the squatted agents' namespace: %v\n%s", err, out)
 	}
