@@ -37,6 +37,7 @@ type migrationFlags struct {
 	AgentImage        string
 	AgentNamespace    string
 	BrokerURL         string
+	BrokerSecret      string
 	Exchange          string
 	Queue             string
 	ControlPort       int
@@ -80,7 +81,8 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs.BoolVar(&f.InsecureRegistry, "insecure-registry", false, "allow a plain-HTTP or self-signed registry")
 	fs.StringVar(&f.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent that packs and pushes checkpoints")
 	addAgentNamespaceFlag(fs, &f.AgentNamespace)
-	fs.StringVar(&f.BrokerURL, "broker-url", "", "AMQP URL this machine reaches the broker at (default: the ms2m.io/broker-url annotation)")
+	fs.StringVar(&f.BrokerURL, "broker-url", "", "AMQP URL this machine reaches the broker at (default: the ms2m.io/broker-url annotation); its password is better given by --broker-secret or $"+brokerPasswordEnv)
+	fs.StringVar(&f.BrokerSecret, "broker-secret", "", "Secret in the pod's namespace with the broker's username and password keys (default: the ms2m.io/broker-secret annotation)")
 	fs.StringVar(&f.Exchange, "exchange", "", "the workload's fanout exchange (default: the ms2m.io/exchange annotation)")
 	fs.StringVar(&f.Queue, "queue", "", "the pod's primary queue (default: the ms2m.io/queue annotation)")
 	fs.IntVar(&f.ControlPort, "control-port", 0, "port of the MS2M HTTP endpoint (default: the ms2m.io/control-port annotation, else 8080)")
@@ -278,6 +280,9 @@ func (f *migrationFlags) migrate(ctx context.Context, client kubernetes.Interfac
 	}
 	cfg, err := mc.toConfig(source, rand.String(5))
 	if err != nil {
+		return cfg, source, nil, err
+	}
+	if cfg.Broker.URL, err = f.brokerCredentials(ctx, client, cfg.Namespace, brokerSecretOf(f.BrokerSecret, source.Annotations), cfg.Broker.URL); err != nil {
 		return cfg, source, nil, err
 	}
 	deps, err := f.NewDeps(ctx, client, cfg, source.Spec.ImagePullSecrets)

@@ -204,6 +204,9 @@ func (o *NodeOptions) Run(ctx context.Context) error {
 			if err != nil {
 				return nil, err
 			}
+			if cfg.Broker.URL, err = o.brokerCredentials(ctx, client, cfg.Namespace, brokerSecretOf(o.BrokerSecret, mv.Pod.Annotations), cfg.Broker.URL); err != nil {
+				return nil, err
+			}
 			cfg.Labels = maps.Clone(cfg.Labels)
 			if cfg.Labels == nil {
 				cfg.Labels = map[string]string{}

@@ -31,6 +31,7 @@ const recoverExample = `  # Finish or undo migration x7k2p, whose kubectl migrat
 type RecoverOptions struct {
 	*RootOptions
 	BrokerURL      string
+	BrokerSecret   string
 	AgentImage     string
 	AgentNamespace string
 	Output         string
@@ -63,6 +64,7 @@ More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/reliabil
 		RunE:    runE(o),
 	}
 	cmd.Flags().StringVar(&o.BrokerURL, "broker-url", "", "AMQP URL this machine reaches the broker at (default: the migrated pod's ms2m.io/broker-url annotation)")
+	cmd.Flags().StringVar(&o.BrokerSecret, "broker-secret", "", "Secret in the migration's namespace with the broker's username and password keys (default: the migrated pod's ms2m.io/broker-secret annotation); or set $"+brokerPasswordEnv)
 	cmd.Flags().StringVar(&o.AgentNamespace, "agent-namespace", agent.DefaultNamespace, "namespace the migration's agents ran in (never the one a journal names)")
 	cmd.Flags().StringVar(&o.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent recovery runs (never the one a journal names: anyone who may edit the namespace's ConfigMaps could write it)")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format of the result: name, "+outputFormats+" (default: the report)")
@@ -135,6 +137,13 @@ func (o *RecoverOptions) recoverOne(ctx context.Context, client kubernetes.Inter
 		return nil, fmt.Errorf("migration %s (%s) keeps no journal to recover from", rec.ID, rec.Outcome)
 	}
 	url := o.BrokerURL
+	secret := o.BrokerSecret
+	if secret == "" && j.State.Source != nil {
+		secret = j.State.Source.Annotations[migrate.BrokerSecretAnnotation]
+	}
+	if url == "" && (secret != "" || o.getenv(brokerPasswordEnv) != "") {
+		url = j.Config.Broker.URL // without its password, which the secret or the environment gives
+	}
 	if url == "" {
 		// The journal keeps no password: the migration's live pods (or
 		// StatefulSet) still carry it in their annotation.
@@ -144,7 +153,10 @@ func (o *RecoverOptions) recoverOne(ctx context.Context, client kubernetes.Inter
 		}
 	}
 	if url == "" {
-		return nil, fmt.Errorf("the journal keeps no broker password and no live pod of migration %s has it in its %s annotation; pass --broker-url", rec.ID, migrate.BrokerURLAnnotation)
+		return nil, fmt.Errorf("the journal keeps no broker password and no live pod of migration %s has it in its %s annotation; pass --broker-secret, set %s, or pass --broker-url", rec.ID, migrate.BrokerURLAnnotation, brokerPasswordEnv)
+	}
+	if url, err = o.brokerCredentials(ctx, client, rec.Namespace, secret, url); err != nil {
+		return nil, err
 	}
 	var pullSecrets []corev1.LocalObjectReference
 	if j.State.Source != nil {

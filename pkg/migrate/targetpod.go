@@ -21,6 +21,10 @@ import (
 // restored one.
 const (
 	BrokerURLAnnotation   = "ms2m.io/broker-url"
+	// BrokerSecretAnnotation names a Secret of the pod's namespace with
+	// the broker's username and password, which the URL then need not
+	// carry.
+	BrokerSecretAnnotation = "ms2m.io/broker-secret"
 	ExchangeAnnotation    = "ms2m.io/exchange"
 	QueueAnnotation       = "ms2m.io/queue"
 	ControlPortAnnotation = "ms2m.io/control-port"

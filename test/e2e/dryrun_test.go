@@ -4,12 +4,16 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
@@ -83,5 +87,40 @@ func TestClientDryRunOnlyReads(t *testing.T) {
 	}
 	if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary {
 		t.Fatalf("the source does not serve: %+v", st)
+	}
+}
+
+// TestBrokerPasswordFromASecretOrTheEnvironment: with a broker URL that
+// has no password, a migration's checks fail at the broker; the password
+// from --broker-secret (a Secret of the pod's namespace) or from the
+// environment lets them pass.
+func TestBrokerPasswordFromASecretOrTheEnvironment(t *testing.T) {
+	l := setup(t)
+	w := l.deploy(t, "10")
+	u, err := url.Parse(l.brokerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	password, _ := u.User.Password()
+	u.User = url.User(u.User.Username())
+	noPassword := u.String()
+	dryRun := func(env []string, args ...string) (string, error) {
+		cmd := l.kubectlCommand(l.migrateArgs(w, append([]string{"pod", "consumer", "--to", "node-b", "--dry-run=client", "--broker-url", noPassword}, args...)...)...)
+		cmd.Env = append(cmd.Env, env...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := dryRun(nil); exitCode(err) != 3 || !strings.Contains(out, "broker") {
+		t.Fatalf("without a password: exit %d, want 3 naming the broker\n%s", exitCode(err), out)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "rabbit-user"}, StringData: map[string]string{"username": u.User.Username(), "password": password}}
+	if _, err := l.client.CoreV1().Secrets(w.Namespace).Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := dryRun(nil, "--broker-secret", "rabbit-user"); err != nil {
+		t.Fatalf("with --broker-secret: %v\n%s", err, out)
+	}
+	if out, err := dryRun([]string{"KUBECTL_MIGRATE_BROKER_PASSWORD=" + password}); err != nil {
+		t.Fatalf("with KUBECTL_MIGRATE_BROKER_PASSWORD: %v\n%s", err, out)
 	}
 }
