@@ -20,15 +20,15 @@ import (
 // Annotations the plugin reads from a workload's pod and writes on the
 // restored one.
 const (
-	BrokerURLAnnotation   = "ms2m.io/broker-url"
+	BrokerURLAnnotation = "ms2m.io/broker-url"
 	// BrokerSecretAnnotation names a Secret of the pod's namespace with
 	// the broker's username and password, which the URL then need not
 	// carry.
 	BrokerSecretAnnotation = "ms2m.io/broker-secret"
-	ExchangeAnnotation    = "ms2m.io/exchange"
-	QueueAnnotation       = "ms2m.io/queue"
-	ControlPortAnnotation = "ms2m.io/control-port"
-	RegistryAnnotation    = "ms2m.io/registry"
+	ExchangeAnnotation     = "ms2m.io/exchange"
+	QueueAnnotation        = "ms2m.io/queue"
+	ControlPortAnnotation  = "ms2m.io/control-port"
+	RegistryAnnotation     = "ms2m.io/registry"
 
 	MigratedFromAnnotation = "migrate.ms2m.io/migrated-from"
 	MigrationAnnotation    = "migrate.ms2m.io/migration"

@@ -90,10 +90,11 @@ func TestClientDryRunOnlyReads(t *testing.T) {
 	}
 }
 
-// TestBrokerPasswordFromASecretOrTheEnvironment: with a broker URL that
-// has no password, a migration's checks fail at the broker; the password
-// from --broker-secret (a Secret of the pod's namespace) or from the
-// environment lets them pass.
+// TestBrokerPasswordFromASecretOrTheEnvironment: with a broker URL whose
+// password is wrong (one with none gets amqp's default, guest, the lab's),
+// a migration's checks fail at the broker; the password from
+// --broker-secret (a Secret of the pod's namespace) or from the
+// environment, taking its place, lets them pass.
 func TestBrokerPasswordFromASecretOrTheEnvironment(t *testing.T) {
 	l := setup(t)
 	w := l.deploy(t, "10")
@@ -102,16 +103,16 @@ func TestBrokerPasswordFromASecretOrTheEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	password, _ := u.User.Password()
-	u.User = url.User(u.User.Username())
-	noPassword := u.String()
+	u.User = url.UserPassword(u.User.Username(), "wrong")
+	wrongPassword := u.String()
 	dryRun := func(env []string, args ...string) (string, error) {
-		cmd := l.kubectlCommand(l.migrateArgs(w, append([]string{"pod", "consumer", "--to", "node-b", "--dry-run=client", "--broker-url", noPassword}, args...)...)...)
+		cmd := l.kubectlCommand(l.migrateArgs(w, append([]string{"pod", "consumer", "--to", "node-b", "--dry-run=client", "--broker-url", wrongPassword}, args...)...)...)
 		cmd.Env = append(cmd.Env, env...)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := dryRun(nil); exitCode(err) != 3 || !strings.Contains(out, "broker") {
-		t.Fatalf("without a password: exit %d, want 3 naming the broker\n%s", exitCode(err), out)
+	if out, err := dryRun(nil); exitCode(err) != 3 || !strings.Contains(out, "broker") || strings.Contains(out, "wrong") {
+		t.Fatalf("with the wrong password: exit %d, want 3 naming the broker, not the password\n%s", exitCode(err), out)
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "rabbit-user"}, StringData: map[string]string{"username": u.User.Username(), "password": password}}
 	if _, err := l.client.CoreV1().Secrets(w.Namespace).Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
