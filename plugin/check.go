@@ -68,7 +68,7 @@ and its namespace (--agent-namespace), the kubelet's checkpoint API and CRIU,
 the transfer and the target's pull, the restore itself. Everything it created is
 removed again. It exits 6 if a link fails.
 
-More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/check.md`,
+More: ` + version.DocsURL("check.md"),
 		Example: checkExample,
 		Args:    noArgs,
 		RunE:    runE(o),

@@ -67,7 +67,7 @@ Messages carry --message as their body: give one your application applies.
 Each clause prints ✓ or ✗ with what the contract says; everything created is
 removed (--keep leaves it). It exits 6 if a clause fails.
 
-More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/contract.md`,
+More: ` + version.DocsURL("contract.md"),
 		Example: conformanceExample,
 		Args:    noArgs,
 		RunE:    runE(o),

@@ -21,6 +21,8 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report/render"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
 const nodeExample = `  # See what a drain of node-a would do: which pod goes where, how, and what stays
@@ -70,7 +72,7 @@ early uncordons the node unless --keep-cordoned. --dry-run prints the plan.
 Pods of every namespace, or of -n NAMESPACE; the drain's record and lease are
 kept in the current namespace. Every access it needs is checked first.
 
-More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/drain.md`,
+More: ` + version.DocsURL("drain.md"),
 
 		Example:           nodeExample,
 		Args:              exactlyOne("the node to drain: kubectl migrate node NODE"),

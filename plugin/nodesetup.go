@@ -45,7 +45,7 @@ const nodeSetupExample = `  # What it would do on every node, changing nothing
   # Remove it again: the nodes are as they were
   kubectl migrate node-setup --all --uninstall`
 
-const nodeSetupLong = `Install the kubectl-migrate runtime on nodes, for runtimes that no longer
+var nodeSetupLong = `Install the kubectl-migrate runtime on nodes, for runtimes that no longer
 restore checkpoints through the CRI (containerd 2.4 removed it; CRI-O can be
 set to checkpoint only). On each node, one at a time, a privileged agent pod
 installs the runtime's binary under /opt/kubectl-migrate, registers the
@@ -58,7 +58,7 @@ kubectl-migrate.io/runtime, and the RuntimeClass kubectl-migrate selects
 such nodes. --uninstall undoes each step. First it shows the plan and asks
 (--yes: no question, as a script needs; --dry-run: the plan alone).
 
-More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/runtime.md`
+More: ` + version.DocsURL("runtime.md")
 
 // NodeSetupOptions are the options of kubectl migrate node-setup.
 type NodeSetupOptions struct {

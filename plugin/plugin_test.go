@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"path/filepath"
 	"regexp"
@@ -444,5 +445,26 @@ func TestInterruptNoticeSaysRollingBackOnlyForAMigration(t *testing.T) {
 	_ = cmd.ExecuteContext(context.Background())
 	if got := o.InterruptNotice(); !strings.HasPrefix(got, "rolling back") {
 		t.Fatalf("during a migration: %q", got)
+	}
+}
+
+// An interrupted command exits 130, unless what it left has a code of its
+// own: a migration's rollback (4) or its kept journal (5).
+func TestExitCodeAfterAnInterrupt(t *testing.T) {
+	for _, tc := range []struct {
+		err         error
+		interrupted bool
+		want        int
+	}{
+		{context.Canceled, true, ExitInterrupted},
+		{withCode(ExitCheckFailed, errCheckFailed), true, ExitInterrupted},
+		{withCode(ExitRolledBack, errors.New("rolled back")), true, ExitRolledBack},
+		{withCode(ExitRecover, errors.New("kept")), true, ExitRecover},
+		{context.Canceled, false, ExitFailed},
+		{nil, true, 0},
+	} {
+		if got := ExitCodeAfter(tc.err, tc.interrupted); got != tc.want {
+			t.Errorf("ExitCodeAfter(%v, %v) = %d, want %d", tc.err, tc.interrupted, got, tc.want)
+		}
 	}
 }

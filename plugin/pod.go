@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
 const podExample = `  # Move pod consumer to node-b with MS2M; broker and registry come from the
@@ -41,7 +43,7 @@ const podExample = `  # Move pod consumer to node-b with MS2M; broker and regist
   # Machine-readable result
   kubectl migrate pod consumer --to node-b -o json`
 
-const podLong = `Live-migrate a running pod's containers to another node: a bare pod, or a
+var podLong = `Live-migrate a running pod's containers to another node: a bare pod, or a
 Deployment's (its ReplicaSet adopts the copy, never starting a cold one).
 
 With --strategy ms2m (the default) the source keeps serving while each
@@ -54,7 +56,7 @@ over, it only completes. Flags default to the pod's ms2m.io/* annotations.
 Checkpoint images hold the process's memory: deleted after success unless
 --keep-image.
 
-More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs`
+More: ` + version.DocsURL("")
 
 // PodOptions are the options of kubectl migrate pod.
 type PodOptions struct {

@@ -58,7 +58,7 @@ process has stopped: it takes over a lease that process gave up (or whose
 process is gone from this machine) at once, and otherwise watches the lease
 for its duration (2 minutes), refusing if it is renewed.
 
-More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/reliability.md`,
+More: ` + version.DocsURL("reliability.md"),
 		Example: recoverExample,
 		Args:    exactlyOne("the migration's ID: kubectl migrate recover ID (see kubectl migrate report)"),
 		RunE:    runE(o),

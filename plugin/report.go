@@ -12,6 +12,8 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report/render"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
 const reportExample = `  # List the migrations recorded in the current namespace
@@ -67,7 +69,7 @@ KEY one bar of medians per value. -o csv writes every phase and step in
 milliseconds, a row per run. Records are ConfigMaps labelled
 migrate.ms2m.io/record in the pod's namespace.
 
-More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/performance.md`,
+More: ` + version.DocsURL("performance.md"),
 		Example: reportExample,
 		Args:    cobra.ArbitraryArgs,
 		RunE:    runE(o),

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
 const stsExample = `  # Move ordinal 0 of StatefulSet consumer to node-b, keeping its identity
@@ -29,7 +31,7 @@ const stsExample = `  # Move ordinal 0 of StatefulSet consumer to node-b, keepin
   kubectl migrate node-setup node-a node-b
   kubectl migrate sts consumer-0 --to node-b --restore runtime`
 
-const stsLong = `Live-migrate one pod of a StatefulSet to another node, keeping its name,
+var stsLong = `Live-migrate one pod of a StatefulSet to another node, keeping its name,
 ordinal, labels and volume claims. While the name changes hands the
 StatefulSet is deleted with its pods orphaned and created again from its
 saved spec, which adopts the moved pod: its spec ends exactly as before.
@@ -41,7 +43,7 @@ into its own name: two switchovers of milliseconds (a claim then needs a
 ReadWriteMany volume). A node-local volume is refused before any change. On
 failure the StatefulSet and its pod come back on the source node.
 
-More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/how-it-works.md`
+More: ` + version.DocsURL("how-it-works.md")
 
 // StsOptions are the options of kubectl migrate sts.
 type StsOptions struct {

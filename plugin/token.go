@@ -9,6 +9,8 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
 // ControlTokenOptions are the options of kubectl migrate control-token.
@@ -32,7 +34,7 @@ checkpoint of it restored into a pod of another namespace never consumes.
 The token is never printed. To change it, delete the Secret, run this again
 and restart the applications: they keep the token they started with.
 
-More: https://github.com/kubectl-migrate/kubectl-migrate/tree/main/docs/contract.md`,
+More: ` + version.DocsURL("contract.md"),
 		Example: "  kubectl migrate control-token -n orders",
 		Args:    noArgs,
 		RunE:    runE(o),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -21,19 +22,22 @@ func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	var interrupted atomic.Bool
 	go func() {
 		sig := <-signals
+		interrupted.Store(true)
 		fmt.Fprintf(os.Stderr, "\n%s: %s\n", sig, root.InterruptNotice())
 		cancel()
 		<-signals
 		if hint := root.RecoverHint(); hint != "" {
 			fmt.Fprintln(os.Stderr, "stopped before the rollback ended:", hint)
+			os.Exit(plugin.ExitRecover)
 		}
-		os.Exit(130)
+		os.Exit(plugin.ExitInterrupted)
 	}()
 	cmd := plugin.NewRootCmdFor(root)
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(plugin.ExitCode(err))
+		os.Exit(plugin.ExitCodeAfter(err, interrupted.Load()))
 	}
 }
