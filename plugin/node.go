@@ -21,7 +21,6 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report/render"
-
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 

@@ -12,7 +12,6 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report/render"
-
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 

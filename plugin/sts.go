@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
-
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 

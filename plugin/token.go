@@ -9,7 +9,6 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
-
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
