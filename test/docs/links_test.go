@@ -39,3 +39,23 @@ func TestRelativeLinksResolve(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsIndexListsEveryPage: docs/README.md names every page under docs/.
+func TestDocsIndexListsEveryPage(t *testing.T) {
+	dir := filepath.Join("..", "..", "docs")
+	index, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, err := filepath.Glob(filepath.Join(dir, "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	for _, page := range append(pages, yaml...) {
+		name := filepath.Base(page)
+		if name != "README.md" && !strings.Contains(string(index), "]("+name+")") {
+			t.Errorf("docs/README.md does not list %s", name)
+		}
+	}
+}
