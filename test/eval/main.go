@@ -209,26 +209,65 @@ func byRate(cells []cell) [][]cell {
 // minSeconds is where a log axis starts: a downtime of 0 is drawn at 1 ms.
 const minSeconds = 0.001
 
+// The figures are drawn for the width GitHub shows them at (its page
+// column, about 880 px: 100 px an inch), so that the smallest text, at
+// fontSize, is readable there (12 px and up); the PNG has twice the pixels.
+const (
+	figureWidth = 8.8 * vg.Inch
+	shownPPI    = 100 // pixels an inch where GitHub shows the figure
+	fontSize    = 9   // points: tick labels, axis labels, legends
+	titleSize   = 11
+)
+
+// fontPixels is a size in points as GitHub shows it.
+func fontPixels(points float64) float64 { return points / 72 * shownPPI }
+
+// succeeded says whether a run's figures describe a migration that
+// happened; a rolled-back one's are drawn apart, marked.
+func (r migrationRun) succeeded() bool { return r.outcome == "succeeded" }
+
+// rolledBack counts c's runs that did not succeed: its figures are of the
+// others only.
+func (c cell) rolledBack() int {
+	n := 0
+	for _, r := range c.runs {
+		if !r.succeeded() {
+			n++
+		}
+	}
+	return n
+}
+
+// valuesOf are value's figures (seconds) of c's runs that succeeded, and of
+// those that did not, which the boxes leave out.
+func valuesOf(c cell, value func(migrationRun) (float64, bool)) (succeeded, rolledBack plotter.Values) {
+	for _, r := range c.runs {
+		v, ok := value(r)
+		if !ok {
+			continue
+		}
+		if r.succeeded() {
+			succeeded = append(succeeded, max(v/1000, minSeconds))
+		} else {
+			rolledBack = append(rolledBack, max(v/1000, minSeconds))
+		}
+	}
+	return succeeded, rolledBack
+}
+
 // boxes draws, in one panel per rate, one box per cell of value (in
 // seconds): every run counts, the box spans the quartiles around the
 // median. With log, on a log axis: downtimes of tens of milliseconds and of
 // seconds are both readable.
 func boxes(cells []cell, title string, value func(migrationRun) (float64, bool), log bool, base string) error {
-	values := func(c cell) plotter.Values {
-		var vs plotter.Values
-		for _, r := range c.runs {
-			if v, ok := value(r); ok {
-				vs = append(vs, max(v/1000, minSeconds))
-			}
-		}
-		return vs
-	}
 	top := minSeconds
 	for _, c := range cells {
-		for _, v := range values(c) {
+		ok, back := valuesOf(c, value)
+		for _, v := range append(ok, back...) {
 			top = max(top, v)
 		}
 	}
+	marked := false // the legend names the mark once
 	var panels []*plot.Plot
 	for _, group := range byRate(cells) {
 		p := panel(title, group)
@@ -240,16 +279,33 @@ func boxes(cells []cell, title string, value func(migrationRun) (float64, bool),
 			p.Y.Label.Text = "seconds (log)"
 		}
 		for i, c := range group {
-			vs := values(c)
-			if len(vs) == 0 {
-				continue
+			vs, back := valuesOf(c, value)
+			if len(vs) > 0 {
+				b, err := plotter.NewBoxPlot(vg.Points(16), float64(i), vs)
+				if err != nil {
+					return err
+				}
+				b.FillColor = variantColor(cells, c.variant)
+				p.Add(b)
 			}
-			b, err := plotter.NewBoxPlot(vg.Points(16), float64(i), vs)
-			if err != nil {
-				return err
+			if len(back) > 0 {
+				xys := make(plotter.XYs, len(back))
+				for k, v := range back {
+					xys[k] = plotter.XY{X: float64(i) + 0.3, Y: v}
+				}
+				s, err := plotter.NewScatter(xys)
+				if err != nil {
+					return err
+				}
+				s.GlyphStyle = draw.GlyphStyle{Shape: draw.CrossGlyph{}, Color: color.RGBA{R: 0xc0, A: 0xff}, Radius: vg.Points(4)}
+				p.Add(s)
+				if !marked {
+					p.Legend.Add("rolled back (not in the box)", s)
+					p.Legend.Top = true
+					p.Legend.TextStyle.Font.Size = vg.Points(fontSize)
+					marked = true
+				}
 			}
-			b.FillColor = variantColor(cells, c.variant)
-			p.Add(b)
 		}
 		panels = append(panels, p)
 	}
@@ -260,13 +316,18 @@ func boxes(cells []cell, title string, value func(migrationRun) (float64, bool),
 func panel(title string, group []cell) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s, %s msg/s", title, group[0].rate)
-	p.Title.TextStyle.Font.Size = vg.Points(11)
+	p.Title.TextStyle.Font.Size = vg.Points(titleSize)
+	p.X.Label.TextStyle.Font.Size, p.Y.Label.TextStyle.Font.Size = vg.Points(fontSize), vg.Points(fontSize)
+	p.Y.Tick.Label.Font.Size = vg.Points(fontSize)
 	names := make([]string, len(group))
 	for i, c := range group {
 		names[i] = c.variant
+		if n := c.rolledBack(); n > 0 {
+			names[i] += fmt.Sprintf(" (%d/%d rolled back)", n, len(c.runs))
+		}
 	}
 	p.NominalX(names...)
-	p.X.Tick.Label.Font.Size = vg.Points(8)
+	p.X.Tick.Label.Font.Size = vg.Points(fontSize)
 	p.X.Tick.Label.Rotation, p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = 0.4, draw.XRight, draw.YCenter
 	p.X.Min, p.X.Max = -0.6, float64(len(group))-0.4 // every box or bar whole
 	return p
@@ -305,7 +366,7 @@ func phases(cells []cell, base string) error {
 		for _, name := range order {
 			var all []float64
 			for _, r := range c.runs {
-				if v, ok := r.phases[name]; ok {
+				if v, ok := r.phases[name]; ok && r.succeeded() { // a rolled-back run's phases are not a migration's
 					all = append(all, v/1000)
 				}
 			}
@@ -361,7 +422,7 @@ func phases(cells []cell, base string) error {
 			below = bars
 		}
 		p.Legend.Top, p.Legend.Left = true, false
-		p.Legend.TextStyle.Font.Size = vg.Points(7)
+		p.Legend.TextStyle.Font.Size = vg.Points(fontSize)
 		offset += len(group)
 		panels = append(panels, p)
 	}
@@ -382,10 +443,10 @@ func saveGrid(panels []*plot.Plot, base string) error {
 			}
 		}
 	}
-	width := 11 * vg.Inch
-	height := vg.Length(max(2.75, 2.75*float64(rows))) * vg.Inch
+	width := figureWidth
+	height := vg.Length(max(3.2, 3.2*float64(rows))) * vg.Inch
 	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter * 6, PadY: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	png, svg := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(160)), vgsvg.New(width, height)
+	png, svg := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(2*shownPPI)), vgsvg.New(width, height)
 	for _, c := range []vg.CanvasSizer{png, svg} {
 		dc := draw.New(c)
 		dc.SetColor(color.White)
@@ -459,8 +520,8 @@ func summary(cells []cell) string {
 		}
 		return median(all), len(all) > 0
 	}
-	down := func(r migrationRun) (float64, bool) { return r.downtime, r.hasDowntime && r.outcome == "succeeded" }
-	total := func(r migrationRun) (float64, bool) { return r.total, r.total > 0 && r.outcome == "succeeded" }
+	down := func(r migrationRun) (float64, bool) { return r.downtime, r.hasDowntime && r.succeeded() }
+	total := func(r migrationRun) (float64, bool) { return r.total, r.total > 0 && r.succeeded() }
 	find := func(rate, variant string) (cell, bool) {
 		for _, c := range cells {
 			if c.rate == rate && c.variant == variant {
@@ -472,7 +533,7 @@ func summary(cells []cell) string {
 	for _, c := range cells {
 		ok := 0
 		for _, r := range c.runs {
-			if r.outcome == "succeeded" {
+			if r.succeeded() {
 				ok++
 			}
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,5 +76,26 @@ func TestEvaluationFromCSV(t *testing.T) {
 		if !strings.Contains(string(sum), want) {
 			t.Errorf("summary lacks %q:\n%s", want, sum)
 		}
+	}
+}
+
+// TestRolledBackRunsAreMarkedNotBoxed: a run that rolled back is left out
+// of the boxes and drawn apart; the figures' smallest text is 12 px or more
+// where GitHub shows them.
+func TestRolledBackRunsAreMarkedNotBoxed(t *testing.T) {
+	c := cell{variant: "ms2m", rate: "10", runs: []migrationRun{
+		{outcome: "succeeded", downtime: 50, hasDowntime: true},
+		{outcome: "rolled-back", downtime: 3000, hasDowntime: true},
+		{outcome: "succeeded", downtime: 70, hasDowntime: true},
+	}}
+	ok, back := valuesOf(c, func(r migrationRun) (float64, bool) { return r.downtime, r.hasDowntime })
+	if len(ok) != 2 || len(back) != 1 || back[0] != 3 {
+		t.Fatalf("boxed %v, marked %v", ok, back)
+	}
+	if p := panel("Downtime", []cell{c}); !strings.Contains(fmt.Sprint(p.X.Tick.Marker.Ticks(0, 1)), "ms2m (1/3 rolled back)") {
+		t.Fatalf("the variant's label does not say how many rolled back: %v", p.X.Tick.Marker.Ticks(0, 1))
+	}
+	if px := fontPixels(fontSize); px < 12 {
+		t.Fatalf("the smallest text is %.1f px where GitHub shows the figures", px)
 	}
 }
