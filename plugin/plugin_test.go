@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -466,5 +467,46 @@ func TestExitCodeAfterAnInterrupt(t *testing.T) {
 		if got := ExitCodeAfter(tc.err, tc.interrupted); got != tc.want {
 			t.Errorf("ExitCodeAfter(%v, %v) = %d, want %d", tc.err, tc.interrupted, got, tc.want)
 		}
+	}
+}
+
+// report -w follows a running migration: a line per phase as its record
+// says it ended, then the breakdown once the migration has.
+func TestReportWatchFollowsAMigration(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	store := report.Store{Client: w.Client}
+	rec := &report.Record{ID: "f0110", Strategy: "ms2m", Namespace: "default", Pod: "consumer", SourceNode: "node-a", TargetNode: "node-b", Outcome: report.Running,
+		StartedAt: time.Now(), Phases: []report.PhaseTiming{{Name: report.Preflight, DurationMillis: 40}, {Name: report.Setup, Running: true}}}
+	if err := store.Save(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		// The migration goes on, saving its record as it does.
+		time.Sleep(200 * time.Millisecond)
+		rec.Phases[1] = report.PhaseTiming{Name: report.Setup, DurationMillis: 1500}
+		rec.Phases = append(rec.Phases, report.PhaseTiming{Name: report.Checkpoint, DurationMillis: 300})
+		_ = store.Save(context.Background(), rec)
+		time.Sleep(200 * time.Millisecond)
+		rec.Outcome = report.Succeeded
+		_ = store.Save(context.Background(), rec)
+	}()
+	r := execute(t, w, "report", "f0110", "-w")
+	if r.err != nil {
+		t.Fatalf("%v\n%s", r.err, r.errOut)
+	}
+	progress := r.errOut.String()
+	for _, want := range []string{"✓ preflight", "✓ setup 1.50s", "✓ checkpoint 300ms"} {
+		if !strings.Contains(progress, want) {
+			t.Errorf("progress lacks %q:\n%s", want, progress)
+		}
+	}
+	if strings.Count(progress, "✓ preflight") != 1 {
+		t.Errorf("a phase said twice:\n%s", progress)
+	}
+	if !strings.Contains(r.out.String(), "Migration f0110 succeeded") {
+		t.Errorf("no breakdown at the end:\n%s", r.out)
+	}
+	if bad := execute(t, w, "report", "-w"); ExitCode(bad.err) != ExitUsage || !strings.Contains(bad.err.Error(), "--watch follows one migration") {
+		t.Fatalf("report -w without an ID: %v", bad.err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/labels"
@@ -23,6 +24,9 @@ const reportExample = `  # List the migrations recorded in the current namespace
 
   # One migration's per-phase breakdown (an ID prefix of 3+ characters will do)
   kubectl migrate report x7k2p
+
+  # Follow a running migration (another terminal's, a CI job's): each phase as it ends
+  kubectl migrate report x7k2p -w
 
   # Compare strategies: the runs labelled rate=10, one bar per strategy (medians)
   kubectl migrate report --compare -l rate=10 --group-by strategy
@@ -45,6 +49,7 @@ type ReportOptions struct {
 	Compare       bool
 	Selector      string
 	GroupBy       string
+	Watch         bool
 
 	namespace string
 	ids       []string
@@ -79,6 +84,7 @@ More: ` + version.DocsURL("performance.md"),
 	f.StringVarP(&o.Output, "output", "o", "", "output format: csv, name, "+outputFormats+" (default: a table or the breakdown)")
 	f.BoolVar(&o.Compare, "compare", false, "draw the selected migrations side by side")
 	f.StringVarP(&o.Selector, "selector", "l", "", "select migrations by label (e.g. rate=10,strategy=ms2m)")
+	f.BoolVarP(&o.Watch, "watch", "w", false, "with one ID: follow the migration, a line per phase as it ends, then its breakdown")
 	f.StringVar(&o.GroupBy, "group-by", "", "with --compare, one bar per value of this label (or strategy, mode, outcome): the group's medians")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(append([]string{"csv", outputName}, outputCompletions...), cobra.ShellCompDirectiveNoFileComp))
 	return cmd
@@ -107,6 +113,8 @@ func (o *ReportOptions) Validate() error {
 		return errors.New("give one migration ID, or --compare to draw several side by side")
 	case o.GroupBy != "" && !o.Compare:
 		return errors.New("--group-by applies to --compare")
+	case o.Watch && (len(o.ids) != 1 || o.Compare || o.Output != ""):
+		return errors.New("--watch follows one migration: give its ID, without --compare or -o")
 	case o.Output != "" && o.Output != "csv" && validateNamedOutput(o.Output) != nil:
 		return fmt.Errorf("--output must be csv, name, %s, not %q", outputFormats, o.Output)
 	}
@@ -125,6 +133,11 @@ func (o *ReportOptions) Run(ctx context.Context) error {
 		r, err := store.Get(ctx, o.namespace, o.ids[0])
 		if err != nil {
 			return err
+		}
+		if o.Watch {
+			if r, err = o.follow(ctx, store, client, r); err != nil {
+				return err
+			}
 		}
 		switch o.Output {
 		case "":
@@ -206,3 +219,56 @@ func (o *ReportOptions) selected(ctx context.Context, store report.Store, client
 	}
 	return records, nil
 }
+
+// follow prints each phase of r's migration as it ends, until the
+// migration does, and returns its last record. A migration whose process
+// died ends the watch with the command that finishes or undoes it.
+func (o *ReportOptions) follow(ctx context.Context, store report.Store, client kubernetes.Interface, r *report.Record) (*report.Record, error) {
+	st := newStatus(o.RootOptions)
+	printed := 0
+	last := r
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() { // a record that stops changing may be one no process runs any more
+		tick := time.NewTicker(followCheck)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if !lease.StillRunning(ctx, client, r.Namespace, r.Pod, r.ID) && r.Drain == nil {
+					cancel(fmt.Errorf("migration %s is not running any more (its process ended without finishing it): %s", r.ID, report.RecoverCommand(r.Namespace, r.ID)))
+				}
+			}
+		}
+	}()
+	err := store.Watch(ctx, r, func(rec *report.Record) bool {
+		last = rec
+		for ; printed < len(rec.Phases) && !rec.Phases[printed].Running; printed++ {
+			p := rec.Phases[printed]
+			mark := doneMark
+			if p.Error != "" {
+				mark = failMark
+			}
+			st.printLine(fmt.Sprintf("%s %s %s", mark, p.Label(), dimStyle.Render(render.FormatMillis(p.DurationMillis))))
+		}
+		st.end()
+		if rec.Outcome.Final() {
+			return true
+		}
+		if printed < len(rec.Phases) {
+			st.begin(rec.Phases[printed].Label())
+		}
+		return false
+	})
+	st.end()
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		return last, cause
+	}
+	return last, err
+}
+
+// followCheck is how often report -w asks whether the migration's process
+// still holds its lock.
+const followCheck = 5 * time.Second
