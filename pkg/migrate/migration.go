@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -125,6 +126,9 @@ type Migration struct {
 	}
 	// phase is the index in Record.Phases of the phase running.
 	phase int
+	// events tells the source and target pods' Events what happens to
+	// them (none in a dry run); all stages share it.
+	events *kube.PodEvents
 
 	Record *report.Record
 }
@@ -198,7 +202,7 @@ func (m *Migration) nextStage(stage string, from *corev1.Pod, name, node string,
 	}
 	return &Migration{
 		config: cfg, deps: m.deps, hooks: m.hooks, Record: m.Record, state: state,
-		journal: m.journal, broker: m.broker, fence: m.fence, receivers: m.receivers, warm: m.warm,
+		journal: m.journal, broker: m.broker, fence: m.fence, receivers: m.receivers, warm: m.warm, events: m.events,
 	}
 }
 

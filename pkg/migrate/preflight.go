@@ -271,6 +271,7 @@ var permissions = []permission{
 	{"", "list", "configmaps", "", true, "to list migration records"},
 	{"", "create", "configmaps", "", true, "to record the migration"},
 	{"", "update", "configmaps", "", true, "to keep the migration's journal"},
+	{"events.k8s.io", "create", "events", "", true, "to tell the pods' Events what the migration did (kubectl describe pod)"},
 	{"coordination.k8s.io", "get", "leases", "", true, "to see whether another migration holds the pod"},
 	{"coordination.k8s.io", "create", "leases", "", true, "to lock the pod while it moves"},
 	{"coordination.k8s.io", "update", "leases", "", true, "to renew the lock"},

@@ -50,6 +50,7 @@ func Recover(ctx context.Context, rec *report.Record, brokerURL string, deps Dep
 		return rec, err
 	}
 	defer m.closeBroker()
+	defer m.closeEvents()
 	b, err := deps.DialBroker(ctx, brokerURL)
 	if err != nil {
 		// b may be a typed nil: m.broker stays unset.

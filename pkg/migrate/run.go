@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -35,6 +36,7 @@ func newMigration(cfg Config, deps Deps, hooks Hooks, state *State, record *repo
 	m := &Migration{config: cfg, deps: deps, hooks: hooks, state: state, Record: record, fence: newFence(), receivers: &receivers{}, warm: &nodeSet{}}
 	if !cfg.DryRun {
 		m.journal = &journal{config: &m.config, state: state, record: record, store: deps.Records, key: deps.JournalKey}
+		m.events = kube.NewPodEvents(deps.Client, "kubectl-migrate-"+cfg.ID)
 	}
 	return m
 }
@@ -52,6 +54,7 @@ func Run(ctx context.Context, cfg Config, deps Deps, hooks Hooks) (*report.Recor
 	cfg = stagedConfig(cfg) // the first stage of shadow mode restores the shadow
 	m := newMigration(cfg, deps, hooks, &State{}, rec)
 	defer m.closeBroker()
+	defer m.closeEvents()
 	phases := Phases(cfg.Strategy, cfg.StatefulSet != "", cfg.Mode)
 	readying := unjournaledHead(phases)
 	if cfg.DryRun {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -158,7 +160,41 @@ func (m *Migration) runPhase(ctx context.Context, i int, p Phase) error {
 	if m.hooks.PhaseFinished != nil {
 		m.hooks.PhaseFinished(*entry, took, err)
 	}
+	if err != nil {
+		m.event(corev1.EventTypeWarning, "MigrationPhaseFailed", err.Error())
+	} else {
+		m.event(corev1.EventTypeNormal, "MigrationPhase", fmt.Sprintf("%s done in %s", rec.Label(), took.Round(time.Millisecond)))
+	}
 	return err
+}
+
+// event tells the source pod and, once it exists, the target pod's Events
+// what happened to the migration (kubectl describe pod shows it).
+func (m *Migration) event(eventType, reason, note string) {
+	note = fmt.Sprintf("migration %s (%s to %s): %s", m.config.ID, m.config.Strategy, m.config.TargetNode, note)
+	m.events.Record(m.state.Source, eventType, reason, "Migrate", note)
+	if t := m.state.Target; t != nil && (m.state.Source == nil || t.UID != m.state.Source.UID) {
+		m.events.Record(t, eventType, reason, "Migrate", note)
+	}
+}
+
+// closeEvents tells the pods how the migration ended and waits, briefly,
+// until its Events are written.
+func (m *Migration) closeEvents() {
+	if m.events == nil {
+		return
+	}
+	switch m.Record.Outcome {
+	case report.Succeeded:
+		m.event(corev1.EventTypeNormal, "MigrationSucceeded", "the target serves")
+	case report.RolledBack:
+		m.event(corev1.EventTypeWarning, "MigrationRolledBack", "the source serves: "+m.Record.Error)
+	case report.Failed, report.Committed:
+		m.event(corev1.EventTypeWarning, "MigrationUnfinished", "its journal is kept: "+RecoverCommand(m.config.Namespace, m.config.ID))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m.events.Close(ctx)
 }
 
 // leftoverError is an undo that failed on something nothing depends on any
@@ -186,6 +222,7 @@ func (m *Migration) rollback(ctx context.Context, done []Phase, cause error) err
 	if m.hooks.RollbackStarted != nil {
 		m.hooks.RollbackStarted(cause)
 	}
+	m.event(corev1.EventTypeWarning, "MigrationRollingBack", "rolling back ("+cause.Error()+"): the source keeps serving")
 	rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
 	rbCtx, unbind := m.fence.bind(rbCtx)

@@ -11,12 +11,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
 // auditEvent is what the tests read of the lab's audit log (the API
@@ -124,4 +127,43 @@ func TestBrokerPasswordFromASecretOrTheEnvironment(t *testing.T) {
 	if out, err := dryRun([]string{"KUBECTL_MIGRATE_BROKER_PASSWORD=" + password}); err != nil {
 		t.Fatalf("with KUBECTL_MIGRATE_BROKER_PASSWORD: %v\n%s", err, out)
 	}
+}
+
+// TestReportWatchFollowsALiveMigration: kubectl migrate report -w, started
+// while a migration runs in another process, prints its phases as they end
+// and its breakdown once it has succeeded.
+func TestReportWatchFollowsALiveMigration(t *testing.T) {
+	l := setup(t)
+	w := l.deploy(t, "10")
+	waitApplied(t, w, "consumer", 20)
+	migration := l.kubectlCommand(l.migrateArgs(w, "pod", "consumer", "--to", "node-b", "-q")...)
+	var migrationOut strings.Builder
+	migration.Stdout, migration.Stderr = &migrationOut, &migrationOut
+	if err := migration.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		records, err := (report.Store{Client: l.client}).List(ctx, w.Namespace)
+		if err == nil && len(records) == 1 {
+			id = records[0].ID
+		}
+		return id != "", nil
+	})
+	if err != nil {
+		t.Fatalf("no record of the migration appeared: %v", err)
+	}
+	followed, followErr := l.kubectlCommand("migrate", "-n", w.Namespace, "report", id, "-w").CombinedOutput()
+	if err := migration.Wait(); err != nil {
+		t.Fatalf("the migration: %v\n%s", err, migrationOut.String())
+	}
+	if followErr != nil || !strings.Contains(string(followed), "✓ replay") || !strings.Contains(string(followed), "✓ cleanup") || !strings.Contains(string(followed), "Migration "+id+" succeeded") {
+		t.Fatalf("report -w %s: %v\n%s", id, followErr, followed)
+	}
+	t.Logf("report -w %s:\n%s", id, followed)
+	rec, err := (report.Store{Client: l.client}).Get(context.Background(), w.Namespace, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkConservation(t, w, rec.TargetPod)
 }

@@ -143,6 +143,26 @@ func TestMS2MMigratesALivePod(t *testing.T) {
 		t.Fatalf("report:\n%s\n%s", list, detail)
 	}
 	t.Logf("report:\n%s", detail)
+
+	// kubectl describe tells each pod's part of the story.
+	for pod, want := range map[string][]string{
+		"consumer":    {"MigrationPhase", "checkpoint done in", "MigrationSucceeded"},
+		rec.TargetPod: {"replay done in", "MigrationSucceeded"},
+	} {
+		out, err := l.kubectlCommand("get", "events", "-n", w.Namespace, "--field-selector", "involvedObject.name="+pod).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl get events: %v\n%s", err, out)
+		}
+		for _, w := range want {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("pod %s's Events lack %q:\n%s", pod, w, out)
+			}
+		}
+	}
+	described, err := l.kubectlCommand("describe", "pod", "-n", w.Namespace, rec.TargetPod).CombinedOutput()
+	if err != nil || !strings.Contains(string(described), "MigrationSucceeded") {
+		t.Errorf("kubectl describe pod %s: %v\n%s", rec.TargetPod, err, described)
+	}
 }
 
 // TestDirectTransferMigratesALivePod moves the checkpoint from node to node

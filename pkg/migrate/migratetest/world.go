@@ -149,7 +149,7 @@ func Node(name, runtimeVersion string) *corev1.Node {
 // SourcePod is the pod a World migrates.
 func SourcePod() *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "consumer", Namespace: "default", Labels: map[string]string{"app": "consumer"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "consumer", Namespace: "default", UID: "source-uid", Labels: map[string]string{"app": "consumer"}},
 		Spec: corev1.PodSpec{
 			NodeName:   "node-a",
 			Containers: []corev1.Container{{Name: "app", Image: "registry/consumer:1", Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}},
