@@ -21,11 +21,11 @@ func (s Store) Watch(ctx context.Context, r *Record, seen func(*Record) bool) er
 	cms := s.Client.CoreV1().ConfigMaps(r.Namespace)
 	only := fields.OneTermEqualSelector("metadata.name", name).String()
 	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = only
 			return cms.List(ctx, o)
 		},
-		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = only
 			return cms.Watch(ctx, o)
 		},
