@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,9 +10,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/check"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/drain"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report/render"
@@ -29,6 +35,10 @@ const checkExample = `  # Before the first migration from node-a to node-b, thro
   kubectl migrate check --from node-a --to node-b --registry registry.example:5000/checkpoints \
     --registry-secret regcred
 
+  # Which pods of the namespace can move, how, and why the others cannot
+  kubectl migrate check --pods
+  kubectl migrate check --pods -A --node node-a
+
   # Machine-readable, e.g. for a cluster's conformance job
   kubectl migrate check --from node-a --to node-b --registry registry.example:5000/checkpoints -o json`
 
@@ -45,6 +55,10 @@ type CheckOptions struct {
 	AgentNamespace   string
 	Timeout          time.Duration
 	Output           string
+	// Pods lists the pods instead, each with whether and how it moves.
+	Pods          bool
+	AllNamespaces bool
+	Node          string
 
 	namespace string
 }
@@ -53,7 +67,7 @@ type CheckOptions struct {
 func NewCmdCheck(root *RootOptions) *cobra.Command {
 	o := &CheckOptions{RootOptions: root}
 	cmd := &cobra.Command{
-		Use:   "check --from NODE --to NODE [--registry REPO]",
+		Use:   "check --from NODE --to NODE [--registry REPO] | --pods",
 		Short: "Prove that a migration between two nodes can work, without a workload",
 		Long: `Prove, in seconds and without touching a workload, that pods can be migrated
 from one node to another: a small canary (the agent image in canary mode, with
@@ -66,7 +80,8 @@ Each link a migration relies on is reported with ✓ or ✗ and, for a ✗, what
 change: RBAC, the nodes' runtimes and whether they restore, the agent image
 and its namespace (--agent-namespace), the kubelet's checkpoint API and CRIU,
 the transfer and the target's pull, the restore itself. Everything it created is
-removed again. It exits 6 if a link fails.
+removed again. It exits 6 if a link fails. With --pods it lists instead
+which pods can move, how, and why the others cannot.
 
 More: ` + version.DocsURL("check.md"),
 		Example: checkExample,
@@ -83,10 +98,14 @@ More: ` + version.DocsURL("check.md"),
 	fs.StringVar(&o.Restore, "restore", string(migrate.RestoreAuto), "cri: the target's container runtime restores; runtime: the kubectl-migrate runtime does; auto: as a migration picks")
 	fs.StringVar(&o.AgentImage, "agent-image", version.AgentImage(), "image of the node-side agent (also the canary)")
 	addAgentNamespaceFlag(fs, &o.AgentNamespace)
+	fs.BoolVar(&o.Pods, "pods", false, "list the namespace's pods (-A: all), each with whether and how it would move, instead of checking nodes")
+	fs.BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "with --pods: the pods of every namespace")
+	fs.StringVar(&o.Node, "node", "", "with --pods: only the pods on this node")
 	fs.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "time limit of the check (cleanup gets its own)")
 	fs.StringVarP(&o.Output, "output", "o", "", "output format of the result: "+outputFormats+" (default: one line per link)")
 	_ = cmd.RegisterFlagCompletionFunc("from", completeNodes(root))
 	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(root))
+	_ = cmd.RegisterFlagCompletionFunc("node", completeNodes(root))
 	_ = cmd.RegisterFlagCompletionFunc("transfer", cobra.FixedCompletions([]string{"registry", "direct"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("restore", cobra.FixedCompletions([]string{"auto", "cri", "runtime"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputCompletions, cobra.ShellCompDirectiveNoFileComp))
@@ -108,7 +127,18 @@ func (o *CheckOptions) Complete([]string) error {
 
 // Validate checks the flags before anything talks to the cluster.
 func (o *CheckOptions) Validate() error {
+	if o.Pods {
+		switch {
+		case o.From != "" || o.To != "":
+			return errors.New("--pods lists pods, --from and --to check nodes: give one or the other")
+		case o.Output != outputName && validateOutput(o.Output) != nil:
+			return fmt.Errorf("--output must be name, %s, not %q", outputFormats, o.Output)
+		}
+		return nil
+	}
 	switch {
+	case o.AllNamespaces || o.Node != "":
+		return errors.New("-A and --node go with --pods")
 	case o.From == "" || o.To == "":
 		return errors.New("give both nodes: kubectl migrate check --from NODE --to NODE")
 	case o.From == o.To:
@@ -132,11 +162,14 @@ func (o *CheckOptions) Validate() error {
 // errCheckFailed makes the exit status non-zero once the result is printed.
 var errCheckFailed = errors.New("the check failed; see the ✗ above")
 
-// Run checks the two nodes and prints every link.
+// Run checks the two nodes and prints every link, or lists the pods.
 func (o *CheckOptions) Run(ctx context.Context) error {
 	client, err := o.NewClient()
 	if err != nil {
 		return err
+	}
+	if o.Pods {
+		return o.listPods(ctx, client)
 	}
 	// An API server out of reach is not a ✗ of the nodes: one line, exit 1.
 	if err := kube.Reach(ctx, client, o.namespace, 30*time.Second); err != nil {
@@ -187,4 +220,59 @@ func (o *CheckOptions) Run(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// listPods prints, for each pod of the namespace (or all, or of one node),
+// whether and how it would move and why not.
+func (o *CheckOptions) listPods(ctx context.Context, client kubernetes.Interface) error {
+	namespace := o.namespace
+	if o.AllNamespaces {
+		namespace = ""
+	}
+	opts := metav1.ListOptions{}
+	if o.Node != "" {
+		opts.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", o.Node).String()
+	}
+	pods, err := client.CoreV1().Pods(namespace).List(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("list pods: %w", err)
+	}
+	rows := []drain.Movability{} // [] for none in -o json, not null
+	for i := range pods.Items {
+		if o.Node == "" || pods.Items[i].Spec.NodeName == o.Node {
+			rows = append(rows, drain.Movable(&pods.Items[i]))
+		}
+	}
+	switch {
+	case o.Output == outputName: // the pods that can move, for xargs
+		for _, r := range rows {
+			if r.Moves {
+				fmt.Fprintln(o.Out, "pod/"+r.Pod)
+			}
+		}
+		return nil
+	case o.Output != "":
+		return printData(o.Out, o.Output, rows)
+	case len(rows) == 0:
+		_, err := fmt.Fprintln(o.ErrOut, "No pods found.")
+		return err
+	}
+	tw := printers.GetNewTabWriter(o.Out)
+	header := "NAME\tNODE\tMOVES\tHOW, OR WHY NOT"
+	if o.AllNamespaces {
+		header = "NAMESPACE\t" + header
+	}
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		moves, how := "no", r.Why
+		if r.Moves {
+			moves, how = "yes", r.How
+		}
+		line := fmt.Sprintf("%s\t%s\t%s\t%s", r.Pod, cmp.Or(r.Node, "<none>"), moves, how)
+		if o.AllNamespaces {
+			line = r.Namespace + "\t" + line
+		}
+		fmt.Fprintln(tw, line)
+	}
+	return tw.Flush()
 }

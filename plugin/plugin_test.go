@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
@@ -508,5 +509,32 @@ func TestReportWatchFollowsAMigration(t *testing.T) {
 	}
 	if bad := execute(t, w, "report", "-w"); ExitCode(bad.err) != ExitUsage || !strings.Contains(bad.err.Error(), "--watch follows one migration") {
 		t.Fatalf("report -w without an ID: %v", bad.err)
+	}
+}
+
+// check --pods lists each pod with whether and how it would move and why
+// not, as a table, as data, or, with -o name, the pods that can move.
+func TestCheckPodsSaysWhatCanMove(t *testing.T) {
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "node-a"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	source := migratetest.SourcePod()
+	source.Annotations = map[string]string{migrate.QueueAnnotation: "work"}
+	w := migratetest.NewWorld(t, migratetest.Node("node-a", "cri-o://1.34.0"), migratetest.Node("node-b", "cri-o://1.34.0"), source, plain)
+	w.Client.ClearActions()
+	table := execute(t, w, "check", "--pods")
+	out := table.out.String()
+	if table.err != nil || !regexp.MustCompile(`consumer\s+node-a\s+yes\s+kubectl migrate pod consumer: MS2M`).MatchString(out) ||
+		!regexp.MustCompile(`plain\s+node-a\s+no\s+no ms2m.io/queue annotation`).MatchString(out) {
+		t.Fatalf("check --pods: %v\n%s", table.err, out)
+	}
+	onlyReads(t, w.Client.Actions())
+	if names := execute(t, w, "check", "--pods", "-o", "name"); names.out.String() != "pod/consumer\n" {
+		t.Fatalf("check --pods -o name: %q", names.out)
+	}
+	data := execute(t, w, "check", "--pods", "--node", "node-b", "-o", "json")
+	if data.err != nil || strings.TrimSpace(data.out.String()) != "[]" {
+		t.Fatalf("check --pods on a node without pods, as JSON: %q %v", data.out, data.err)
+	}
+	if bad := execute(t, w, "check", "--pods", "--from", "node-a"); ExitCode(bad.err) != ExitUsage || !strings.Contains(bad.err.Error(), "give one or the other") {
+		t.Fatalf("--pods with --from: %v", bad.err)
 	}
 }

@@ -1,0 +1,53 @@
+package drain
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Movability is whether and how a pod can be migrated, by the rules a
+// drain applies (kubectl migrate check --pods lists it for every pod).
+type Movability struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Node      string `json:"node"`
+	Moves     bool   `json:"moves"`
+	// How, for a pod that moves: the command and what it keeps; Why, for
+	// one that does not: the reason.
+	How string `json:"how,omitempty"`
+	Why string `json:"why,omitempty"`
+	// Volumes are the emptyDir volumes whose data moves with it.
+	Volumes []string `json:"volumes,omitempty"`
+}
+
+// Movable says whether and how pod can be migrated.
+func Movable(pod *corev1.Pod) Movability {
+	m := Movability{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName}
+	sts, reason, _ := classify(pod)
+	if reason != "" {
+		m.Why = reason
+		return m
+	}
+	m.Moves = true
+	for _, v := range pod.Spec.Volumes {
+		if v.EmptyDir != nil {
+			m.Volumes = append(m.Volumes, v.Name)
+		}
+	}
+	owner := metav1.GetControllerOf(pod)
+	switch {
+	case sts != "":
+		m.How = fmt.Sprintf("kubectl migrate sts %s: MS2M, keeping its name, ordinal and volume claims (StatefulSet %s)", pod.Name, sts)
+	case owner != nil && owner.Kind == "ReplicaSet":
+		m.How = fmt.Sprintf("kubectl migrate pod %s: MS2M; the copy joins ReplicaSet %s", pod.Name, owner.Name)
+	default:
+		m.How = fmt.Sprintf("kubectl migrate pod %s: MS2M", pod.Name)
+	}
+	if len(m.Volumes) > 0 {
+		m.How += "; emptyDir " + strings.Join(m.Volumes, ", ") + " move with it"
+	}
+	return m
+}
