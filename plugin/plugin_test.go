@@ -18,6 +18,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -481,6 +482,12 @@ func TestReportWatchFollowsAMigration(t *testing.T) {
 	if err := store.Save(context.Background(), rec); err != nil {
 		t.Fatal(err)
 	}
+	// The migration's process holds its pod's lease while it runs.
+	release, err := lease.Lock(context.Background(), w.Client, "default", "f0110", lease.Name("pod", "consumer"), "pod consumer", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release(context.Background())
 	go func() {
 		// The migration goes on, saving its record as it does.
 		time.Sleep(200 * time.Millisecond)
@@ -509,6 +516,15 @@ func TestReportWatchFollowsAMigration(t *testing.T) {
 	}
 	if bad := execute(t, w, "report", "-w"); ExitCode(bad.err) != ExitUsage || !strings.Contains(bad.err.Error(), "--watch follows one migration") {
 		t.Fatalf("report -w without an ID: %v", bad.err)
+	}
+
+	// One no process runs any more ends the watch at once, naming recover.
+	release(context.Background())
+	if err := store.Save(context.Background(), &report.Record{ID: "d0a0d", Strategy: "ms2m", Namespace: "default", Pod: "consumer", Outcome: report.Running, StartedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if dead := execute(t, w, "report", "d0a0d", "-w"); dead.err == nil || !strings.Contains(dead.err.Error(), "kubectl migrate recover d0a0d -n default") {
+		t.Fatalf("report -w of a migration whose process died: %v", dead.err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
@@ -229,20 +230,12 @@ func (o *ReportOptions) follow(ctx context.Context, store report.Store, client k
 	last := r
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	go func() { // a record that stops changing may be one no process runs any more
-		tick := time.NewTicker(followCheck)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				if !lease.StillRunning(ctx, client, r.Namespace, r.Pod, r.ID) && r.Drain == nil {
-					cancel(fmt.Errorf("migration %s is not running any more (its process ended without finishing it): %s", r.ID, report.RecoverCommand(r.Namespace, r.ID)))
-				}
-			}
+	// A record that stops changing may be one no process runs any more.
+	go wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if r.Drain == nil && !lease.StillRunning(ctx, client, r.Namespace, r.Pod, r.ID) {
+			cancel(fmt.Errorf("migration %s is not running any more (its process ended without finishing it): %s", r.ID, report.RecoverCommand(r.Namespace, r.ID)))
 		}
-	}()
+	}, followCheck)
 	err := store.Watch(ctx, r, func(rec *report.Record) bool {
 		last = rec
 		for ; printed < len(rec.Phases) && !rec.Phases[printed].Running; printed++ {
