@@ -200,18 +200,20 @@ func (o *CheckOptions) Run(ctx context.Context) error {
 	}
 	quiet := o.Output != "" && o.Quiet
 	s := newStatusOn(o.RootOptions, out, quiet)
-	s.printLine(render.CheckHeader(o.From, o.To))
+	s.printLine(render.ChecklistHeader("kubectl migrate check", o.From+" → "+o.To))
 	result := check.Run(ctx, cfg, deps, check.Hooks{
 		LinkStarted: s.begin,
 		LinkEnded: func(l check.Link) {
 			s.end()
-			s.printLine(render.CheckLink(l))
+			s.printLine(render.ChecklistItem(linkItem(l)))
 		},
 	})
 	if o.Output != "" {
 		err = printData(o.Out, o.Output, result)
 	} else {
-		s.printLine(render.CheckVerdict(result))
+		s.printLine(render.ChecklistVerdict(result.OK(),
+			fmt.Sprintf("a migration from %s to %s can work", o.From, o.To),
+			fmt.Sprintf("a migration from %s to %s would fail: fix the first ✗ and check again", o.From, o.To), result.Millis))
 	}
 	if err == nil && !result.OK() {
 		err = withCode(ExitCheckFailed, errCheckFailed)
@@ -275,4 +277,16 @@ func (o *CheckOptions) listPods(ctx context.Context, client kubernetes.Interface
 		fmt.Fprintln(tw, line)
 	}
 	return tw.Flush()
+}
+
+// linkItem is how a link of the check is drawn.
+func linkItem(l check.Link) render.Item {
+	it := render.Item{Name: l.Name, Detail: l.Detail, Remedy: l.Remedy, Millis: l.Millis, NameWidth: 16}
+	switch l.Status {
+	case check.Failed:
+		it.State = render.Failed
+	case check.Skipped:
+		it.State, it.Detail = render.Skipped, ""
+	}
+	return it
 }

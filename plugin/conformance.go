@@ -138,7 +138,7 @@ func (o *ConformanceOptions) Run(ctx context.Context) error {
 	if o.Output != "" {
 		w = o.colourWriter(o.ErrOut)
 	}
-	fmt.Fprintln(w, render.ConformanceHeader(o.Image))
+	fmt.Fprintln(w, render.ChecklistHeader("kubectl migrate conformance", o.Image))
 	runCtx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	scratch, err := conformance.Start(runCtx, client, conformance.PodSpec{
@@ -159,13 +159,13 @@ func (o *ConformanceOptions) Run(ctx context.Context) error {
 	if o.To != "" {
 		env.Migrate = func(ctx context.Context) (conformance.App, error) { return o.migrate(ctx, client, scratch) }
 	}
-	results := conformance.Run(runCtx, env, func(r conformance.Result) { fmt.Fprintln(w, render.ConformanceClause(r)) })
+	results := conformance.Run(runCtx, env, func(r conformance.Result) { fmt.Fprintln(w, render.ChecklistItem(clauseItem(r))) })
 	if o.Output != "" {
 		if err := printData(o.Out, o.Output, conformance.Summarise(o.Image, results)); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintln(w, render.ConformanceVerdict(o.Image, results))
+		fmt.Fprintln(w, conformanceVerdict(o.Image, results))
 	}
 	if conformance.Failed(results) {
 		return withCode(ExitCheckFailed, errNotConformant)
@@ -209,4 +209,36 @@ func (o *ConformanceOptions) cleanup(s *conformance.Scratch) {
 	if err := s.Delete(ctx, o.BrokerURL); err != nil {
 		fmt.Fprintf(o.ErrOut, "cleanup: %v; remove namespace %s and the queues %s* by hand\n", err, s.Namespace, s.Queue)
 	}
+}
+
+// clauseItem is how a clause of the contract is drawn: under a broken one,
+// the error and what the contract says.
+func clauseItem(r conformance.Result) render.Item {
+	switch {
+	case r.Skip != "":
+		return render.Item{Name: r.Clause, State: render.Skipped, Detail: r.Skip}
+	case r.Err != nil:
+		return render.Item{Name: r.Clause + ":", State: render.Failed, Detail: r.Err.Error(), Remedy: "the contract: " + r.Spec}
+	}
+	return render.Item{Name: r.Clause}
+}
+
+// conformanceVerdict says whether the image keeps the contract.
+func conformanceVerdict(image string, results []conformance.Result) string {
+	kept, skipped, broken := 0, 0, false
+	for _, r := range results {
+		switch {
+		case r.Err != nil:
+			broken = true
+		case r.Skip != "":
+			skipped++
+		default:
+			kept++
+		}
+	}
+	good := fmt.Sprintf("%s keeps the MS2M contract: %d clauses kept", image, kept)
+	if skipped > 0 {
+		good += fmt.Sprintf(", %d not checked", skipped)
+	}
+	return render.ChecklistVerdict(!broken, good, fmt.Sprintf("%s breaks the MS2M contract: fix the first ✗ (docs/contract.md) and check again", image), 0)
 }

@@ -3,6 +3,7 @@ package render
 import (
 	"bytes"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -205,4 +206,26 @@ func TestCSVKeepsEveryRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "runs.csv", buf.Bytes())
+}
+
+// A checklist's lines: ✓ with the detail and time, ✗ with what to change
+// under it, · for an item not looked at.
+func TestChecklistItems(t *testing.T) {
+	for _, tc := range []struct {
+		item Item
+		want string
+	}{
+		{Item{Name: "nodes", Detail: "node-a cri-o://1.34.0", Millis: 3, NameWidth: 8}, "✓ nodes    node-a cri-o://1.34.0 3ms"},
+		{Item{Name: "restore", State: Failed, Detail: "node-b does not restore", Remedy: "run node-setup"}, "✗ restore node-b does not restore\n    → run node-setup"},
+		{Item{Name: "canary", State: Skipped}, "· canary  not checked"},
+		{Item{Name: "tls", State: Skipped, Detail: "no broker TLS"}, "· tls  not checked: no broker TLS"},
+	} {
+		got := string(render(t, colorprofile.NoTTY, func(w *colorprofile.Writer) error {
+			_, err := io.WriteString(w, ChecklistItem(tc.item))
+			return err
+		}))
+		if got != tc.want {
+			t.Errorf("ChecklistItem(%+v) = %q, want %q", tc.item, got, tc.want)
+		}
+	}
 }
