@@ -12,6 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
 )
 
 // The broker's password comes from a Secret or the environment, so that
@@ -64,5 +67,17 @@ func TestBrokerCredentials(t *testing.T) {
 	_, err := (&RootOptions{}).brokerCredentials(context.Background(), forbidden, "shop", "rabbit-user", "amqp://rabbit.shop/")
 	if err == nil || !strings.Contains(err.Error(), "grant get on it (a Role with resourceNames: [rabbit-user]), or set "+brokerPasswordEnv) {
 		t.Fatalf("forbidden: %v", err)
+	}
+}
+
+// A dry run's plan shows the pod it would create, whose annotations are
+// the source's: the broker's password is left out.
+func TestDryRunPlanShowsNoBrokerPassword(t *testing.T) {
+	source := migratetest.SourcePod()
+	source.Annotations = map[string]string{migrate.BrokerURLAnnotation: "amqp://orders:s3cret@rabbit.shop/"}
+	w := migratetest.NewWorld(t, migratetest.Node("node-a", "cri-o://1.34.0"), migratetest.Node("node-b", "cri-o://1.34.0"), source)
+	r := execute(t, w, append([]string{"pod", "consumer", "--to", "node-b", "--dry-run", "-o", "yaml"}, brokerFlags...)...)
+	if r.err != nil || !strings.Contains(r.out.String(), "rabbit.shop") || strings.Contains(r.out.String()+r.errOut.String(), "s3cret") {
+		t.Fatalf("the plan: %v\n%s", r.err, r.out)
 	}
 }

@@ -268,6 +268,10 @@ func PlannedTarget(c Config, source *corev1.Pod, images map[string]string) *core
 	if createsTargetEarly(c.Restore, c.StatefulSet, c.TargetName) {
 		addressFirst(pod, c.AgentImage)
 	}
+	// The plan is printed: the broker's password stays out of it.
+	if u, ok := pod.Annotations[BrokerURLAnnotation]; ok {
+		pod.Annotations[BrokerURLAnnotation] = redactURL(u)
+	}
 	return pod
 }
 
