@@ -38,7 +38,7 @@ func main() {
 	// node-setup installs this binary as the runtime of the
 	// kubectl-migrate RuntimeClass: the shim calls it as it calls runc.
 	if filepath.Base(os.Args[0]) == ociruntime.BinaryName {
-		os.Exit(runtimeMain(os.Args[1:]))
+		os.Exit(ociruntime.Main(os.Args[1:]))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -149,25 +149,4 @@ func run(ctx context.Context, args []string) (string, error) {
 		return fmt.Sprintf("removed %d archive(s)", len(args)-1), nil
 	}
 	return "", fmt.Errorf("unknown command %q\n%s", args[0], usage)
-}
-
-// runtimeMain is the OCI runtime: runc's command line in, runc's exit
-// status out; what it does itself is said on stderr, which the shim logs.
-func runtimeMain(args []string) int {
-	r, err := ociruntime.New()
-	if err != nil {
-		ociruntime.LogError(args, err)
-		return 1
-	}
-	passThrough, err := r.Run(args)
-	if err != nil {
-		ociruntime.LogError(args, err)
-		return 1
-	}
-	if passThrough {
-		err := r.Exec(args)
-		fmt.Fprintln(os.Stderr, ociruntime.BinaryName+": exec", r.Runc+":", err)
-		return 127
-	}
-	return 0
 }

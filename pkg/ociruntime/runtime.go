@@ -577,3 +577,25 @@ func tail(b []byte, n int) string {
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
+
+// Main runs the runtime as the shim calls it (as it calls runc) and returns
+// the exit status: cmd/kubectl-migrate-runtime's main, and the agent's when
+// node-setup installed the agent's binary under BinaryName.
+func Main(args []string) int {
+	r, err := New()
+	if err != nil {
+		LogError(args, err)
+		return 1
+	}
+	passThrough, err := r.Run(args)
+	if err != nil {
+		LogError(args, err)
+		return 1
+	}
+	if passThrough {
+		err := r.Exec(args)
+		fmt.Fprintln(os.Stderr, BinaryName+": exec", r.Runc+":", err)
+		return 127
+	}
+	return 0
+}
