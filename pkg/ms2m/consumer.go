@@ -48,6 +48,10 @@ type HandlerFunc func(ctx context.Context, d Delivery) error
 type ConsumerConfig struct {
 	// URL is the AMQP URL of the broker.
 	URL string
+	// AMQP, if set, is how the connection is made: TLS, heartbeat, SASL
+	// mechanisms, client properties, as amqp091-go's DialConfig takes them.
+	// Nil dials as amqp.Dial does.
+	AMQP *amqp.Config
 	// Exchange is the fanout exchange the producer publishes to.
 	Exchange string
 	// Queue is the primary queue, bound to Exchange.
@@ -304,7 +308,7 @@ func (c *Consumer) resumeAfterRestart() {
 
 // session runs one broker connection; connected says whether it got one.
 func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
-	conn, err := amqp.Dial(c.cfg.URL)
+	conn, err := dial(c.cfg.URL, c.cfg.AMQP)
 	if err != nil {
 		return false, err
 	}

@@ -14,7 +14,10 @@ import (
 
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
-	URL      string
+	URL string
+	// AMQP, if set, is how the connection is made (TLS, heartbeat, SASL),
+	// as amqp091-go's DialConfig takes it; nil dials as amqp.Dial does.
+	AMQP     *amqp.Config
 	Exchange string
 	// Queue, if set, is declared (with its exchange and binding) on every
 	// connection, so that nothing published before its first consumer
@@ -105,7 +108,7 @@ func (p *Publisher) publishOnce(ctx context.Context, msg amqp.Publishing) error 
 }
 
 func (p *Publisher) connectLocked() error {
-	conn, err := amqp.Dial(p.cfg.URL)
+	conn, err := dial(p.cfg.URL, p.cfg.AMQP)
 	if err != nil {
 		return err
 	}
@@ -146,4 +149,12 @@ func cloneTable(t amqp.Table) amqp.Table {
 	c := make(amqp.Table, len(t)+3)
 	maps.Copy(c, t)
 	return c
+}
+
+// dial connects to the broker at url, with config if set.
+func dial(url string, config *amqp.Config) (*amqp.Connection, error) {
+	if config == nil {
+		return amqp.Dial(url)
+	}
+	return amqp.DialConfig(url, *config)
 }
