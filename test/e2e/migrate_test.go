@@ -324,7 +324,7 @@ func TestReplayThatCannotCatchUpEndsEarly(t *testing.T) {
 
 // TestDryRunPredicts: a first migration of a consumer at 10 msg/s predicts
 // itself with λ near 10 and μ from the application's service time, and
-// keeps the prediction; a dry run of the next one (back to node-a) measures
+// keeps the prediction; a server dry run of the next one (back to node-a) measures
 // λ near 10, takes μ from the first, and predicts replay, total and
 // downtime; it changes nothing and the consumer loses nothing.
 func TestDryRunPredicts(t *testing.T) {
@@ -341,7 +341,7 @@ func TestDryRunPredicts(t *testing.T) {
 		t.Logf("predicted total %d ms (took %d ms), replay %d ms (took %d ms)", p.TotalMillis, rec.TotalMillis, p.ReplayMillis, func() int64 { ph, _ := rec.Phase(report.Replay); return ph.DurationMillis }())
 	}
 	before := state(t, w, rec.TargetPod)
-	out := l.kubectlMigrate(t, "-n", w.Namespace, "pod", rec.TargetPod, "--to", "node-a", "--dry-run", "--allow-anonymous-checkpoints",
+	out := l.kubectlMigrate(t, "-n", w.Namespace, "pod", rec.TargetPod, "--to", "node-a", "--dry-run=server", "--allow-anonymous-checkpoints",
 		"--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab", "--insecure-registry")
 	t.Logf("dry run:\n%s", out)
 	m := regexp.MustCompile(`λ ([0-9.]+) msg/s, μ ([0-9.]+) msg/s`).FindStringSubmatch(out)
