@@ -12,7 +12,6 @@
 package ociruntime
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,13 +19,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
-
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/treecopy"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/untar"
 )
 
 // Where the runtime finds and keeps things on a node.
@@ -62,16 +56,6 @@ const (
 	// kubelet's next try waits again.
 	ExpectTimeout = 90 * time.Second
 )
-
-// ExpectedPath is the file a migration's agent leaves while the checkpoint
-// for container of pod in namespace is on its way: the target pod is
-// created before the source is checkpointed, so that its sandbox starts
-// meanwhile, and the container's create waits for the checkpoint instead
-// of starting afresh. It names no pod UID: it is left before the pod, and
-// its UID, exist.
-func ExpectedPath(stage string, id Identity) string {
-	return StagePath(stage, id.Unbound()) + ExpectedSuffix
-}
 
 // The CRI runtimes that run this runtime, as nodes name them
 // (nodeInfo.containerRuntimeVersion): each writes a container's identity
@@ -289,21 +273,6 @@ func identityOf(cri string, a map[string]string) (Identity, bool) {
 	return Identity{}, false
 }
 
-// StagePath is where container of pod in namespace is staged under stage:
-// NAMESPACE/POD/CONTAINER while no UID binds it, and under the pod's UID
-// (UIDPrefix) once bound. A create claims only a checkpoint bound to its
-// own pod's UID.
-func StagePath(stage string, id Identity) string {
-	if id.UID == "" {
-		return filepath.Join(stage, id.Namespace, id.Pod, id.Container)
-	}
-	return filepath.Join(stage, id.Namespace, id.Pod, UIDPrefix+id.UID, id.Container)
-}
-
-// UIDPrefix starts the directory of a pod's UID beside its containers'
-// unbound checkpoints: no container's name has a dot.
-const UIDPrefix = ".uid-"
-
 // Valid refuses an identity whose parts could leave the stage directory.
 func (id Identity) Valid() error {
 	parts := []string{id.Namespace, id.Pod, id.Container}
@@ -318,264 +287,6 @@ func (id Identity) Valid() error {
 		}
 	}
 	return nil
-}
-
-// claim takes the checkpoint staged for the container being created, if
-// any, out of the stage (one create restores it, once) into a directory of
-// the container's own, returned.
-func (r Runtime) claim(inv invocation) (string, error) {
-	bundle, _ := value(inv.flags, "--bundle", "-b")
-	if bundle == "" {
-		bundle = "."
-	}
-	raw, err := os.ReadFile(filepath.Join(bundle, "config.json"))
-	if err != nil {
-		return "", nil // runc will say
-	}
-	var spec bundleSpec
-	if err := json.Unmarshal(raw, &spec); err != nil {
-		return "", nil
-	}
-	id, ok := identityOf(r.CRI, spec.Annotations)
-	if !ok || id.UID == "" || id.Valid() != nil || inv.id == "" || strings.ContainsAny(inv.id, `/\`) {
-		return "", nil
-	}
-	staged := StagePath(r.Stage, id)
-	if err := r.awaitBound(id); err != nil {
-		return "", err
-	}
-	if _, err := os.Stat(staged); err != nil {
-		return "", nil
-	}
-	if err := os.MkdirAll(r.State, 0o700); err != nil {
-		return "", err
-	}
-	// The stage and the state directory are on different filesystems on
-	// most nodes (disk and tmpfs): a rename across them fails, so the
-	// checkpoint is claimed by a rename within the stage first.
-	within := staged + ".claimed-" + inv.id
-	if err := os.Rename(staged, within); err != nil {
-		return "", fmt.Errorf("claim the checkpoint staged for %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
-	}
-	rootfs := spec.Root.Path
-	if !filepath.IsAbs(rootfs) {
-		rootfs = filepath.Join(bundle, rootfs)
-	}
-	if err := applyRootfsChanges(within, rootfs); err != nil {
-		discard(within)
-		return "", fmt.Errorf("restore %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
-	}
-	if err := r.fillVolumes(id, spec.Mounts); err != nil {
-		discard(within)
-		return "", fmt.Errorf("restore %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
-	}
-	return within, nil
-}
-
-// discard deletes a claimed checkpoint, and its pod UID's directory once
-// no other container's is in it (a target agent that stages one meanwhile
-// makes the directory again: agent.Direct's stage).
-func discard(claimed string) {
-	_ = os.RemoveAll(claimed)
-	_ = os.Remove(filepath.Dir(claimed))
-}
-
-// emptyDirPath is how a kubelet's emptyDir volume ends on the node.
-const emptyDirPath = "/volumes/kubernetes.io~empty-dir/"
-
-// fillVolumes writes the emptyDir data staged for id's pod (VolumesKey,
-// each volume under image.VolumesRoot/NAME) into the volumes of that name
-// this container mounts, before CRIU restores the process, whose open files
-// there must exist. The first create that mounts a volume claims its data
-// (a rename within the stage) and fills it; the stage goes once all are.
-func (r Runtime) fillVolumes(id Identity, mounts []bundleMount) error {
-	podVolumes := StagePath(r.Stage, Identity{Namespace: id.Namespace, Pod: id.Pod, UID: id.UID, Container: VolumesKey})
-	staged := filepath.Join(podVolumes, image.VolumesRoot)
-	entries, err := os.ReadDir(staged)
-	if err != nil {
-		return nil // none staged
-	}
-	left := 0
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") {
-			continue // another container's claim
-		}
-		left++
-		i := slices.IndexFunc(mounts, func(m bundleMount) bool { return strings.HasSuffix(m.Source, emptyDirPath+name) })
-		if i < 0 {
-			continue // another migrated container mounts it
-		}
-		claimed := filepath.Join(staged, "."+name+".claimed")
-		if err := os.Rename(filepath.Join(staged, name), claimed); err != nil {
-			return fmt.Errorf("claim the data of emptyDir %s: %w", name, err)
-		}
-		err := copyInto(claimed, mounts[i].Source)
-		_ = os.RemoveAll(claimed)
-		if err != nil {
-			return fmt.Errorf("fill emptyDir %s: %w", name, err)
-		}
-		left--
-	}
-	if left == 0 {
-		return os.RemoveAll(podVolumes)
-	}
-	return nil
-}
-
-// copyInto copies the tree at from into the directory to.
-func copyInto(from, to string) error {
-	src, err := os.OpenRoot(from)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	dst, err := os.OpenRoot(to)
-	if err != nil {
-		return err
-	}
-	defer dst.Close()
-	_, err = treecopy.Copy(src, dst)
-	return err
-}
-
-// awaitBound waits, while a checkpoint for id's name is on its way
-// (ExpectedPath) or staged but bound to no pod yet (unbound StagePath),
-// until one is staged for id's pod UID. A container whose name a migration
-// awaits never starts afresh in this create: if the mark and the unbound
-// checkpoint go first (the migration rolled back, and deletes the pod), or
-// the wait runs out, the create fails. A pod that took the name of a
-// migration's target waits for a checkpoint bound to its own UID, which
-// never comes.
-func (r Runtime) awaitBound(id Identity) error {
-	staged, expected, unbound := StagePath(r.Stage, id), ExpectedPath(r.Stage, id), StagePath(r.Stage, id.Unbound())
-	awaited := func() bool {
-		_, markErr := os.Stat(expected)
-		_, unboundErr := os.Stat(unbound)
-		return markErr == nil || unboundErr == nil
-	}
-	if !awaited() {
-		return nil
-	}
-	timeout := cmp.Or(r.ExpectTimeout, ExpectTimeout)
-	for deadline := time.Now().Add(timeout); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(staged); err == nil {
-			_ = os.Remove(expected)
-			return nil
-		}
-		if !awaited() {
-			return fmt.Errorf("the migration expecting a checkpoint for %s/%s %s ended without one", id.Namespace, id.Pod, id.Container)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the checkpoint expected for %s/%s %s did not arrive within %s", id.Namespace, id.Pod, id.Container, timeout)
-		}
-	}
-}
-
-// applyRootfsChanges makes the new container's root filesystem what the
-// checkpointed one was: the files it had changed (rootfs-diff.tar) written,
-// those it had deleted (deleted.files) removed.
-func applyRootfsChanges(checkpoint, rootfs string) error {
-	// CRI-O writes a plain tar with deleted.files beside it; containerd
-	// the container's layer as an image layer (gzip, whiteouts).
-	if f, err := os.Open(filepath.Join(checkpoint, "rootfs-diff.tar")); err == nil {
-		r, err := untar.Gunzipped(f)
-		if err == nil {
-			_, err = untar.Extract(r, rootfs, untar.Options{Owners: true, Whiteouts: true})
-		}
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("apply the container's file changes: %w", err)
-		}
-	}
-	raw, err := os.ReadFile(filepath.Join(checkpoint, "deleted.files"))
-	if err != nil {
-		return nil
-	}
-	var deleted []string
-	if err := json.Unmarshal(raw, &deleted); err != nil {
-		return fmt.Errorf("deleted.files: %w", err)
-	}
-	root, err := os.OpenRoot(rootfs)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	for _, d := range deleted {
-		if err := root.RemoveAll(strings.TrimPrefix(filepath.Clean("/"+d), "/")); err != nil {
-			return fmt.Errorf("remove %s: %w", d, err)
-		}
-	}
-	return nil
-}
-
-// createToRestore maps create's flags to restore's; the rest restore has
-// no use for.
-var createToRestore = map[string]bool{"--bundle": true, "-b": true, "--console-socket": true, "--pid-file": true}
-
-func restoreArgs(inv invocation, checkpoint string) []string {
-	args := append(append([]string{}, inv.global...), "restore", "--detach",
-		"--image-path", filepath.Join(checkpoint, "checkpoint"), "--work-path", checkpoint)
-	for i := 0; i < len(inv.flags); i++ {
-		f := inv.flags[i]
-		name, _, hasValue := strings.Cut(f, "=")
-		switch {
-		case f == "--no-pivot":
-			args = append(args, f)
-		case createToRestore[name] && hasValue:
-			args = append(args, f)
-		case createToRestore[name] && i+1 < len(inv.flags):
-			args = append(args, f, inv.flags[i+1])
-			i++
-		case f == "--preserve-fds" && i+1 < len(inv.flags):
-			i++
-		}
-	}
-	return append(args, inv.id)
-}
-
-// restore runs runc restore for the create, and remembers the container
-// as restored for its start. The checkpoint goes either way: a failed
-// restore leaves the container to fail as any create would, and a restart
-// starts the container afresh.
-func (r Runtime) restore(inv invocation, checkpoint string) error {
-	defer discard(checkpoint)
-	cmd := exec.Command(r.Runc, restoreArgs(inv, checkpoint)...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.Stdin, r.Stdout, r.Stderr
-	if err := cmd.Run(); err != nil {
-		if log, readErr := os.ReadFile(filepath.Join(checkpoint, "restore.log")); readErr == nil {
-			fmt.Fprintf(r.Stderr, "CRIU's restore log:\n%s\n", tail(log, 20))
-		}
-		return fmt.Errorf("runc restore: %w", err)
-	}
-	return os.WriteFile(filepath.Join(r.State, inv.id), nil, 0o600)
-}
-
-// stateAsCreated answers state for a container restored at create and not
-// yet started: runc says it runs, but to its caller it is created until its
-// start, as after any create (CRI-O refuses to start a container whose
-// state is not "created").
-func (r Runtime) stateAsCreated(args []string) error {
-	cmd := exec.Command(r.Runc, args...)
-	cmd.Stdin, cmd.Stderr = r.Stdin, r.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("runc state: %w", err)
-	}
-	var state map[string]any
-	if err := json.Unmarshal(out, &state); err != nil {
-		return fmt.Errorf("runc state: %w", err)
-	}
-	if state["status"] == "running" {
-		state["status"] = "created"
-	}
-	return json.NewEncoder(r.Stdout).Encode(state)
-}
-
-// tail is the last n lines of b.
-func tail(b []byte, n int) string {
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // Main runs the runtime as the shim calls it (as it calls runc) and returns
