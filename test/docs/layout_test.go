@@ -37,3 +37,32 @@ func TestLayoutNamesEveryDirectory(t *testing.T) {
 		}
 	}
 }
+
+// TestNoFileOutgrowsAReader: no non-test Go file is longer than a newcomer
+// reads at one sitting; a longer one is split by what its parts do.
+func TestNoFileOutgrowsAReader(t *testing.T) {
+	const maxLines = 500
+	root := filepath.Join("..", "..")
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != root || d.Name() == "bin") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		text, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if n := strings.Count(string(text), "\n"); n > maxLines {
+			t.Errorf("%s has %d lines, more than %d: split it by what its parts do", path, n, maxLines)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
