@@ -131,10 +131,8 @@ func (o *CheckOptions) Validate() error {
 		switch {
 		case o.From != "" || o.To != "":
 			return errors.New("--pods lists pods, --from and --to check nodes: give one or the other")
-		case o.Output != outputName && validateOutput(o.Output) != nil:
-			return fmt.Errorf("--output must be name, %s, not %q", outputFormats, o.Output)
 		}
-		return nil
+		return validateNamedOutput(o.Output)
 	}
 	switch {
 	case o.AllNamespaces || o.Node != "":

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -41,16 +42,34 @@ const outputFormats = "json, yaml, jsonpath=TEMPLATE or go-template=TEMPLATE"
 // validateOutput accepts json, yaml, jsonpath= and go-template= (whose
 // template must parse).
 func validateOutput(format string) error {
-	switch {
-	case format == "" || format == "json" || format == "yaml":
+	if format == "" || format == "json" || format == "yaml" {
 		return nil
-	case strings.HasPrefix(format, jsonpathPrefix):
-		return jsonpath.New("output").Parse(strings.TrimPrefix(format, jsonpathPrefix))
-	case strings.HasPrefix(format, goTemplatePrefix):
-		_, err := template.New("output").Parse(strings.TrimPrefix(format, goTemplatePrefix))
-		return err
 	}
-	return fmt.Errorf("--output must be %s, not %q", outputFormats, format)
+	execute, err := templateOutput(format)
+	if execute == nil && err == nil {
+		return fmt.Errorf("--output must be %s, not %q", outputFormats, format)
+	}
+	return err
+}
+
+// templateOutput parses a jsonpath= or go-template= format into what
+// executes it over data; a format of neither kind gives nil.
+func templateOutput(format string) (execute func(w io.Writer, data any) error, err error) {
+	switch {
+	case strings.HasPrefix(format, jsonpathPrefix):
+		jp := jsonpath.New("output")
+		if err := jp.Parse(strings.TrimPrefix(format, jsonpathPrefix)); err != nil {
+			return nil, err
+		}
+		return jp.Execute, nil
+	case strings.HasPrefix(format, goTemplatePrefix):
+		t, err := template.New("output").Parse(strings.TrimPrefix(format, goTemplatePrefix))
+		if err != nil {
+			return nil, err
+		}
+		return t.Execute, nil
+	}
+	return nil, nil
 }
 
 // validateNamedOutput is validateOutput with -o name too, for commands
@@ -86,40 +105,28 @@ func noArgs(cmd *cobra.Command, args []string) error {
 // printData writes v as json or yaml, or through a jsonpath or go-template
 // over its JSON form (the field names -o json shows).
 func printData(w io.Writer, format string, v any) error {
-	switch {
-	case format == "json":
+	switch format {
+	case "json":
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
-	case format == "yaml":
+	case "yaml":
 		out, err := yaml.Marshal(v)
 		if err != nil {
 			return err
 		}
 		_, err = w.Write(out)
 		return err
-	case strings.HasPrefix(format, jsonpathPrefix):
-		data, err := asJSONValue(v)
-		if err != nil {
-			return err
-		}
-		jp := jsonpath.New("output")
-		if err := jp.Parse(strings.TrimPrefix(format, jsonpathPrefix)); err != nil {
-			return err
-		}
-		return jp.Execute(w, data)
-	case strings.HasPrefix(format, goTemplatePrefix):
-		data, err := asJSONValue(v)
-		if err != nil {
-			return err
-		}
-		t, err := template.New("output").Parse(strings.TrimPrefix(format, goTemplatePrefix))
-		if err != nil {
-			return err
-		}
-		return t.Execute(w, data)
 	}
-	return fmt.Errorf("unknown output format %q", format)
+	execute, err := templateOutput(format)
+	if err != nil || execute == nil {
+		return cmp.Or(err, fmt.Errorf("unknown output format %q", format))
+	}
+	data, err := asJSONValue(v)
+	if err != nil {
+		return err
+	}
+	return execute(w, data)
 }
 
 // asJSONValue is v as encoding/json decodes its JSON: maps, slices and

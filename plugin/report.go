@@ -240,11 +240,7 @@ func (o *ReportOptions) follow(ctx context.Context, store report.Store, client k
 		last = rec
 		for ; printed < len(rec.Phases) && !rec.Phases[printed].Running; printed++ {
 			p := rec.Phases[printed]
-			mark := doneMark
-			if p.Error != "" {
-				mark = failMark
-			}
-			st.printLine(fmt.Sprintf("%s %s %s", mark, p.Label(), dimStyle.Render(render.FormatMillis(p.DurationMillis))))
+			st.phaseLine(p, p.DurationMillis, p.Error != "")
 		}
 		st.end()
 		if rec.Outcome.Final() {

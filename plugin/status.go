@@ -120,12 +120,18 @@ func (s *status) spin(stop <-chan struct{}) {
 }
 
 func (s *status) phaseFinished(p report.PhaseTiming, took time.Duration, err error) {
+	s.phaseLine(p, took.Milliseconds(), err != nil)
+}
+
+// phaseLine ends the spinner with a finished phase's line: ✓ or ✗, its
+// name and how long it took.
+func (s *status) phaseLine(p report.PhaseTiming, millis int64, failed bool) {
 	s.end()
 	mark := doneMark
-	if err != nil {
+	if failed {
 		mark = failMark
 	}
-	s.printLine(fmt.Sprintf("%s %s %s", mark, p.Label(), dimStyle.Render(render.FormatMillis(took.Milliseconds()))))
+	s.printLine(fmt.Sprintf("%s %s %s", mark, p.Label(), dimStyle.Render(render.FormatMillis(millis))))
 }
 
 // end stops the spinner begin started.

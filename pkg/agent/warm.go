@@ -198,7 +198,7 @@ func (l Launcher) Release(ctx context.Context) error {
 		}
 	}
 	if l.stagesSecret() {
-		if err := l.Client.CoreV1().Secrets(l.Namespace).Delete(ctx, l.agentSecret(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := kube.DeleteSecret(ctx, l.Client, l.Namespace, l.agentSecret()); err != nil {
 			errs = append(errs, fmt.Errorf("delete the agents' copy of registry secret %s: %w", l.RegistrySecret, err))
 		}
 	}

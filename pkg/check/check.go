@@ -23,7 +23,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -404,11 +403,7 @@ func (c *checker) cleanup(ctx context.Context) (string, error) {
 		remove("image "+c.image, c.deps.Registry.Delete(ctx, c.image))
 	}
 	if c.pullSecret != "" {
-		err := c.deps.Client.CoreV1().Secrets(c.cfg.Namespace).Delete(ctx, c.pullSecret, metav1.DeleteOptions{})
-		if apierrors.IsNotFound(err) {
-			err = nil
-		}
-		remove("secret "+c.pullSecret, err)
+		remove("secret "+c.pullSecret, kube.DeleteSecret(ctx, c.deps.Client, c.cfg.Namespace, c.pullSecret))
 	}
 	// Only agents it asked for can be left: a check stopped before (say, by
 	// an API server it cannot reach) names none.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -32,11 +33,11 @@ func Movable(pod *corev1.Pod) Movability {
 		return m
 	}
 	m.Moves = true
-	for _, v := range pod.Spec.Volumes {
-		if v.EmptyDir != nil {
-			m.Volumes = append(m.Volumes, v.Name)
-		}
+	var containers []string
+	for _, c := range pod.Spec.Containers {
+		containers = append(containers, c.Name)
 	}
+	m.Volumes = migrate.CarriedVolumes(pod, containers)
 	owner := metav1.GetControllerOf(pod)
 	switch {
 	case sts != "":

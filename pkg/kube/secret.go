@@ -24,3 +24,13 @@ func EnsureSecret(ctx context.Context, client kubernetes.Interface, secret *core
 	existing, err := secrets.Get(ctx, secret.Name, metav1.GetOptions{})
 	return existing, false, err
 }
+
+// DeleteSecret deletes the Secret name of namespace; one already gone is
+// no error.
+func DeleteSecret(ctx context.Context, client kubernetes.Interface, namespace, name string) error {
+	err := client.CoreV1().Secrets(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

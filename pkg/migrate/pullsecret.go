@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 )
 
 // A checkpoint sent without a registry and restored by the container
@@ -102,7 +103,7 @@ func (m *Migration) removePullSecret(ctx context.Context, node string) error {
 		return nil
 	}
 	name := m.pullSecretName(node)
-	if err := m.deps.Client.CoreV1().Secrets(m.config.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if err := kube.DeleteSecret(ctx, m.deps.Client, m.config.Namespace, name); err != nil {
 		return fmt.Errorf("delete the pull secret %s: %w", name, err)
 	}
 	return nil
