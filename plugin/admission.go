@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
@@ -20,7 +21,7 @@ import (
 // role holds and a namespace's admin cannot grant). Anyone else's such pod
 // is refused before any node sees it.
 func admissionPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
-	meta := metav1.ObjectMeta{Name: ociruntime.HandlerName + "-runtime-class", Labels: map[string]string{"app.kubernetes.io/managed-by": "kubectl-migrate"}}
+	meta := metav1.ObjectMeta{Name: ociruntime.HandlerName + "-runtime-class", Labels: map[string]string{kube.ManagedByLabel: kube.ManagedBy}}
 	p := migrate.RestorePermission
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: meta,

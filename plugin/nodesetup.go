@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/nodesetup"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
@@ -300,7 +301,7 @@ func waitNodeReady(ctx context.Context, client kubernetes.Interface, node string
 // handler on the nodes labelled for it.
 func ensureRuntimeClass(ctx context.Context, client kubernetes.Interface) error {
 	rc := &nodev1.RuntimeClass{
-		ObjectMeta: metav1.ObjectMeta{Name: ociruntime.HandlerName, Labels: map[string]string{"app.kubernetes.io/managed-by": "kubectl-migrate"}},
+		ObjectMeta: metav1.ObjectMeta{Name: ociruntime.HandlerName, Labels: map[string]string{kube.ManagedByLabel: kube.ManagedBy}},
 		Handler:    ociruntime.HandlerName,
 		Scheduling: &nodev1.Scheduling{NodeSelector: map[string]string{ociruntime.NodeLabel: "installed"}},
 	}

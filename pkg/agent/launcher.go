@@ -217,7 +217,7 @@ func CreateInNamespace(ctx context.Context, client kubernetes.Interface, namespa
 		return err
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: map[string]string{
-		"app.kubernetes.io/managed-by": "kubectl-migrate",
+		kube.ManagedByLabel: kube.ManagedBy,
 		// Root and host paths: see DefaultNamespace.
 		"pod-security.kubernetes.io/enforce": "privileged",
 	}}}

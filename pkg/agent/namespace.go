@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -15,10 +16,6 @@ import (
 // node, with the migration's secrets (the journal key, copies of registry
 // secrets): whoever is bound to a role there owns every later migration.
 const (
-	// ManagedByLabel marks a namespace this project made (CreateInNamespace,
-	// docs/rbac.yaml).
-	ManagedByLabel = "app.kubernetes.io/managed-by"
-	ManagedByValue = "kubectl-migrate"
 	// AgentsRole is the one Role of docs/rbac.yaml in the agents'
 	// namespace: a RoleBinding to it makes a migrator, not an owner.
 	AgentsRole = "kubectl-migrate-agents"
@@ -37,9 +34,9 @@ func CheckNamespace(ctx context.Context, client kubernetes.Interface, namespace 
 		return nil
 	case err != nil:
 		return fmt.Errorf("read the agents' namespace %s: %w", namespace, err)
-	case ns.Labels[ManagedByLabel] != ManagedByValue:
+	case ns.Labels[kube.ManagedByLabel] != kube.ManagedBy:
 		return fmt.Errorf("the agents' namespace %s was not made by kubectl migrate (no label %s=%s): whoever made it may own the agents it would run as root; have an administrator delete it and apply docs/rbac.yaml, or pass --agent-namespace",
-			namespace, ManagedByLabel, ManagedByValue)
+			namespace, kube.ManagedByLabel, kube.ManagedBy)
 	}
 	bindings, err := client.RbacV1().RoleBindings(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 // it. An existing token is kept: the running applications took it at start.
 func EnsureToken(ctx context.Context, client kubernetes.Interface, namespace string) (token string, created bool, err error) {
 	secret, created, err := kube.EnsureSecret(ctx, client, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: ms2m.ControlSecret, Namespace: namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "kubectl-migrate"}},
+		ObjectMeta: metav1.ObjectMeta{Name: ms2m.ControlSecret, Namespace: namespace, Labels: map[string]string{kube.ManagedByLabel: kube.ManagedBy}},
 		Data:       map[string][]byte{ms2m.TokenKey: []byte(rand.Text())},
 	})
 	if err != nil {

@@ -52,7 +52,7 @@ type Scratch struct {
 func Start(ctx context.Context, client kubernetes.Interface, spec PodSpec) (*Scratch, error) {
 	id := rand.String(5)
 	s := &Scratch{Namespace: "ms2m-conformance-" + id, Pod: "app", Exchange: "ms2m-conformance-" + id, Queue: "ms2m-conformance-" + id, client: client}
-	labels := map[string]string{"app.kubernetes.io/managed-by": "kubectl-migrate", "app.kubernetes.io/component": "conformance"}
+	labels := map[string]string{kube.ManagedByLabel: kube.ManagedBy, "app.kubernetes.io/component": "conformance"}
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.Namespace, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("create namespace %s: %w", s.Namespace, err)
 	}

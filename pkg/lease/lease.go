@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -104,7 +105,7 @@ func (l *Set) Acquire(ctx context.Context, name, what string, checkOnly, recover
 	host, _ := os.Hostname()
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.Namespace,
-			Labels: map[string]string{"app.kubernetes.io/managed-by": "kubectl-migrate", MigrationLabel: l.ID},
+			Labels: map[string]string{kube.ManagedByLabel: kube.ManagedBy, MigrationLabel: l.ID},
 			Annotations: map[string]string{
 				HostAnnotation:    fmt.Sprintf("%s pid %d", host, os.Getpid()),
 				ProcessAnnotation: thisProcess(),

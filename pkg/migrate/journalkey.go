@@ -41,7 +41,7 @@ func JournalKeyIn(client kubernetes.Interface, namespace string) func(context.Co
 			key := make([]byte, 32)
 			_, _ = rand.Read(key)
 			fresh := &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: JournalKeySecret, Namespace: namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "kubectl-migrate"}},
+				ObjectMeta: metav1.ObjectMeta{Name: JournalKeySecret, Namespace: namespace, Labels: map[string]string{kube.ManagedByLabel: kube.ManagedBy}},
 				Data:       map[string][]byte{journalKeyField: key},
 			}
 			// Another migration may make it first: then its key is kept.

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
@@ -314,7 +315,7 @@ func TestPreflightRefusals(t *testing.T) {
 		}, "the agents' namespace kubectl-migrate-system was not made by kubectl migrate"},
 		{"agents' namespace another can act in", func(w *migratetest.World, _ *migrate.Config) {
 			_, _ = w.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-				Name: agent.DefaultNamespace, Labels: map[string]string{agent.ManagedByLabel: agent.ManagedByValue}}}, metav1.CreateOptions{})
+				Name: agent.DefaultNamespace, Labels: map[string]string{kube.ManagedByLabel: kube.ManagedBy}}}, metav1.CreateOptions{})
 			for name, role := range map[string]rbacv1.RoleRef{
 				"migrators": {Kind: "Role", Name: agent.AgentsRole},
 				"squatter":  {Kind: "ClusterRole", Name: "admin"},

@@ -49,7 +49,7 @@ func PullSecret(namespace, name, migrationID, token string) (*corev1.Secret, err
 	}
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{
-			"app.kubernetes.io/managed-by": "kubectl-migrate", MigrationLabel: migrationID,
+			kube.ManagedByLabel: kube.ManagedBy, MigrationLabel: migrationID,
 		}},
 		Type: corev1.SecretTypeDockerConfigJson,
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: config},

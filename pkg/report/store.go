@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,8 +16,8 @@ import (
 
 // Labels and keys of record ConfigMaps.
 const (
-	ManagedByLabel = "app.kubernetes.io/managed-by"
-	ManagedBy      = "kubectl-migrate"
+	ManagedByLabel = kube.ManagedByLabel
+	ManagedBy      = kube.ManagedBy
 	RecordLabel    = "migrate.ms2m.io/record"
 	StrategyLabel  = "migrate.ms2m.io/strategy"
 	PodLabel       = "migrate.ms2m.io/pod"

@@ -835,7 +835,7 @@ func TestTenantCannotOwnTheAgentsNamespace(t *testing.T) {
 	ctx := context.Background()
 	squatted := fmt.Sprintf("agents-%06x", rand.Uint32()>>8)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: squatted, Labels: map[string]string{
-		agent.ManagedByLabel: agent.ManagedByValue, "pod-security.kubernetes.io/enforce": "privileged",
+		kube.ManagedByLabel: kube.ManagedBy, "pod-security.kubernetes.io/enforce": "privileged",
 	}}}
 	if _, err := l.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
