@@ -167,16 +167,17 @@ crash-matrix: ## the plugin killed at every step of every mode, then recovered, 
 
 # The release, offline: goreleaser check and a full local release (six
 # archives, checksums, the multi-arch agent image to the loopback registry,
-# the krew manifest), krew's validator, and a krew install of the archive
-# through which kubectl migrate version and completion must work.
+# the krew manifest), krew's validator, and the README's krew install line
+# against the release's layout on loopback, through which kubectl
+# live-migrate version, help and completion must work.
 release-check: $(KUBECTL) ## goreleaser and krew, offline
 	eval "$$(bash test/services.sh up)" && \
 	KUBECTL=$(KUBECTL) RELEASE_TOOLS=$(LAB_CACHE)/tools bash test/release/check.sh
 
-# Regenerates krew/migrate.yaml after the krews section of .goreleaser.yaml changed.
+# Regenerates krew/live-migrate.yaml after the krews section of .goreleaser.yaml changed.
 krew-manifest: $(KUBECTL)
 	eval "$$(bash test/services.sh up)" && \
-	KUBECTL=$(KUBECTL) RELEASE_TOOLS=$(LAB_CACHE)/tools KREW_MANIFEST_OUT=$(CURDIR)/krew/migrate.yaml bash test/release/check.sh
+	KUBECTL=$(KUBECTL) RELEASE_TOOLS=$(LAB_CACHE)/tools KREW_MANIFEST_OUT=$(CURDIR)/krew/live-migrate.yaml bash test/release/check.sh
 
 # Everything; needs root (the lab). Stop the lab afterwards with make lab-down.
 # test/stages.sh runs integration, release-check, e2e, eval-quick,

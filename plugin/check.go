@@ -138,7 +138,7 @@ func (o *CheckOptions) Validate() error {
 	case o.AllNamespaces || o.Node != "":
 		return errors.New("-A and --node go with --pods")
 	case o.From == "" || o.To == "":
-		return errors.New("give both nodes: kubectl migrate check --from NODE --to NODE")
+		return errors.New("give both nodes: " + version.Command() + " check --from NODE --to NODE")
 	case o.From == o.To:
 		return fmt.Errorf("--from and --to are both %s; give two nodes", o.From)
 	case !slices.Contains(migrate.Transfers, migrate.Transfer(o.Transfer)):
@@ -198,7 +198,7 @@ func (o *CheckOptions) Run(ctx context.Context) error {
 	}
 	quiet := o.Output != "" && o.Quiet
 	s := newStatusOn(o.RootOptions, out, quiet)
-	s.printLine(render.ChecklistHeader("kubectl migrate check", o.From+" → "+o.To))
+	s.printLine(render.ChecklistHeader(version.Command()+" check", o.From+" → "+o.To))
 	result := check.Run(ctx, cfg, deps, check.Hooks{
 		LinkStarted: s.begin,
 		LinkEnded: func(l check.Link) {

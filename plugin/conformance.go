@@ -138,7 +138,7 @@ func (o *ConformanceOptions) Run(ctx context.Context) error {
 	if o.Output != "" {
 		w = o.colourWriter(o.ErrOut)
 	}
-	fmt.Fprintln(w, render.ChecklistHeader("kubectl migrate conformance", o.Image))
+	fmt.Fprintln(w, render.ChecklistHeader(version.Command()+" conformance", o.Image))
 	runCtx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	scratch, err := conformance.Start(runCtx, client, conformance.PodSpec{

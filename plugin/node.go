@@ -74,7 +74,7 @@ kept in the current namespace. Every access it needs is checked first.
 More: ` + version.DocsURL("drain.md"),
 
 		Example:           nodeExample,
-		Args:              exactlyOne("the node to drain: kubectl migrate node NODE"),
+		Args:              exactlyOne("the node to drain: " + version.Command() + " node NODE"),
 		ValidArgsFunction: completeNodes(root),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.allNamespaces = !cmd.Flags().Changed("namespace")
@@ -194,7 +194,7 @@ func (o *NodeOptions) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	hint := fmt.Sprintf("the drain's record is %s; kubectl migrate report lists any pod migration to recover", id)
+	hint := fmt.Sprintf("the drain's record is %s; "+version.Command()+" report lists any pod migration to recover", id)
 	o.recoverHint.Store(&hint)
 	st := newDrainStatus(o.RootOptions, plan)
 	labels := map[string]string{"drain": id}

@@ -116,7 +116,7 @@ func (o *NodeSetupOptions) Validate() error {
 	case o.All && len(o.nodes) > 0:
 		return errors.New("name nodes or pass --all, not both")
 	case !o.All && len(o.nodes) == 0:
-		return errors.New("name the nodes to set up, or pass --all: kubectl migrate node-setup NODE... ")
+		return errors.New("name the nodes to set up, or pass --all: " + version.Command() + " node-setup NODE... ")
 	case !slices.Contains([]string{nodesetup.RestartAuto, nodesetup.RestartSystemd, nodesetup.RestartSignal}, o.Restart):
 		return fmt.Errorf("--restart must be auto, systemd or signal, not %q", o.Restart)
 	case !o.Yes && !o.DryRun && !stdinIsTerminal(o.In):

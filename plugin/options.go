@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Every command's help points at kubectl migrate options instead of listing
@@ -25,7 +27,7 @@ Flags:
 {{.LocalFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}`
 	globalFlagsNote = `{{if or .HasAvailableInheritedFlags (not .HasParent)}}
 
-Use "kubectl migrate options" for the flags every command takes (-n, --context, --kubeconfig, -q, -v, --color, ...).{{end}}`
+Use "{{commandName}} options" for the flags every command takes (-n, --context, --kubeconfig, -q, -v, --color, ...).{{end}}`
 )
 
 // hideGlobalFlags sets the help of root and its commands.
@@ -36,6 +38,32 @@ func hideGlobalFlags(root *cobra.Command) {
 	}
 	tmpl = strings.Replace(tmpl, localFlags, ownFlagsOnly, 1)
 	root.SetUsageTemplate(strings.Replace(tmpl, inheritedFlags, globalFlagsNote, 1))
+}
+
+func init() {
+	cobra.AddTemplateFunc("commandName", version.Command)
+}
+
+// nameInHelp makes the help of root and every command below name the
+// plugin as the user runs it (version.Command), where the texts, written
+// for the binary kubectl-migrate, say "kubectl migrate".
+func nameInHelp(root *cobra.Command) {
+	name := version.Command()
+	if name == version.DefaultCommand {
+		return
+	}
+	rename := func(s string) string { return strings.ReplaceAll(s, version.DefaultCommand, name) }
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Short, c.Long, c.Example = rename(c.Short), rename(c.Long), rename(c.Example)
+		for _, fs := range []*pflag.FlagSet{c.LocalNonPersistentFlags(), c.PersistentFlags()} {
+			fs.VisitAll(func(f *pflag.Flag) { f.Usage = rename(f.Usage) })
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 }
 
 // NewCmdOptions returns kubectl migrate options.

@@ -22,6 +22,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report/render"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
 // Output formats beside json and yaml, as kubectl spells them: -o name
@@ -243,7 +244,7 @@ func (o *migrationFlags) printPlan(c migrate.Config, source *corev1.Pod, predict
 	}
 	// Preflight reads what the API and the runtimes say; only a real
 	// checkpoint and restore prove CRIU, the registry path and the restore.
-	fmt.Fprintf(&b, "Preflight does not checkpoint. To prove a checkpoint, push and restore between these nodes without the workload:\n  kubectl migrate check --from %s --to %s", source.Spec.NodeName, c.TargetNode)
+	fmt.Fprintf(&b, "Preflight does not checkpoint. To prove a checkpoint, push and restore between these nodes without the workload:\n  "+version.Command()+" check --from %s --to %s", source.Spec.NodeName, c.TargetNode)
 	if c.Transfer != migrate.Direct && c.ImageRepository != "" {
 		fmt.Fprintf(&b, " --registry %s", c.ImageRepository)
 	}

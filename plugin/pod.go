@@ -75,7 +75,7 @@ func NewCmdPod(root *RootOptions) *cobra.Command {
 		Short:             "Live-migrate a pod to another node",
 		Long:              podLong,
 		Example:           podExample,
-		Args:              exactlyOne("the pod's name: kubectl migrate pod NAME --to NODE"),
+		Args:              exactlyOne("the pod's name: " + version.Command() + " pod NAME --to NODE"),
 		ValidArgsFunction: completePods(root),
 		RunE:              runE(o),
 	}

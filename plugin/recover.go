@@ -60,7 +60,7 @@ for its duration (2 minutes), refusing if it is renewed.
 
 More: ` + version.DocsURL("reliability.md"),
 		Example: recoverExample,
-		Args:    exactlyOne("the migration's ID: kubectl migrate recover ID (see kubectl migrate report)"),
+		Args:    exactlyOne("the migration's ID: " + version.Command() + " recover ID (see " + version.Command() + " report)"),
 		RunE:    runE(o),
 	}
 	cmd.Flags().StringVar(&o.BrokerURL, "broker-url", "", "AMQP URL this machine reaches the broker at (default: the migrated pod's ms2m.io/broker-url annotation)")
@@ -214,7 +214,7 @@ func (o *RecoverOptions) recoverDrain(ctx context.Context, client kubernetes.Int
 		errs = append(errs, err)
 	}
 	if drain.Outcome != report.Succeeded {
-		fmt.Fprintf(o.ErrOut, "node %s stays cordoned; run kubectl migrate node %s again for the pods left, or kubectl uncordon %s\n", drain.Pod, drain.Pod, drain.Pod)
+		fmt.Fprintf(o.ErrOut, "node %s stays cordoned; run "+version.Command()+" node %s again for the pods left, or kubectl uncordon %s\n", drain.Pod, drain.Pod, drain.Pod)
 	}
 	if err := o.printRecord(drain, o.Output); err != nil {
 		errs = append(errs, err)

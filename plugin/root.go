@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
 // RootOptions are the flags every command shares.
@@ -93,7 +94,7 @@ the messages it missed from a replay queue, so the source keeps serving until
 a short switchover.
 
 ` + exitCodesHelp,
-		Annotations:       map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl migrate"},
+		Annotations:       map[string]string{cobra.CommandDisplayNameAnnotation: version.Command()},
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
@@ -111,6 +112,7 @@ a short switchover.
 	cmd.PersistentFlags().BoolVarP(&o.Quiet, "quiet", "q", false, "print no progress on stderr")
 	cmd.AddCommand(NewCmdPod(o), NewCmdSts(o), NewCmdNode(o), NewCmdCheck(o), NewCmdNodeSetup(o), NewCmdConformance(o), NewCmdRecover(o), NewCmdReport(o), NewCmdControlToken(o), NewCmdVersion(o), NewCmdOptions(o))
 	hideGlobalFlags(cmd)
+	nameInHelp(cmd)
 	return cmd
 }
 

@@ -64,7 +64,7 @@ func NewCmdSts(root *RootOptions) *cobra.Command {
 		Short:             "Live-migrate a StatefulSet pod, keeping its identity",
 		Long:              stsLong,
 		Example:           stsExample,
-		Args:              exactlyOne("the pod: kubectl migrate sts NAME-ORDINAL --to NODE, or sts/NAME --ordinal N"),
+		Args:              exactlyOne("the pod: " + version.Command() + " sts NAME-ORDINAL --to NODE, or sts/NAME --ordinal N"),
 		ValidArgsFunction: completePods(root),
 		RunE:              runE(o),
 	}

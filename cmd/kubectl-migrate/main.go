@@ -11,10 +11,12 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 	"github.com/kubectl-migrate/kubectl-migrate/plugin"
 )
 
 func main() {
+	version.SetCommandFrom(os.Args[0])
 	root := plugin.NewRootOptions(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
 	// The first interrupt, termination or hang-up (a closed terminal)
 	// cancels the command: a migration then rolls back; a second one stops

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -35,7 +36,7 @@ func CheckNamespace(ctx context.Context, client kubernetes.Interface, namespace 
 	case err != nil:
 		return fmt.Errorf("read the agents' namespace %s: %w", namespace, err)
 	case ns.Labels[kube.ManagedByLabel] != kube.ManagedBy:
-		return fmt.Errorf("the agents' namespace %s was not made by kubectl migrate (no label %s=%s): whoever made it may own the agents it would run as root; have an administrator delete it and apply docs/rbac.yaml, or pass --agent-namespace",
+		return fmt.Errorf("the agents' namespace %s was not made by "+version.Command()+" (no label %s=%s): whoever made it may own the agents it would run as root; have an administrator delete it and apply docs/rbac.yaml, or pass --agent-namespace",
 			namespace, kube.ManagedByLabel, kube.ManagedBy)
 	}
 	bindings, err := client.RbacV1().RoleBindings(namespace).List(ctx, metav1.ListOptions{})

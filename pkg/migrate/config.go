@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
 // Strategy selects the phase list.
@@ -258,12 +259,12 @@ func (c Config) ValidateChoices() error {
 	}
 	if c.StatefulSet == "" {
 		if c.Mode != "" {
-			errs = append(errs, errors.New("--mode applies to StatefulSet pods: use kubectl migrate sts"))
+			errs = append(errs, errors.New("--mode applies to StatefulSet pods: use "+version.Command()+" sts"))
 		}
 		return errors.Join(errs...)
 	}
 	if c.ReplayMax > 0 || c.Cutoff > 0 {
-		errs = append(errs, errors.New("--replay-max and --cutoff apply to kubectl migrate pod: a StatefulSet pod's source stops before its final copy exists"))
+		errs = append(errs, errors.New("--replay-max and --cutoff apply to "+version.Command()+" pod: a StatefulSet pod's source stops before its final copy exists"))
 	}
 	switch c.Mode {
 	case Sequential:

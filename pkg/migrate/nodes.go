@@ -13,6 +13,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/runtimesupport"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
 // The checks of a node pair below are the engine's (preflight and setup)
@@ -88,7 +89,7 @@ func ChooseRestore(n RestoreNeeds) (via Restore, note string, err error) {
 			missing = append(missing, node.Name)
 		}
 	}
-	setup := "kubectl migrate node-setup " + strings.Join(missing, " ")
+	setup := version.Command() + " node-setup " + strings.Join(missing, " ")
 	runtimeRemedy := fmt.Sprintf("or install the kubectl-migrate runtime there: %s", setup)
 	if n.Source != nil {
 		runtimeRemedy = fmt.Sprintf("or install the kubectl-migrate runtime on both nodes, as a StatefulSet pod's rollback restores it on %s: %s", n.Source.Name, setup)

@@ -18,6 +18,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
 // preflight checks everything it can see before anything changes, and
@@ -80,13 +81,13 @@ func checkSourcePod(ctx context.Context, m *Migration) error {
 	} else if owner != nil {
 		switch owner.Kind {
 		case "StatefulSet":
-			return fmt.Errorf("pod %s belongs to StatefulSet %s; use kubectl migrate sts", m.config.Pod, owner.Name)
+			return fmt.Errorf("pod %s belongs to StatefulSet %s; use "+version.Command()+" sts", m.config.Pod, owner.Name)
 		case "ReplicaSet":
 			if err := checkReplicaSet(ctx, m, pod, owner.Name); err != nil {
 				return err
 			}
 		default:
-			return fmt.Errorf("pod %s is controlled by %s %s, which would replace it on the source node; only bare pods, Deployments' and ReplicaSets' pods migrate with kubectl migrate pod", m.config.Pod, owner.Kind, owner.Name)
+			return fmt.Errorf("pod %s is controlled by %s %s, which would replace it on the source node; only bare pods, Deployments' and ReplicaSets' pods migrate with "+version.Command()+" pod", m.config.Pod, owner.Kind, owner.Name)
 		}
 	}
 	names := make([]string, 0, len(pod.Spec.Containers))
@@ -226,7 +227,7 @@ func checkClaim(ctx context.Context, m *Migration, claim string) error {
 		return fmt.Errorf("PersistentVolumeClaim %s is bound to %s, which node %s cannot reach (%v); pick a node its node affinity allows", claim, pv.Name, m.config.TargetNode, err)
 	}
 	if m.config.TargetName != m.config.Pod && !slices.Contains(pv.Spec.AccessModes, corev1.ReadWriteMany) {
-		how := "use kubectl migrate sts --mode sequential, whose source stops before its copy exists"
+		how := "use " + version.Command() + " sts --mode sequential, whose source stops before its copy exists"
 		if m.config.StatefulSet == "" {
 			how = "use a ReadWriteMany volume"
 		}
@@ -282,7 +283,7 @@ func checkBroker(ctx context.Context, m *Migration) error {
 		return fmt.Errorf("primary %w", err)
 	}
 	if _, err := b.QueueDepth(ctx, ms2m.MigrationQueueName(m.config.Broker.Queue)); err == nil {
-		return fmt.Errorf("queue %s exists: another migration of this workload runs, or one did not end; see kubectl migrate report", ms2m.MigrationQueueName(m.config.Broker.Queue))
+		return fmt.Errorf("queue %s exists: another migration of this workload runs, or one did not end; see "+version.Command()+" report", ms2m.MigrationQueueName(m.config.Broker.Queue))
 	} else if !broker.IsNotFound(err) {
 		return err
 	}
@@ -317,7 +318,7 @@ func checkControlToken(ctx context.Context, m *Migration) error {
 func ControlToken(ctx context.Context, client kubernetes.Interface, namespace string) (string, error) {
 	s, err := client.CoreV1().Secrets(namespace).Get(ctx, ms2m.ControlSecret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", fmt.Errorf("namespace %s has no Secret %s, whose token its MS2M applications take control calls with: create it with kubectl migrate control-token -n %s and mount it in the application's pods at %s (docs/contract.md, \"Control token\")",
+		return "", fmt.Errorf("namespace %s has no Secret %s, whose token its MS2M applications take control calls with: create it with "+version.Command()+" control-token -n %s and mount it in the application's pods at %s (docs/contract.md, \"Control token\")",
 			namespace, ms2m.ControlSecret, namespace, path.Dir(ms2m.DefaultTokenFile))
 	}
 	if err != nil {

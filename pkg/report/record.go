@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"slices"
 	"time"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
 // Outcome is how a migration ended.
@@ -107,7 +109,7 @@ type DrainSkip struct {
 
 // RecoverCommand is the command that finishes or undoes migration id.
 func RecoverCommand(namespace, id string) string {
-	return "kubectl migrate recover " + id + " -n " + namespace
+	return version.Command() + " recover " + id + " -n " + namespace
 }
 
 // Final reports whether the outcome ends the migration for good, with

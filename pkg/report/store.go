@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -137,7 +138,7 @@ func (s Store) Get(ctx context.Context, namespace, id string) (*Record, error) {
 	}
 	switch len(found) {
 	case 0:
-		return nil, fmt.Errorf("%w: %q in %s; list them with kubectl migrate report", ErrNotFound, id, nsDescription(namespace))
+		return nil, fmt.Errorf("%w: %q in %s; list them with "+version.Command()+" report", ErrNotFound, id, nsDescription(namespace))
 	case 1:
 		return found[0], nil
 	}

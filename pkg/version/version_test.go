@@ -15,3 +15,18 @@ func TestDocsURLFollowsTheRelease(t *testing.T) {
 		}
 	}
 }
+
+func TestCommandForFollowsKubectlsNaming(t *testing.T) {
+	for exe, want := range map[string]string{
+		"/usr/local/bin/kubectl-migrate":         "kubectl migrate",
+		"/home/u/.krew/bin/kubectl-live_migrate": "kubectl live-migrate",
+		`C:\krew\bin\kubectl-live_migrate.exe`:   "kubectl live-migrate",
+		"kubectl-foo-bar":                        "kubectl foo bar",
+		"/tmp/go-build1/b001/plugin.test":        DefaultCommand,
+		"kubectl-":                               DefaultCommand,
+	} {
+		if got := CommandFor(exe); got != want {
+			t.Errorf("CommandFor(%q) = %q, want %q", exe, got, want)
+		}
+	}
+}

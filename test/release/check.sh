@@ -8,10 +8,13 @@
 #     itself is disabled). goreleaser --snapshot cannot stand in: it hands ko
 #     images to a Docker daemon;
 #  3. the agent image's platforms and entrypoint;
-#  4. krew's manifest validator, and krew/migrate.yaml in sync with the
+#  4. krew's manifest validator, and krew/live-migrate.yaml in sync with the
 #     generated manifest;
-#  5. kubectl krew install --manifest --archive into a temporary KREW_ROOT,
-#     then kubectl migrate version and shell completion through kubectl.
+#  5. the README's kubectl krew install --manifest-url line, run against the
+#     release's download layout served on loopback (the archives, checksums
+#     and the release's extra files, the krew manifest among them) into a
+#     temporary KREW_ROOT; then kubectl live-migrate version, help naming
+#     the command as krew installed it, and shell completion through kubectl.
 # Needs the registry from test/services.sh (MIGRATE_TEST_REGISTRY) and kubectl
 # (KUBECTL); installs goreleaser and krew from the Go module proxy into
 # RELEASE_TOOLS.
@@ -47,7 +50,8 @@ if [ -n "${KREW_MANIFEST_OUT:-}" ] && ! git -C "$root" diff --quiet HEAD -- .gor
 fi
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+server_pid=
+trap '[ -z "$server_pid" ] || kill "$server_pid"; rm -rf "$work"' EXIT
 git clone -q "$root" "$work/src"
 cd "$work/src"
 git tag "$tag"
@@ -55,11 +59,22 @@ commit=$(git rev-parse --short HEAD)
 
 "$tools/goreleaser" check
 
-# Point the images at the loopback registry and disable the GitHub release.
+# The release's download layout on loopback, up before the release since
+# the krew manifest's URLs name its address.
+go build -o "$work/release" ./test/release
+"$work/release" serve "$work/src/dist" "$work/addr" &
+server_pid=$!
+for _ in $(seq 100); do [ -s "$work/addr" ] && break; sleep 0.1; done
+[ -s "$work/addr" ] || { echo "release-check: the release server did not start" >&2; exit 1; }
+releases=http://$(cat "$work/addr")/kubectl-migrate/kubectl-migrate/releases/download
+
+# Point the images at the loopback registry, the krew manifest's URLs at the
+# loopback layout, and disable the GitHub release.
 sed -i -e "s|^\(    base_image:\).*|\1 $registry/release-check/base:latest|" \
        -e "/^    repositories:/s|ghcr.io/kubectl-migrate/|$registry/release-check/|" \
+       -e "/^    url_template:/s|https://github.com/kubectl-migrate/kubectl-migrate/releases/download|$releases|" \
        -e 's|^release:$|release:\n  disable: true|' .goreleaser.yaml
-go run ./test/release base "$registry/release-check/base:latest"
+"$work/release" base "$registry/release-check/base:latest"
 GITHUB_TOKEN=offline-release-check "$tools/goreleaser" release --clean --skip=validate,announce --parallelism 2
 
 version=${tag#v}
@@ -72,34 +87,41 @@ for os in linux darwin windows; do
 done
 echo "release-check: six archives with LICENSE, README and completion script; checksums listed"
 for image in kubectl-migrate-agent ms2m-consumer ms2m-producer inventory; do
-  go run ./test/release image "$registry/release-check/$image:$version" "$image"
+  "$work/release" image "$registry/release-check/$image:$version" "$image"
 done
 
-manifest=dist/krew/migrate.yaml
+manifest=dist/krew/live-migrate.yaml
 "$tools/validate-krew-manifest" -manifest "$manifest" -skip-install
 # Everything but the per-release lines must match the committed manifest.
 strip() { grep -vE '^\s*(version|uri|sha256):' "$1"; }
 if [ -n "${KREW_MANIFEST_OUT:-}" ]; then
-  cp "$manifest" "$KREW_MANIFEST_OUT"
-elif ! diff <(strip "$root/krew/migrate.yaml") <(strip "$manifest"); then
-  echo "release-check: krew/migrate.yaml is out of date with .goreleaser.yaml; regenerate it with make krew-manifest" >&2
+  sed "s|$releases|https://github.com/kubectl-migrate/kubectl-migrate/releases/download|" "$manifest" >"$KREW_MANIFEST_OUT"
+elif ! diff <(strip "$root/krew/live-migrate.yaml") <(strip "$manifest"); then
+  echo "release-check: krew/live-migrate.yaml is out of date with .goreleaser.yaml; regenerate it with make krew-manifest" >&2
   exit 1
 fi
 
 export KREW_ROOT=$work/krew KREW_NO_UPGRADE_CHECK=1
 export PATH=$KREW_ROOT/bin:$tools:$PATH
-platform=$(go env GOOS)_$(go env GOARCH)
-"$kubectl" krew install --manifest="$manifest" --archive="dist/kubectl-migrate_${version}_${platform}.tar.gz"
-out=$("$kubectl" migrate version)
+# The README's install line, with the release's host and tag.
+readme_line=$(grep -o 'kubectl krew install --manifest-url=[^ ]*' "$root/README.md" | head -1)
+manifest_url=${readme_line#*--manifest-url=}
+[[ $manifest_url == https://github.com/kubectl-migrate/kubectl-migrate/releases/download/vX.Y.Z/* ]] || { echo "release-check: the README's krew line is not a release download: $readme_line" >&2; exit 1; }
+manifest_url=$releases/$tag/${manifest_url##*/}
+"$kubectl" krew install --manifest-url="$manifest_url"
+out=$("$kubectl" live-migrate version)
 echo "$out"
 [[ $out == "kubectl-migrate $version (commit $commit, built "* ]] || { echo "release-check: unexpected version output" >&2; exit 1; }
+help=$("$kubectl" live-migrate pod --help)
+grep -q "^  kubectl live-migrate pod NAME --to NODE" <<<"$help" || { echo "release-check: help does not name the command krew installed: $help" >&2; exit 1; }
 
-# Completion through kubectl: the script from the plugin's directory on PATH.
-ln -s "$KREW_ROOT/store/migrate/$tag/kubectl_complete-migrate" "$KREW_ROOT/bin/"
+# Completion through kubectl: the script from the plugin's directory on PATH,
+# linked under krew's name.
+ln -s "$KREW_ROOT/store/live-migrate/$tag/kubectl_complete-migrate" "$KREW_ROOT/bin/kubectl_complete-live_migrate"
 # Captured first: grep -q stops reading at its match, and kubectl, still
 # writing, would die of SIGPIPE and fail the pipeline (pipefail).
-commands=$("$kubectl" __complete migrate "")
-grep -q "^sts" <<<"$commands" || { echo "release-check: kubectl does not complete kubectl migrate: $commands" >&2; exit 1; }
-modes=$("$kubectl" __complete migrate sts consumer-0 --mode "")
+commands=$("$kubectl" __complete live-migrate "")
+grep -q "^sts" <<<"$commands" || { echo "release-check: kubectl does not complete kubectl live-migrate: $commands" >&2; exit 1; }
+modes=$("$kubectl" __complete live-migrate sts consumer-0 --mode "")
 grep -q "^shadow" <<<"$modes" || { echo "release-check: flag values are not completed: $modes" >&2; exit 1; }
-echo "release-check: installed with krew; version and completion work through kubectl"
+echo "release-check: installed with krew from the release's manifest URL; version, help and completion work through kubectl"

@@ -2,7 +2,9 @@
 // offline: "base REF" pushes an empty multi-arch base image for ko to build
 // the images on (the real release uses a public static base the check
 // cannot reach), and "image REF BINARY" checks an image the release pushed
-// (the agent's, the sample applications').
+// (the agent's, the sample applications'), and "serve DIST ADDR-FILE" serves
+// a GitHub release's download layout of what goreleaser put in DIST on
+// loopback, for krew to install from as a user would.
 package main
 
 import (
@@ -29,8 +31,10 @@ func main() {
 		err = pushBase(os.Args[2])
 	case len(os.Args) == 4 && os.Args[1] == "image":
 		err = checkImage(os.Args[2], os.Args[3])
+	case len(os.Args) == 4 && os.Args[1] == "serve":
+		err = serveRelease(os.Args[2], os.Args[3])
 	default:
-		fmt.Fprintln(os.Stderr, "usage: release base IMAGE-REF | release image IMAGE-REF BINARY")
+		fmt.Fprintln(os.Stderr, "usage: release base IMAGE-REF | release image IMAGE-REF BINARY | release serve DIST ADDR-FILE")
 		os.Exit(2)
 	}
 	if err != nil {

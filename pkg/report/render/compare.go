@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
 // Group is records drawn as one bar: their median per phase.
@@ -42,7 +43,7 @@ func GroupBy(records []*report.Record, facet string) []Group {
 // single record's chart and drawn to one scale.
 func Compare(w io.Writer, groups []Group, o Options) error {
 	if len(groups) == 0 {
-		_, err := fmt.Fprintln(w, "No migrations match. List them with kubectl migrate report.")
+		_, err := fmt.Fprintln(w, "No migrations match. List them with "+version.Command()+" report.")
 		return err
 	}
 	medians := make([]*report.Record, len(groups))
