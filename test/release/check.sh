@@ -103,6 +103,12 @@ fi
 
 export KREW_ROOT=$work/krew KREW_NO_UPGRADE_CHECK=1
 export PATH=$KREW_ROOT/bin:$tools:$PATH
+# krew installs from a manifest URL only beside an index, which it updates
+# first; a user's is GitHub's krew-index, out of reach here: an empty local
+# one stands in.
+git init -q "$work/index" && mkdir "$work/index/plugins" && touch "$work/index/plugins/.keep"
+git -C "$work/index" add plugins && git -C "$work/index" -c user.name=check -c user.email=check@localhost commit -qm index
+mkdir -p "$KREW_ROOT/index" && git clone -q "$work/index" "$KREW_ROOT/index/default"
 # The README's install line, with the release's host and tag.
 readme_line=$(grep -o 'kubectl krew install --manifest-url=[^ ]*' "$root/README.md" | head -1)
 manifest_url=${readme_line#*--manifest-url=}
