@@ -14,6 +14,7 @@ import hmac
 import json
 import os
 import random
+import signal
 import struct
 import sys
 import threading
@@ -535,6 +536,10 @@ def main():
     if c.token is None:
         # Without a token anyone on the pod network could steer it.
         sys.exit("no MS2M control token at %s: mount the Secret ms2m-control (key token) of the pod's namespace there (docs/contract.md, \"Control token\")" % TOKEN_FILE)
+    # As PID 1 the process would ignore SIGTERM, and a deleted pod (a
+    # StatefulSet's migration deletes its stopped source) would linger its
+    # whole grace period, all of it downtime (docs/contract.md, "Termination").
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     serve(c, a.listen)
     c.run()
 
