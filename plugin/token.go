@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
@@ -24,8 +24,8 @@ func NewCmdControlToken(root *RootOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "control-token",
 		Short: "Create the namespace's control token for its MS2M applications",
-		Long: `Create the Secret ` + ms2m.ControlSecret + ` with a random token in the namespace, unless it
-exists. An MS2M application (contract 4) mounts it at ` + path.Dir(ms2m.DefaultTokenFile) + ` and takes
+		Long: `Create the Secret ` + protocol.ControlSecret + ` with a random token in the namespace, unless it
+exists. An MS2M application (contract 4) mounts it at ` + path.Dir(protocol.DefaultTokenFile) + ` and takes
 control calls only with its token, which kubectl migrate reads from the
 Secret: no pod of another namespace can stop, resume or read it, and a
 checkpoint of it restored into a pod of another namespace never consumes.
@@ -61,9 +61,9 @@ func (o *ControlTokenOptions) Run(ctx context.Context) error {
 		return err
 	}
 	if !created {
-		_, err = fmt.Fprintf(o.Out, "secret/%s exists in namespace %s: unchanged\n", ms2m.ControlSecret, o.namespace)
+		_, err = fmt.Fprintf(o.Out, "secret/%s exists in namespace %s: unchanged\n", protocol.ControlSecret, o.namespace)
 		return err
 	}
-	_, err = fmt.Fprintf(o.Out, "secret/%s created in namespace %s: mount it at %s in the applications' pods\n", ms2m.ControlSecret, o.namespace, path.Dir(ms2m.DefaultTokenFile))
+	_, err = fmt.Fprintf(o.Out, "secret/%s created in namespace %s: mount it at %s in the applications' pods\n", protocol.ControlSecret, o.namespace, path.Dir(protocol.DefaultTokenFile))
 	return err
 }

@@ -18,9 +18,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
-// CanaryPort is where a canary answers its state (ms2m.StatePath).
+// CanaryPort is where a canary answers its state (protocol.StatePath).
 const CanaryPort = 8092
 
 // canaryPing is how often a canary pings over the connection it holds.
@@ -39,7 +40,7 @@ func RunCanary(ctx context.Context, port int) error {
 	if _, err := rand.Read(id); err != nil {
 		return err
 	}
-	state := ms2m.State{Mode: ms2m.ModePrimary, Process: hex.EncodeToString(id), StartedAt: time.Now().UTC()}
+	state := protocol.State{Mode: protocol.ModePrimary, Process: hex.EncodeToString(id), StartedAt: time.Now().UTC()}
 	var pings, reconnects atomic.Uint64
 
 	echo, err := ms2m.Listen(ctx, "127.0.0.1:0") // without MPTCP, which CRIU cannot dump
@@ -89,7 +90,7 @@ func RunCanary(ctx context.Context, port int) error {
 	}()
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+ms2m.StatePath, func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET "+protocol.StatePath, func(w http.ResponseWriter, _ *http.Request) {
 		st := state
 		st.LastSeq, st.Reconnects = pings.Load(), reconnects.Load()
 		w.Header().Set("Content-Type", "application/json")

@@ -15,7 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
 // ErrNotApplied means the application has not applied any message after the
@@ -33,7 +33,7 @@ type Target struct {
 	Namespace string
 	Pod       string
 	Port      int
-	// Token is the namespace's control token (ms2m.ControlSecret), sent
+	// Token is the namespace's control token (protocol.ControlSecret), sent
 	// with every call.
 	Token string
 }
@@ -44,15 +44,15 @@ func (c Client) request(verb string, t Target, path string) *rest.Request {
 	req := c.REST.Verb(verb).Namespace(t.Namespace).Resource("pods").
 		Name(t.Pod + ":" + strconv.Itoa(t.Port)).SubResource("proxy").Suffix(strings.TrimPrefix(path, "/"))
 	if t.Token != "" {
-		req = req.SetHeader(ms2m.TokenHeader, t.Token)
+		req = req.SetHeader(protocol.TokenHeader, t.Token)
 	}
 	return req
 }
 
 // State returns the instance's state.
-func (c Client) State(ctx context.Context, t Target) (ms2m.State, error) {
-	var st ms2m.State
-	body, err := c.request(http.MethodGet, t, ms2m.StatePath).DoRaw(ctx)
+func (c Client) State(ctx context.Context, t Target) (protocol.State, error) {
+	var st protocol.State
+	body, err := c.request(http.MethodGet, t, protocol.StatePath).DoRaw(ctx)
 	if err != nil {
 		return st, callError(t, "state", err, body)
 	}
@@ -60,10 +60,10 @@ func (c Client) State(ctx context.Context, t Target) (ms2m.State, error) {
 }
 
 // Control sends a control message and returns the state after it took effect.
-func (c Client) Control(ctx context.Context, t Target, msg ms2m.Control) (ms2m.State, error) {
-	var st ms2m.State
+func (c Client) Control(ctx context.Context, t Target, msg protocol.Control) (protocol.State, error) {
+	var st protocol.State
 	payload, _ := json.Marshal(msg)
-	body, err := c.request(http.MethodPost, t, ms2m.ControlPath).
+	body, err := c.request(http.MethodPost, t, protocol.ControlPath).
 		SetHeader("Content-Type", "application/json").Body(payload).DoRaw(ctx)
 	if err != nil {
 		return st, callError(t, string(msg.Type), err, body)
@@ -73,9 +73,9 @@ func (c Client) Control(ctx context.Context, t Target, msg ms2m.Control) (ms2m.S
 
 // AppliedAfter returns when the instance applied its first message after
 // the one at p.
-func (c Client) AppliedAfter(ctx context.Context, t Target, p ms2m.Position) (ms2m.Applied, error) {
-	var a ms2m.Applied
-	req := c.request(http.MethodGet, t, ms2m.AppliedPath).Param("after", strconv.FormatUint(p.Seq, 10))
+func (c Client) AppliedAfter(ctx context.Context, t Target, p protocol.Position) (protocol.Applied, error) {
+	var a protocol.Applied
+	req := c.request(http.MethodGet, t, protocol.AppliedPath).Param("after", strconv.FormatUint(p.Seq, 10))
 	if p.Producer != "" {
 		req = req.Param("producer", p.Producer)
 	}
@@ -104,8 +104,8 @@ func callError(t Target, what string, err error, body []byte) error {
 	if detail == "" {
 		detail = err.Error()
 	}
-	if strings.Contains(detail, ms2m.TokenHeader) || strings.Contains(detail, "no MS2M control token") {
-		return fmt.Errorf("%s %s: the application refused the call: %s (it takes the token of Secret %s in its namespace as mounted when it started; restart it after changing the Secret)", t, what, truncate(detail), ms2m.ControlSecret)
+	if strings.Contains(detail, protocol.TokenHeader) || strings.Contains(detail, "no MS2M control token") {
+		return fmt.Errorf("%s %s: the application refused the call: %s (it takes the token of Secret %s in its namespace as mounted when it started; restart it after changing the Secret)", t, what, truncate(detail), protocol.ControlSecret)
 	}
 	return fmt.Errorf("%s %s: %s (is the MS2M endpoint on port %d? set the port with the ms2m.io/control-port annotation or --control-port)", t, what, truncate(detail), t.Port)
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
 // apiServer stands in for the API server's pod proxy in front of one
@@ -38,7 +39,7 @@ func apiServer(t *testing.T, app http.Handler) Client {
 }
 
 func TestClientSpeaksTheContract(t *testing.T) {
-	tokenFile := filepath.Join(t.TempDir(), ms2m.TokenKey)
+	tokenFile := filepath.Join(t.TempDir(), protocol.TokenKey)
 	if err := os.WriteFile(tokenFile, []byte("s3cret"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -48,22 +49,22 @@ func TestClientSpeaksTheContract(t *testing.T) {
 	ctx := context.Background()
 
 	// The token travels through the API server's proxy in its own header.
-	if _, err := c.Control(ctx, Target{Namespace: "ns", Pod: "p", Port: 8080, Token: "guess"}, ms2m.Control{Type: ms2m.Prepare}); err == nil || !strings.Contains(err.Error(), "refused the call") || !strings.Contains(err.Error(), ms2m.ControlSecret) {
+	if _, err := c.Control(ctx, Target{Namespace: "ns", Pod: "p", Port: 8080, Token: "guess"}, protocol.Control{Type: protocol.Prepare}); err == nil || !strings.Contains(err.Error(), "refused the call") || !strings.Contains(err.Error(), protocol.ControlSecret) {
 		t.Fatalf("a call with the wrong token: %v", err)
 	}
 
 	st, err := c.State(ctx, target)
-	if err != nil || st.Mode != ms2m.ModePrimary || st.Process == "" {
+	if err != nil || st.Mode != protocol.ModePrimary || st.Process == "" {
 		t.Fatalf("state %+v %v", st, err)
 	}
-	st, err = c.Control(ctx, target, ms2m.Control{Type: ms2m.Prepare})
+	st, err = c.Control(ctx, target, protocol.Control{Type: protocol.Prepare})
 	if err != nil || !st.PendingRestore {
 		t.Fatalf("prepare %+v %v", st, err)
 	}
-	if _, err := c.Control(ctx, target, ms2m.Control{Type: "BOGUS"}); err == nil || !strings.Contains(err.Error(), "unknown control message type") {
+	if _, err := c.Control(ctx, target, protocol.Control{Type: "BOGUS"}); err == nil || !strings.Contains(err.Error(), "unknown control message type") {
 		t.Fatalf("bogus control: %v", err)
 	}
-	if _, err := c.AppliedAfter(ctx, target, ms2m.Position{}); !errors.Is(err, ErrNotApplied) {
+	if _, err := c.AppliedAfter(ctx, target, protocol.Position{}); !errors.Is(err, ErrNotApplied) {
 		t.Fatalf("applied after 0: %v", err)
 	}
 	if _, err := c.State(ctx, Target{Namespace: "ns", Pod: "other", Port: 8080}); err == nil || !strings.Contains(err.Error(), "ms2m.io/control-port") {

@@ -16,7 +16,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
 // dialTimeout bounds one connection attempt, the AMQP handshake included.
@@ -195,7 +195,7 @@ func (c *Client) PublishMarker(ctx context.Context, exchange, id string) error {
 	if err != nil {
 		return err
 	}
-	return ms2m.PublishMarker(ctx, conn, exchange, id)
+	return protocol.PublishMarker(ctx, conn, exchange, id)
 }
 
 // QueueDepth returns the number of ready messages in queue.

@@ -10,7 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/test/testenv"
 )
 
@@ -23,7 +23,7 @@ func TestReplayQueueLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer setup.Close()
-	if err := ms2m.DeclareTopology(setup, exchange, primary); err != nil {
+	if err := protocol.DeclareTopology(setup, exchange, primary); err != nil {
 		t.Fatal(err)
 	}
 	c, err := Dial(ctx, url)
@@ -39,7 +39,7 @@ func TestReplayQueueLifecycle(t *testing.T) {
 	if err := c.CheckExchange(ctx, "no-such-exchange"); err == nil {
 		t.Fatal("missing exchange accepted")
 	}
-	replay := ms2m.ReplayQueueName(primary)
+	replay := protocol.ReplayQueueName(primary)
 	if _, err := c.QueueDepth(ctx, replay); !IsNotFound(err) {
 		t.Fatalf("replay queue before bind: %v", err)
 	}

@@ -32,7 +32,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kubelet"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
 // Config is what to check.
@@ -130,7 +130,7 @@ type checker struct {
 	image     string
 	restored  string // pod name on To
 	restoring bool   // its create was asked for
-	before    ms2m.State
+	before    protocol.State
 	target    *corev1.Node
 	// viaRuntime: To's runtime does not restore, the kubectl-migrate
 	// runtime does; the checkpoint is sent to To's agent (receiver), which

@@ -15,7 +15,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/runtimesupport"
 )
@@ -147,7 +147,7 @@ func (c *checker) pull(ctx context.Context, restored chan<- restoreOutcome) (str
 }
 
 func (c *checker) sameProcess(ctx context.Context) (string, error) {
-	var st ms2m.State
+	var st protocol.State
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		var err error
 		if st, err = c.deps.App.State(ctx, c.canaryApp(c.restored)); err != nil {

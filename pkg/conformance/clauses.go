@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
 // The contract's clauses, each a check of the running image under test.
@@ -18,11 +19,11 @@ func (r *run) version(ctx context.Context) error {
 	st, err := r.env.App.State(ctx)
 	switch {
 	case err != nil:
-		return fmt.Errorf("no state at %s: %w", ms2m.StatePath, err)
-	case st.Contract != ms2m.ContractVersion:
-		return fmt.Errorf("reports contract %d; this check is of contract %d", st.Contract, ms2m.ContractVersion)
-	case st.Mode != ms2m.ModePrimary:
-		return fmt.Errorf("a new instance is in mode %q, not %q", st.Mode, ms2m.ModePrimary)
+		return fmt.Errorf("no state at %s: %w", protocol.StatePath, err)
+	case st.Contract != protocol.ContractVersion:
+		return fmt.Errorf("reports contract %d; this check is of contract %d", st.Contract, protocol.ContractVersion)
+	case st.Mode != protocol.ModePrimary:
+		return fmt.Errorf("a new instance is in mode %q, not %q", st.Mode, protocol.ModePrimary)
 	}
 	return nil
 }
@@ -39,9 +40,9 @@ func (r *run) asksForToken(ctx context.Context) error {
 		}
 		app := r.env.App.WithToken(token)
 		if _, err := app.State(ctx); err == nil {
-			return fmt.Errorf("answered GET %s %s", ms2m.StatePath, who)
+			return fmt.Errorf("answered GET %s %s", protocol.StatePath, who)
 		}
-		if _, err := app.Control(ctx, ms2m.Control{Type: ms2m.Stop}); err == nil {
+		if _, err := app.Control(ctx, protocol.Control{Type: protocol.Stop}); err == nil {
 			return fmt.Errorf("took STOP %s", who)
 		}
 	}
@@ -49,7 +50,7 @@ func (r *run) asksForToken(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if after.Mode != ms2m.ModePrimary || after.PendingRestore != before.PendingRestore {
+	if after.Mode != protocol.ModePrimary || after.PendingRestore != before.PendingRestore {
 		return fmt.Errorf("refused calls changed it: mode %s, pendingRestore %v", after.Mode, after.PendingRestore)
 	}
 	return nil
@@ -71,14 +72,14 @@ func (r *run) skipsDuplicate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	again := ms2m.Position{Producer: r.last.Producer, Seq: r.last.Seq - 3}
+	again := protocol.Position{Producer: r.last.Producer, Seq: r.last.Seq - 3}
 	if err := r.onChannel(func(ch *amqp.Channel) error {
 		return ch.PublishWithContext(ctx, r.env.Exchange, "", false, false, amqp.Publishing{
-			Headers: ms2m.Stamp(nil, again, time.Now()), ContentType: r.env.ContentType, Body: r.env.Body})
+			Headers: protocol.Stamp(nil, again, time.Now()), ContentType: r.env.ContentType, Body: r.env.Body})
 	}); err != nil {
 		return err
 	}
-	if _, err := r.waitFor(ctx, "skipping the copy of message "+again.String(), func(st ms2m.State) bool { return st.Skipped > before.Skipped }); err != nil {
+	if _, err := r.waitFor(ctx, "skipping the copy of message "+again.String(), func(st protocol.State) bool { return st.Skipped > before.Skipped }); err != nil {
 		return err
 	}
 	_, err = r.caughtUp(ctx)
@@ -96,21 +97,21 @@ func (r *run) parksUnidentified(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if _, err := r.waitFor(ctx, "counting it as parked", func(st ms2m.State) bool { return st.Parked > before.Parked }); err != nil {
+	if _, err := r.waitFor(ctx, "counting it as parked", func(st protocol.State) bool { return st.Parked > before.Parked }); err != nil {
 		return err
 	}
 	return r.onChannel(func(ch *amqp.Channel) error {
 		for {
-			d, ok, err := ch.Get(ms2m.ParkQueueName(r.env.Queue), true)
+			d, ok, err := ch.Get(protocol.ParkQueueName(r.env.Queue), true)
 			if err != nil {
 				return err
 			}
 			if !ok {
-				return fmt.Errorf("the message is not on %s", ms2m.ParkQueueName(r.env.Queue))
+				return fmt.Errorf("the message is not on %s", protocol.ParkQueueName(r.env.Queue))
 			}
 			if string(d.Body) == string(body) {
-				if why, _ := d.Headers[ms2m.HeaderParked].(string); why == "" {
-					return fmt.Errorf("the parked message has no %s reason", ms2m.HeaderParked)
+				if why, _ := d.Headers[protocol.HeaderParked].(string); why == "" {
+					return fmt.Errorf("the parked message has no %s reason", protocol.HeaderParked)
 				}
 				return nil
 			}
@@ -119,12 +120,12 @@ func (r *run) parksUnidentified(ctx context.Context) error {
 }
 
 func (r *run) stopHolds(ctx context.Context) error {
-	stopped, err := r.control(ctx, ms2m.Stop, ms2m.ControlPayload{})
+	stopped, err := r.control(ctx, protocol.Stop, protocol.ControlPayload{})
 	if err != nil {
 		return err
 	}
-	if stopped.Mode != ms2m.ModeHold {
-		return fmt.Errorf("mode %q after STOP, want %q", stopped.Mode, ms2m.ModeHold)
+	if stopped.Mode != protocol.ModeHold {
+		return fmt.Errorf("mode %q after STOP, want %q", stopped.Mode, protocol.ModeHold)
 	}
 	if err := r.publish(ctx, 5); err != nil {
 		return err
@@ -151,7 +152,7 @@ func (r *run) stopHolds(ctx context.Context) error {
 }
 
 func (r *run) resumes(ctx context.Context) error {
-	if _, err := r.control(ctx, ms2m.Resume, ms2m.ControlPayload{}); err != nil {
+	if _, err := r.control(ctx, protocol.Resume, protocol.ControlPayload{}); err != nil {
 		return err
 	}
 	_, err := r.caughtUp(ctx)
@@ -159,7 +160,7 @@ func (r *run) resumes(ctx context.Context) error {
 }
 
 func (r *run) replays(ctx context.Context) error {
-	replay := ms2m.ReplayQueueName(r.env.Queue)
+	replay := protocol.ReplayQueueName(r.env.Queue)
 	if err := r.onChannel(func(ch *amqp.Channel) error {
 		if _, err := ch.QueueDeclare(replay, true, false, false, false, nil); err != nil {
 			return err
@@ -168,7 +169,7 @@ func (r *run) replays(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if _, err := r.control(ctx, ms2m.Stop, ms2m.ControlPayload{}); err != nil {
+	if _, err := r.control(ctx, protocol.Stop, protocol.ControlPayload{}); err != nil {
 		return err
 	}
 	// Ten messages reach both queues; the instance takes them from the
@@ -176,18 +177,18 @@ func (r *run) replays(ctx context.Context) error {
 	if err := r.publish(ctx, 10); err != nil {
 		return err
 	}
-	before, err := r.control(ctx, ms2m.StartReplay, ms2m.ControlPayload{Queue: replay})
+	before, err := r.control(ctx, protocol.StartReplay, protocol.ControlPayload{Queue: replay})
 	if err != nil {
 		return err
 	}
-	if before.Mode != ms2m.ModeReplay {
-		return fmt.Errorf("mode %q after START_REPLAY, want %q", before.Mode, ms2m.ModeReplay)
+	if before.Mode != protocol.ModeReplay {
+		return fmt.Errorf("mode %q after START_REPLAY, want %q", before.Mode, protocol.ModeReplay)
 	}
-	if _, err := r.control(ctx, ms2m.EndReplay, ms2m.EndReplayAt(r.last).Payload); err != nil {
+	if _, err := r.control(ctx, protocol.EndReplay, protocol.EndReplayAt(r.last).Payload); err != nil {
 		return err
 	}
-	st, err := r.waitFor(ctx, "switching to the primary queue after the bound", func(st ms2m.State) bool {
-		return st.Mode == ms2m.ModePrimary && st.Reached(r.last)
+	st, err := r.waitFor(ctx, "switching to the primary queue after the bound", func(st protocol.State) bool {
+		return st.Mode == protocol.ModePrimary && st.Reached(r.last)
 	})
 	if err != nil {
 		return err
@@ -195,7 +196,7 @@ func (r *run) replays(ctx context.Context) error {
 	if st.Queue != r.env.Queue {
 		return fmt.Errorf("consumes %q after the replay, want the primary queue %q", st.Queue, r.env.Queue)
 	}
-	if _, err := r.waitFor(ctx, "skipping the replayed messages on the primary queue", func(s ms2m.State) bool { return s.Skipped >= before.Skipped+10 }); err != nil {
+	if _, err := r.waitFor(ctx, "skipping the replayed messages on the primary queue", func(s protocol.State) bool { return s.Skipped >= before.Skipped+10 }); err != nil {
 		return err
 	}
 	if _, err := r.caughtUp(ctx); err != nil {
@@ -216,7 +217,7 @@ func (r *run) reconnects(ctx context.Context) error {
 		return err
 	}
 	r.env.Cut()
-	if _, err := r.waitFor(ctx, "reconnecting", func(st ms2m.State) bool { return st.Reconnects > before.Reconnects }); err != nil {
+	if _, err := r.waitFor(ctx, "reconnecting", func(st protocol.State) bool { return st.Reconnects > before.Reconnects }); err != nil {
 		return err
 	}
 	if err := r.publish(ctx, 5); err != nil {
@@ -230,20 +231,20 @@ func (r *run) reconnects(ctx context.Context) error {
 }
 
 func (r *run) holdsWhileMigrating(ctx context.Context) error {
-	migration := ms2m.MigrationQueueName(r.env.Queue)
+	migration := protocol.MigrationQueueName(r.env.Queue)
 	if err := r.onChannel(func(ch *amqp.Channel) error {
 		_, err := ch.QueueDeclare(migration, true, false, false, false, nil)
 		return err
 	}); err != nil {
 		return err
 	}
-	before, err := r.control(ctx, ms2m.Prepare, ms2m.ControlPayload{Migration: "conformance"})
+	before, err := r.control(ctx, protocol.Prepare, protocol.ControlPayload{Migration: "conformance"})
 	if err != nil {
 		return err
 	}
 	r.env.Cut() // as the restore of the checkpoint PREPARE marked
-	held, err := r.waitFor(ctx, "holding after the reconnect", func(st ms2m.State) bool {
-		return st.Reconnects > before.Reconnects && st.Mode == ms2m.ModeHold
+	held, err := r.waitFor(ctx, "holding after the reconnect", func(st protocol.State) bool {
+		return st.Reconnects > before.Reconnects && st.Mode == protocol.ModeHold
 	})
 	if err != nil {
 		return err
@@ -254,7 +255,7 @@ func (r *run) holdsWhileMigrating(ctx context.Context) error {
 	// Three of its looks for the migration queue: still holding.
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Second, true, func(ctx context.Context) (bool, error) {
 		st, err := r.env.App.State(ctx)
-		if err == nil && (st.Mode != ms2m.ModeHold || st.Position() != held.Position()) {
+		if err == nil && (st.Mode != protocol.ModeHold || st.Position() != held.Position()) {
 			return false, fmt.Errorf("consumed while a migration runs: mode %s, at %s", st.Mode, st.Position())
 		}
 		return false, nil
@@ -264,8 +265,8 @@ func (r *run) holdsWhileMigrating(ctx context.Context) error {
 	if err := r.onChannel(func(ch *amqp.Channel) error { _, err := ch.QueueDelete(migration, false, false, false); return err }); err != nil {
 		return err
 	}
-	if _, err := r.waitFor(ctx, "resuming once no migration runs", func(st ms2m.State) bool {
-		return st.Mode == ms2m.ModePrimary && st.RestoredAgain > before.RestoredAgain
+	if _, err := r.waitFor(ctx, "resuming once no migration runs", func(st protocol.State) bool {
+		return st.Mode == protocol.ModePrimary && st.RestoredAgain > before.RestoredAgain
 	}); err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
 // Environment variables that tell an application its broker topology
@@ -95,7 +95,7 @@ func Start(ctx context.Context, client kubernetes.Interface, spec PodSpec) (*Scr
 		_, err := app.State(ctx)
 		return err == nil, nil
 	}); err != nil {
-		return s, fmt.Errorf("the application runs but never answered GET %s on port %d", ms2m.StatePath, spec.Port)
+		return s, fmt.Errorf("the application runs but never answered GET %s on port %d", protocol.StatePath, spec.Port)
 	}
 	return s, nil
 }
@@ -146,8 +146,8 @@ type proxied struct {
 	t appctl.Target
 }
 
-func (p proxied) State(ctx context.Context) (ms2m.State, error) { return p.c.State(ctx, p.t) }
-func (p proxied) WithToken(token string) App                    { p.t.Token = token; return p }
-func (p proxied) Control(ctx context.Context, msg ms2m.Control) (ms2m.State, error) {
+func (p proxied) State(ctx context.Context) (protocol.State, error) { return p.c.State(ctx, p.t) }
+func (p proxied) WithToken(token string) App                        { p.t.Token = token; return p }
+func (p proxied) Control(ctx context.Context, msg protocol.Control) (protocol.State, error) {
 	return p.c.Control(ctx, p.t, msg)
 }

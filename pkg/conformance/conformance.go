@@ -14,12 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
 // App is the instance under test, reached over its contract endpoint.
 type App interface {
-	State(ctx context.Context) (ms2m.State, error)
-	Control(ctx context.Context, msg ms2m.Control) (ms2m.State, error)
+	State(ctx context.Context) (protocol.State, error)
+	Control(ctx context.Context, msg protocol.Control) (protocol.State, error)
 	// WithToken is the same instance, called with token instead of its own.
 	WithToken(token string) App
 }
@@ -159,8 +160,8 @@ func Failed(results []Result) bool {
 type run struct {
 	env  Env
 	pub  *ms2m.Publisher
-	sent ms2m.Totals
-	last ms2m.Position
+	sent protocol.Totals
+	last protocol.Position
 }
 
 func (r *run) publish(ctx context.Context, n int) error {
@@ -190,8 +191,8 @@ func (r *run) onChannel(fn func(*amqp.Channel) error) error {
 }
 
 // waitFor polls the application's state until done holds.
-func (r *run) waitFor(ctx context.Context, what string, done func(ms2m.State) bool) (ms2m.State, error) {
-	var st ms2m.State
+func (r *run) waitFor(ctx context.Context, what string, done func(protocol.State) bool) (protocol.State, error) {
+	var st protocol.State
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, r.env.Timeout, true, func(ctx context.Context) (bool, error) {
 		st, last = r.env.App.State(ctx)
@@ -207,8 +208,8 @@ func (r *run) waitFor(ctx context.Context, what string, done func(ms2m.State) bo
 }
 
 // caughtUp waits for every message sent to be applied and checks totals.
-func (r *run) caughtUp(ctx context.Context) (ms2m.State, error) {
-	st, err := r.waitFor(ctx, "applying every message sent", func(st ms2m.State) bool { return st.Reached(r.last) })
+func (r *run) caughtUp(ctx context.Context) (protocol.State, error) {
+	st, err := r.waitFor(ctx, "applying every message sent", func(st protocol.State) bool { return st.Reached(r.last) })
 	if err != nil {
 		return st, err
 	}
@@ -218,10 +219,10 @@ func (r *run) caughtUp(ctx context.Context) (ms2m.State, error) {
 	return st, nil
 }
 
-func (r *run) control(ctx context.Context, t ms2m.ControlType, p ms2m.ControlPayload) (ms2m.State, error) {
+func (r *run) control(ctx context.Context, t protocol.ControlType, p protocol.ControlPayload) (protocol.State, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.env.Timeout)
 	defer cancel()
-	st, err := r.env.App.Control(ctx, ms2m.Control{Type: t, Payload: p})
+	st, err := r.env.App.Control(ctx, protocol.Control{Type: t, Payload: p})
 	if err != nil {
 		return st, fmt.Errorf("%s: %w", t, err)
 	}
@@ -240,7 +241,7 @@ func deleteTopology(url, exchange, queue string) error {
 	if err != nil {
 		return err
 	}
-	for _, q := range []string{queue, ms2m.ParkQueueName(queue), ms2m.ReplayQueueName(queue), ms2m.MigrationQueueName(queue)} {
+	for _, q := range []string{queue, protocol.ParkQueueName(queue), protocol.ReplayQueueName(queue), protocol.MigrationQueueName(queue)} {
 		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 			return err
 		}
@@ -251,7 +252,7 @@ func deleteTopology(url, exchange, queue string) error {
 // cleanup removes the scratch queues the check made.
 func (r *run) cleanup() {
 	_ = r.onChannel(func(ch *amqp.Channel) error {
-		for _, q := range []string{ms2m.ReplayQueueName(r.env.Queue), ms2m.MigrationQueueName(r.env.Queue)} {
+		for _, q := range []string{protocol.ReplayQueueName(r.env.Queue), protocol.MigrationQueueName(r.env.Queue)} {
 			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 				return err
 			}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/sample"
 	"github.com/kubectl-migrate/kubectl-migrate/test/testenv"
 )
@@ -127,17 +128,17 @@ func TestAConsumerThatIgnoresSTOPFails(t *testing.T) {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			// It checks the token (the clause before STOP's), then
 			// ignores STOP.
-			if r.URL.Path == ms2m.ControlPath && r.Header.Get(ms2m.TokenHeader) == testToken {
+			if r.URL.Path == protocol.ControlPath && r.Header.Get(protocol.TokenHeader) == testToken {
 				body, _ := io.ReadAll(r.Body)
-				var msg ms2m.Control
-				if json.Unmarshal(body, &msg) == nil && msg.Type == ms2m.Stop {
+				var msg protocol.Control
+				if json.Unmarshal(body, &msg) == nil && msg.Type == protocol.Stop {
 					rec := httptest.NewRecorder()
-					get := httptest.NewRequest(http.MethodGet, ms2m.StatePath, nil)
+					get := httptest.NewRequest(http.MethodGet, protocol.StatePath, nil)
 					get.Header = r.Header
 					h.ServeHTTP(rec, get)
-					var st ms2m.State
+					var st protocol.State
 					_ = json.Unmarshal(rec.Body.Bytes(), &st)
-					st.Mode = ms2m.ModeHold // says it stopped
+					st.Mode = protocol.ModeHold // says it stopped
 					w.Header().Set("Content-Type", "application/json")
 					_ = json.NewEncoder(w).Encode(st)
 					return

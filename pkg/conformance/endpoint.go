@@ -8,7 +8,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
 // Endpoint is an App reached over plain HTTP at URL (e.g.
@@ -23,25 +23,25 @@ type Endpoint struct {
 func (e Endpoint) WithToken(token string) App { e.Token = token; return e }
 
 // State reads the application's state.
-func (e Endpoint) State(ctx context.Context) (ms2m.State, error) {
-	return e.do(ctx, http.MethodGet, ms2m.StatePath, nil)
+func (e Endpoint) State(ctx context.Context) (protocol.State, error) {
+	return e.do(ctx, http.MethodGet, protocol.StatePath, nil)
 }
 
 // Control sends a control message.
-func (e Endpoint) Control(ctx context.Context, msg ms2m.Control) (ms2m.State, error) {
+func (e Endpoint) Control(ctx context.Context, msg protocol.Control) (protocol.State, error) {
 	body, _ := json.Marshal(msg)
-	return e.do(ctx, http.MethodPost, ms2m.ControlPath, body)
+	return e.do(ctx, http.MethodPost, protocol.ControlPath, body)
 }
 
-func (e Endpoint) do(ctx context.Context, method, path string, body []byte) (ms2m.State, error) {
-	var st ms2m.State
+func (e Endpoint) do(ctx context.Context, method, path string, body []byte) (protocol.State, error) {
+	var st protocol.State
 	req, err := http.NewRequestWithContext(ctx, method, e.URL+path, bytes.NewReader(body))
 	if err != nil {
 		return st, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if e.Token != "" {
-		req.Header.Set(ms2m.TokenHeader, e.Token)
+		req.Header.Set(protocol.TokenHeader, e.Token)
 	}
 	client := e.Client
 	if client == nil {

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
 // testToken is the control token the tests' applications (Go in-process,
@@ -17,7 +17,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	file := filepath.Join(dir, ms2m.TokenKey)
+	file := filepath.Join(dir, protocol.TokenKey)
 	if err := os.WriteFile(file, []byte(testToken), 0o600); err != nil {
 		panic(err)
 	}

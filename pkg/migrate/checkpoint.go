@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -59,7 +59,7 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 	}
 	if m.config.Strategy == MS2M {
 		// The mark is in the checkpoint now; the live source drops it.
-		if _, err := m.deps.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Checkpointed, Payload: ms2m.ControlPayload{Migration: m.tag()}}); err != nil {
+		if _, err := m.deps.App.Control(ctx, m.sourceApp(), protocol.Control{Type: protocol.Checkpointed, Payload: protocol.ControlPayload{Migration: m.tag()}}); err != nil {
 			return err
 		}
 	}

@@ -38,7 +38,7 @@ const (
 // Strategies lists the valid strategies.
 var Strategies = []Strategy{MS2M, StopAndCopy}
 
-// StatefulSetMode is how a StatefulSet pod moves (ms2m.Mode is what an application instance is doing).
+// StatefulSetMode is how a StatefulSet pod moves (protocol.Mode is what an application instance is doing).
 type StatefulSetMode string
 
 // Modes.
@@ -146,7 +146,7 @@ type Config struct {
 
 	Broker      BrokerConfig
 	ControlPort int
-	// ControlToken is the namespace's control token (ms2m.ControlSecret),
+	// ControlToken is the namespace's control token (protocol.ControlSecret),
 	// read in preflight and by a recovery: never journaled.
 	ControlToken string `json:"-"`
 

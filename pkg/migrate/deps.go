@@ -8,7 +8,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
@@ -70,9 +70,9 @@ type Broker interface {
 
 // App drives MS2M application instances.
 type App interface {
-	State(ctx context.Context, t appctl.Target) (ms2m.State, error)
-	Control(ctx context.Context, t appctl.Target, msg ms2m.Control) (ms2m.State, error)
-	AppliedAfter(ctx context.Context, t appctl.Target, p ms2m.Position) (ms2m.Applied, error)
+	State(ctx context.Context, t appctl.Target) (protocol.State, error)
+	Control(ctx context.Context, t appctl.Target, msg protocol.Control) (protocol.State, error)
+	AppliedAfter(ctx context.Context, t appctl.Target, p protocol.Position) (protocol.Applied, error)
 }
 
 // Registry checks and deletes images.

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -21,7 +21,7 @@ const downtimeWait = 15 * time.Second
 // source's states at preflight and at its stop): a few inter-arrival times
 // at the rate the source applied messages, within downtimeWait, and nothing
 // if it applied none (no traffic, no downtime to measure).
-func downtimeBound(first, last ms2m.State) time.Duration {
+func downtimeBound(first, last protocol.State) time.Duration {
 	if last.Producer != first.Producer {
 		return downtimeWait // the producer restarted: messages flow, at a rate not known
 	}
@@ -76,7 +76,7 @@ func (m *Migration) readShadowGap(ctx context.Context) {
 
 // measureDowntime computes downtime from the instances' own timestamps: the
 // source's last applied message N, and the target applying N+1.
-func (m *Migration) measureDowntime(ctx context.Context, last ms2m.State) *report.Downtime {
+func (m *Migration) measureDowntime(ctx context.Context, last protocol.State) *report.Downtime {
 	bound := downtimeBound(m.state.SourceState, last)
 	if bound == 0 {
 		m.progress(report.Cleanup, "the source applied no message during the migration: no downtime to measure")
@@ -84,7 +84,7 @@ func (m *Migration) measureDowntime(ctx context.Context, last ms2m.State) *repor
 	}
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	var next ms2m.Applied
+	var next protocol.Applied
 	err := wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
 		a, err := m.deps.App.AppliedAfter(ctx, m.targetApp(), last.Position())
 		if errors.Is(err, appctl.ErrNotApplied) {
@@ -106,7 +106,7 @@ func (m *Migration) measureDowntime(ctx context.Context, last ms2m.State) *repor
 // gapAfter is the downtime between the source's last applied message and
 // the target applying the next one, next. If next was sent after the source
 // stopped, waiting only began when it was sent.
-func gapAfter(last ms2m.State, next ms2m.Applied) *report.Downtime {
+func gapAfter(last protocol.State, next protocol.Applied) *report.Downtime {
 	waitingSince := last.LastAppliedAt
 	if next.Sent.After(waitingSince) {
 		waitingSince = next.Sent

@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
@@ -267,7 +267,7 @@ func (j Journal) verify(r *report.Record) error {
 		if sts := s.SavedSTS; sts != nil && (sts.Namespace != c.Namespace || sts.Name != c.StatefulSet) {
 			return fmt.Errorf("StatefulSet %s/%s", sts.Namespace, sts.Name)
 		}
-		for q, want := range map[string]string{s.MigrationQueue: ms2m.MigrationQueueName(c.Broker.Queue), s.ReplayQueue: ms2m.ReplayQueueName(c.Broker.Queue)} {
+		for q, want := range map[string]string{s.MigrationQueue: protocol.MigrationQueueName(c.Broker.Queue), s.ReplayQueue: protocol.ReplayQueueName(c.Broker.Queue)} {
 			if q != "" && q != want {
 				return fmt.Errorf("queue %s", q)
 			}

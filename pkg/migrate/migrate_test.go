@@ -24,7 +24,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
@@ -77,7 +77,7 @@ func TestMS2MSucceeds(t *testing.T) {
 	if len(w.Archives) != 0 {
 		t.Fatalf("archives left on the node: %v", w.Archives)
 	}
-	if w.Apps["consumer-abcde"].Mode != ms2m.ModePrimary {
+	if w.Apps["consumer-abcde"].Mode != protocol.ModePrimary {
 		t.Fatal("target does not own the primary queue")
 	}
 	// The marker must precede the checkpoint, and the source must be told
@@ -206,7 +206,7 @@ func TestRollbackAtEveryPhase(t *testing.T) {
 			if err := w.Conservation(); err != nil {
 				t.Fatal(err)
 			}
-			if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
+			if src := w.Apps["consumer"]; src.Mode != protocol.ModePrimary || src.PendingRestore {
 				t.Fatalf("source not serving after rollback: %+v", src)
 			}
 			if w.Queues["work.ms2m-replay"] || w.Queues["work.ms2m-migration"] || len(w.Archives) > 0 || len(w.Images) > 0 {
@@ -256,7 +256,7 @@ func TestFailureAfterCommitDoesNotRollBack(t *testing.T) {
 	if !errors.Is(err, migrate.ErrCommitted) || rec.Outcome != report.Committed {
 		t.Fatalf("err %v outcome %s", err, rec.Outcome)
 	}
-	if w.Apps["consumer-abcde"].Mode != ms2m.ModePrimary {
+	if w.Apps["consumer-abcde"].Mode != protocol.ModePrimary {
 		t.Fatal("the target must keep the primary queue")
 	}
 }
@@ -328,17 +328,19 @@ func TestPreflightRefusals(t *testing.T) {
 			}
 		}, "grants more than Role kubectl-migrate-agents, so others can act where the agents run as root: RoleBinding squatter (ClusterRole admin to User mallory); have an administrator remove them"},
 		{"replay queue exists", func(w *migratetest.World, _ *migrate.Config) { w.Queues["work.ms2m-replay"] = true }, "already exists"},
-		{"app not serving", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Mode = ms2m.ModeHold }, "hold mode"},
+		{"app not serving", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Mode = protocol.ModeHold }, "hold mode"},
 		{"checkpoint image pulled without credentials", func(_ *migratetest.World, c *migrate.Config) { c.AllowAnonymousCheckpoints = false }, "pass --registry-secret for a registry that asks for credentials, --transfer direct, or --allow-anonymous-checkpoints"},
-		{"app of a newer contract", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Contract = ms2m.ContractVersion + 1 }, "upgrade kubectl-migrate"},
+		{"app of a newer contract", func(w *migratetest.World, _ *migrate.Config) {
+			w.Apps["consumer"].Contract = protocol.ContractVersion + 1
+		}, "upgrade kubectl-migrate"},
 		{"app whose endpoint takes anyone's calls", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Contract = 3 }, "takes calls from any pod of the cluster; upgrade it to version 4"},
 		{"no control token", func(w *migratetest.World, _ *migrate.Config) {
-			_ = w.Client.CoreV1().Secrets("default").Delete(context.Background(), ms2m.ControlSecret, metav1.DeleteOptions{})
+			_ = w.Client.CoreV1().Secrets("default").Delete(context.Background(), protocol.ControlSecret, metav1.DeleteOptions{})
 		}, "namespace default has no Secret ms2m-control"},
 		{"a control token that is not the application's", func(w *migratetest.World, _ *migrate.Config) {
 			_, _ = w.Client.CoreV1().Secrets("default").Update(context.Background(), &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: ms2m.ControlSecret, Namespace: "default"},
-				Data:       map[string][]byte{ms2m.TokenKey: []byte("changed")},
+				ObjectMeta: metav1.ObjectMeta{Name: protocol.ControlSecret, Namespace: "default"},
+				Data:       map[string][]byte{protocol.TokenKey: []byte("changed")},
 			}, metav1.UpdateOptions{})
 		}, "refused the call"},
 	} {
@@ -461,7 +463,7 @@ func TestDirectTransferRollbackLeavesNoPullSecret(t *testing.T) {
 				t.Fatalf("outcome %s: %v", rec.Outcome, err)
 			}
 			secrets, err := w.Client.CoreV1().Secrets("default").List(context.Background(), metav1.ListOptions{})
-			if err != nil || len(secrets.Items) != 1 || secrets.Items[0].Name != ms2m.ControlSecret {
+			if err != nil || len(secrets.Items) != 1 || secrets.Items[0].Name != protocol.ControlSecret {
 				t.Fatalf("left %d secrets beside the control token (%v)", len(secrets.Items)-1, err)
 			}
 			if err := w.Conservation(); err != nil {
@@ -486,7 +488,7 @@ func TestRollbackWithTheRegistryGone(t *testing.T) {
 	if rec.Outcome != report.RolledBack || len(rec.Leftovers) != 1 || !strings.Contains(rec.Leftovers[0], "registry:5000/ckpt/default/consumer:app-abcde@sha256:abc") {
 		t.Fatalf("outcome %s, leftovers %v", rec.Outcome, rec.Leftovers)
 	}
-	if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
+	if src := w.Apps["consumer"]; src.Mode != protocol.ModePrimary || src.PendingRestore {
 		t.Fatalf("source not serving: %+v", src)
 	}
 	if len(w.Archives) != 0 || w.Queues["work.ms2m-replay"] || w.Queues["work.ms2m-migration"] {
@@ -676,7 +678,7 @@ func TestTargetKubeletGone(t *testing.T) {
 			if _, ran := rec.Phase(report.Replay); ran != tc.copyRan {
 				t.Fatalf("replay ran: %t, want %t", ran, tc.copyRan)
 			}
-			if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
+			if src := w.Apps["consumer"]; src.Mode != protocol.ModePrimary || src.PendingRestore {
 				t.Fatalf("source not serving after rollback: %+v", src)
 			}
 			if w.Queues["work.ms2m-replay"] || w.Queues["work.ms2m-migration"] || len(w.Archives) > 0 || len(w.Images) > 0 {
@@ -758,7 +760,7 @@ func TestRuntimeRestore(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "kubectl migrate node-setup node-b") {
 		t.Fatalf("want a refusal naming node-setup, got %v", err)
 	}
-	if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || len(w.Archives) != 0 {
+	if src := w.Apps["consumer"]; src.Mode != protocol.ModePrimary || len(w.Archives) != 0 {
 		t.Fatalf("something changed: %+v %v", src, w.Archives)
 	}
 
@@ -852,7 +854,7 @@ func TestRuntimeRestore(t *testing.T) {
 			if len(w.Staged) != 0 || len(w.Expected) != 0 {
 				t.Fatalf("left staged: %v %v", w.Staged, w.Expected)
 			}
-			if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
+			if src := w.Apps["consumer"]; src.Mode != protocol.ModePrimary || src.PendingRestore {
 				t.Fatalf("source not serving: %+v", src)
 			}
 			if err := w.Conservation(); err != nil {
@@ -872,7 +874,7 @@ func TestRuntimeRestore(t *testing.T) {
 		if len(w.Staged) != 0 || !strings.Contains(strings.Join(w.Calls, "\n"), "remove [/var/lib/kubectl-migrate/restore/default/consumer-abcde/app] on node-b") {
 			t.Fatalf("the staged checkpoint was not removed: %v\n%s", w.Staged, strings.Join(w.Calls, "\n"))
 		}
-		if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
+		if src := w.Apps["consumer"]; src.Mode != protocol.ModePrimary || src.PendingRestore {
 			t.Fatalf("source not serving: %+v", src)
 		}
 	})

@@ -11,7 +11,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -24,16 +24,16 @@ type State struct {
 	Stage string `json:"stage,omitempty"`
 
 	// Set by preflight.
-	Source      *corev1.Pod `json:"source,omitempty"`
-	SourceNode  string      `json:"sourceNode,omitempty"`
-	Migrated    []string    `json:"migrated,omitempty"` // the containers migrated
-	SourceState ms2m.State  `json:"sourceState"`
+	Source      *corev1.Pod    `json:"source,omitempty"`
+	SourceNode  string         `json:"sourceNode,omitempty"`
+	Migrated    []string       `json:"migrated,omitempty"` // the containers migrated
+	SourceState protocol.State `json:"sourceState"`
 	// RestoreVia is how the target restores, as preflight chose it
 	// (RestoreCRI or RestoreRuntime); a StatefulSet pod's restores on its
 	// source node (rollback, move back) go the same way.
 	RestoreVia Restore `json:"restoreVia,omitempty"`
 
-	// MigrationQueue exists while the migration runs (ms2m.MigrationQueueName):
+	// MigrationQueue exists while the migration runs (protocol.MigrationQueueName):
 	// a copy restored from a checkpoint holds only as long as it does.
 	MigrationQueue string    `json:"migrationQueue,omitempty"`
 	ReplayQueue    string    `json:"replayQueue,omitempty"`
@@ -54,10 +54,10 @@ type State struct {
 	Target          *corev1.Pod `json:"target,omitempty"`
 	// TargetRestored is the state the restored copy held with: its
 	// checkpoint's. A copy whose state moved past it applied messages.
-	TargetRestored ms2m.State `json:"targetRestored"`
+	TargetRestored protocol.State `json:"targetRestored"`
 	// SourceFinal is the source's state when it stopped.
-	SourceFinal  ms2m.State `json:"sourceFinal"`
-	SourceHalted bool       `json:"sourceHalted,omitempty"`
+	SourceFinal  protocol.State `json:"sourceFinal"`
+	SourceHalted bool           `json:"sourceHalted,omitempty"`
 	// SourcePaused: a live source (MS2M) is stopped while its checkpoint
 	// and its emptyDir volumes are taken, so files and memory are of one
 	// moment; set before the stop, cleared once it consumes again.
@@ -145,7 +145,7 @@ func (m *Migration) app(pod string) appctl.Target {
 func (m *Migration) waitPrimary(ctx context.Context, t appctl.Target) error {
 	return wait.PollUntilContextCancel(ctx, appPollInterval, true, func(ctx context.Context) (bool, error) {
 		st, err := m.deps.App.State(ctx, t)
-		return err == nil && st.Mode == ms2m.ModePrimary, nil
+		return err == nil && st.Mode == protocol.ModePrimary, nil
 	})
 }
 
@@ -235,7 +235,7 @@ func (m *Migration) save(ctx context.Context) error {
 // markRunning declares the queue whose existence tells restored copies that
 // their migration runs; the first phase that changes anything calls it.
 func (m *Migration) markRunning(ctx context.Context) error {
-	m.state.MigrationQueue = ms2m.MigrationQueueName(m.config.Broker.Queue)
+	m.state.MigrationQueue = protocol.MigrationQueueName(m.config.Broker.Queue)
 	if err := m.save(ctx); err != nil {
 		return err
 	}

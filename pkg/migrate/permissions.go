@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
 // The accesses a migration makes, which preflight asks the API server about
@@ -64,7 +64,7 @@ func journalKeyPermissions(agents string) []Permission {
 
 // ControlTokenPermission reads the one Secret of the namespace the
 // migration needs: the applications' control token.
-var ControlTokenPermission = Permission{Verb: "get", Resource: "secrets", Name: ms2m.ControlSecret, Namespaced: true, Why: "to read the applications' control token"}
+var ControlTokenPermission = Permission{Verb: "get", Resource: "secrets", Name: protocol.ControlSecret, Namespaced: true, Why: "to read the applications' control token"}
 
 // RestorePermission names no real resource: node-setup's admission policy
 // admits a pod under the kubectl-migrate RuntimeClass only from who holds

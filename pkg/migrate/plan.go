@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
 
@@ -18,7 +18,7 @@ type PlanStep struct {
 }
 
 func (s PlanStep) queue() string  { return s.Broker.Queue }
-func (s PlanStep) replay() string { return ms2m.ReplayQueueName(s.Broker.Queue) }
+func (s PlanStep) replay() string { return protocol.ReplayQueueName(s.Broker.Queue) }
 
 // inPlace: a StatefulSet pod restored under its own name, whose source goes
 // before its copy exists.

@@ -8,7 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -117,7 +117,7 @@ func (m *Migration) predict(ctx context.Context, window time.Duration) (*report.
 	}
 	p.CriticalPathMillis = critical.Milliseconds()
 	sameQueue := func(r *report.Record) bool {
-		return r.Broker.ReplayQueue == ms2m.ReplayQueueName(m.config.Broker.Queue)
+		return r.Broker.ReplayQueue == protocol.ReplayQueueName(m.config.Broker.Queue)
 	}
 	if mu, ok := median(func(r *report.Record) (float64, bool) {
 		rate := r.ReplayRate()

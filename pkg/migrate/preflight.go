@@ -16,7 +16,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
@@ -282,13 +282,13 @@ func checkBroker(ctx context.Context, m *Migration) error {
 	if _, err := b.QueueDepth(ctx, m.config.Broker.Queue); err != nil {
 		return fmt.Errorf("primary %w", err)
 	}
-	if _, err := b.QueueDepth(ctx, ms2m.MigrationQueueName(m.config.Broker.Queue)); err == nil {
-		return fmt.Errorf("queue %s exists: another migration of this workload runs, or one did not end; see "+version.Command()+" report", ms2m.MigrationQueueName(m.config.Broker.Queue))
+	if _, err := b.QueueDepth(ctx, protocol.MigrationQueueName(m.config.Broker.Queue)); err == nil {
+		return fmt.Errorf("queue %s exists: another migration of this workload runs, or one did not end; see "+version.Command()+" report", protocol.MigrationQueueName(m.config.Broker.Queue))
 	} else if !broker.IsNotFound(err) {
 		return err
 	}
 	if m.config.Strategy == MS2M {
-		replay := ms2m.ReplayQueueName(m.config.Broker.Queue)
+		replay := protocol.ReplayQueueName(m.config.Broker.Queue)
 		_, err := b.QueueDepth(ctx, replay)
 		if err == nil {
 			return fmt.Errorf("replay queue %s already exists: another migration of this queue is running, or one crashed; delete the queue once none runs", replay)
@@ -316,17 +316,17 @@ func checkControlToken(ctx context.Context, m *Migration) error {
 // ControlToken reads the control token of the applications in namespace
 // (contract 4), which every call to them carries.
 func ControlToken(ctx context.Context, client kubernetes.Interface, namespace string) (string, error) {
-	s, err := client.CoreV1().Secrets(namespace).Get(ctx, ms2m.ControlSecret, metav1.GetOptions{})
+	s, err := client.CoreV1().Secrets(namespace).Get(ctx, protocol.ControlSecret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return "", fmt.Errorf("namespace %s has no Secret %s, whose token its MS2M applications take control calls with: create it with "+version.Command()+" control-token -n %s and mount it in the application's pods at %s (docs/contract.md, \"Control token\")",
-			namespace, ms2m.ControlSecret, namespace, path.Dir(ms2m.DefaultTokenFile))
+			namespace, protocol.ControlSecret, namespace, path.Dir(protocol.DefaultTokenFile))
 	}
 	if err != nil {
 		return "", fmt.Errorf("read the control token: %w", err)
 	}
-	token := strings.TrimSpace(string(s.Data[ms2m.TokenKey]))
+	token := strings.TrimSpace(string(s.Data[protocol.TokenKey]))
 	if token == "" {
-		return "", fmt.Errorf("the Secret %s in namespace %s has no %q key: put the applications' control token there", ms2m.ControlSecret, namespace, ms2m.TokenKey)
+		return "", fmt.Errorf("the Secret %s in namespace %s has no %q key: put the applications' control token there", protocol.ControlSecret, namespace, protocol.TokenKey)
 	}
 	return token, nil
 }
@@ -336,13 +336,13 @@ func checkApp(ctx context.Context, m *Migration) error {
 	if err != nil {
 		return err
 	}
-	if st.Contract > ms2m.ContractVersion {
-		return fmt.Errorf("the application in pod %s speaks MS2M contract version %d, this kubectl-migrate only up to %d; upgrade kubectl-migrate", m.config.Pod, st.Contract, ms2m.ContractVersion)
+	if st.Contract > protocol.ContractVersion {
+		return fmt.Errorf("the application in pod %s speaks MS2M contract version %d, this kubectl-migrate only up to %d; upgrade kubectl-migrate", m.config.Pod, st.Contract, protocol.ContractVersion)
 	}
-	if st.Contract < ms2m.TokenContract {
-		return fmt.Errorf("the application in pod %s speaks MS2M contract version %d, whose control endpoint takes calls from any pod of the cluster; upgrade it to version %d (docs/contract.md, \"Control token\")", m.config.Pod, max(st.Contract, 1), ms2m.TokenContract)
+	if st.Contract < protocol.TokenContract {
+		return fmt.Errorf("the application in pod %s speaks MS2M contract version %d, whose control endpoint takes calls from any pod of the cluster; upgrade it to version %d (docs/contract.md, \"Control token\")", m.config.Pod, max(st.Contract, 1), protocol.TokenContract)
 	}
-	if st.Mode != ms2m.ModePrimary {
+	if st.Mode != protocol.ModePrimary {
 		return fmt.Errorf("the application in pod %s is in %s mode, not consuming its primary queue; is a migration already running?", m.config.Pod, st.Mode)
 	}
 	if st.PendingRestore {

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -32,13 +32,13 @@ func (prepare) Run(ctx context.Context, m *Migration) error {
 	if err := m.createTargetEarly(ctx); err != nil {
 		return err
 	}
-	m.state.ReplayQueue = ms2m.ReplayQueueName(m.config.Broker.Queue)
+	m.state.ReplayQueue = protocol.ReplayQueueName(m.config.Broker.Queue)
 	if err := m.broker.BindReplayQueue(ctx, m.config.Broker.Exchange, m.state.ReplayQueue); err != nil {
 		return err
 	}
 	m.state.ReplayBound = time.Now()
 	m.Record.Broker.ReplayQueue = m.state.ReplayQueue
-	if _, err := m.deps.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Prepare, Payload: ms2m.ControlPayload{Queue: m.state.ReplayQueue, Migration: m.tag(), Target: m.targetIdentity()}}); err != nil {
+	if _, err := m.deps.App.Control(ctx, m.sourceApp(), protocol.Control{Type: protocol.Prepare, Payload: protocol.ControlPayload{Queue: m.state.ReplayQueue, Migration: m.tag(), Target: m.targetIdentity()}}); err != nil {
 		return err
 	}
 	if err := m.broker.PublishMarker(ctx, m.config.Broker.Exchange, m.tag()); err != nil {
@@ -62,7 +62,7 @@ func (prepare) Rollback(ctx context.Context, m *Migration) error {
 		return err
 	}
 	var errs []error
-	if _, err := m.deps.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Checkpointed, Payload: ms2m.ControlPayload{Migration: m.tag()}}); err != nil {
+	if _, err := m.deps.App.Control(ctx, m.sourceApp(), protocol.Control{Type: protocol.Checkpointed, Payload: protocol.ControlPayload{Migration: m.tag()}}); err != nil {
 		errs = append(errs, fmt.Errorf("clear the source's checkpoint mark: %w", err))
 	}
 	if m.state.ReplayQueue != "" {
@@ -97,7 +97,7 @@ func (m *Migration) haltSource(ctx context.Context) error {
 	if err := m.journaled(ctx, &m.state.SourceHalted, true); err != nil {
 		return err
 	}
-	st, err := m.deps.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop, Payload: ms2m.ControlPayload{Target: m.targetIdentity()}})
+	st, err := m.deps.App.Control(ctx, m.sourceApp(), protocol.Control{Type: protocol.Stop, Payload: protocol.ControlPayload{Target: m.targetIdentity()}})
 	if err != nil {
 		return fmt.Errorf("stop the source: %w", err)
 	}
@@ -134,7 +134,7 @@ func resumeSource(ctx context.Context, m *Migration) error {
 			return nil // the name no longer holds the source
 		}
 	}
-	if _, err := m.deps.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Resume}); err != nil {
+	if _, err := m.deps.App.Control(ctx, m.sourceApp(), protocol.Control{Type: protocol.Resume}); err != nil {
 		return fmt.Errorf("resume the source: %w", err)
 	}
 	m.state.SourceHalted = false

@@ -17,7 +17,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -159,14 +159,14 @@ func recoverPodAt(t *testing.T, w *migratetest.World, strategy migrate.Strategy,
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
 	if rec.Outcome == report.Succeeded {
-		if !apierrors.IsNotFound(srcErr) || tgtErr != nil || w.Apps["consumer-abcde"].Mode != ms2m.ModePrimary {
+		if !apierrors.IsNotFound(srcErr) || tgtErr != nil || w.Apps["consumer-abcde"].Mode != protocol.ModePrimary {
 			t.Fatalf("crashed in %s, completed, but source %v, target %v", last.Name, srcErr, tgtErr)
 		}
 	} else {
 		if srcErr != nil || !apierrors.IsNotFound(tgtErr) {
 			t.Fatalf("crashed in %s, rolled back, but source %v, target %v", last.Name, srcErr, tgtErr)
 		}
-		if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
+		if src := w.Apps["consumer"]; src.Mode != protocol.ModePrimary || src.PendingRestore {
 			t.Fatalf("source not serving after recovery: %+v", src)
 		}
 	}
@@ -348,7 +348,7 @@ func TestRecoveryMovesBackACopyThatConsumed(t *testing.T) {
 	hooks := migrate.Hooks{PhaseStarted: func(p report.PhaseTiming) {
 		if p.Name == report.Switchover {
 			target := appctl.Target{Namespace: "default", Pod: "consumer-0", Port: cfg.ControlPort, Token: migratetest.ControlToken}
-			if _, err := w.Deps().App.Control(context.Background(), target, ms2m.Control{Type: ms2m.Resume}); err != nil {
+			if _, err := w.Deps().App.Control(context.Background(), target, protocol.Control{Type: protocol.Resume}); err != nil {
 				t.Error(err)
 			}
 			runtime.Goexit()

@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -37,7 +37,7 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 	if err := m.save(ctx); err != nil {
 		return err
 	}
-	start, err := m.deps.App.Control(ctx, m.targetApp(), ms2m.Control{Type: ms2m.StartReplay, Payload: ms2m.ControlPayload{Queue: m.state.ReplayQueue}})
+	start, err := m.deps.App.Control(ctx, m.targetApp(), protocol.Control{Type: protocol.StartReplay, Payload: protocol.ControlPayload{Queue: m.state.ReplayQueue}})
 	if err != nil {
 		return err
 	}
@@ -46,7 +46,7 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 	if policy.enabled() {
 		m.Record.Cutoff = &report.Cutoff{ReplayMaxMillis: m.config.ReplayMax.Milliseconds(), FixedMillis: m.config.Cutoff.Milliseconds()}
 	}
-	var target ms2m.State
+	var target protocol.State
 	err = wait.PollUntilContextCancel(ctx, appPollInterval, false, func(ctx context.Context) (bool, error) {
 		// A source that already stopped (a StatefulSet pod) is caught up with
 		// at its last message.

@@ -14,7 +14,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/runtimesupport"
@@ -199,10 +199,10 @@ func (m *Migration) undoTargetEarly(ctx context.Context) error {
 // The node has the base images the restore builds on: preflight had the
 // target pull them, and every other restore is onto a node that ran the
 // checkpointed container.
-func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.Pod, ms2m.State, error) {
+func (m *Migration) restoreAs(ctx context.Context, name, node string) (*corev1.Pod, protocol.State, error) {
 	created, err := m.createTarget(ctx, name, node)
 	if err != nil {
-		return nil, ms2m.State{}, err
+		return nil, protocol.State{}, err
 	}
 	held, err := m.awaitRestored(ctx, name, node, report.PodRunning)
 	return created, held, err
@@ -261,7 +261,7 @@ func (m *Migration) createTarget(ctx context.Context, name, node string) (*corev
 // awaitRestored waits until pod name on node answers as the checkpointed
 // process and holds, and returns the state it held with: its checkpoint's.
 // The wait is recorded as step.
-func (m *Migration) awaitRestored(ctx context.Context, name, node string, step report.StepName) (ms2m.State, error) {
+func (m *Migration) awaitRestored(ctx context.Context, name, node string, step report.StepName) (protocol.State, error) {
 	start := time.Now()
 	// The kubelet may report the containers running only at its next
 	// relist, up to a second after the restored application answers: the
@@ -274,20 +274,20 @@ func (m *Migration) awaitRestored(ctx context.Context, name, node string, step r
 	case <-pod.addressed:
 	case err := <-pod.ended:
 		if err != nil {
-			return ms2m.State{}, m.explainRestoreFailure(ctx, node, err)
+			return protocol.State{}, m.explainRestoreFailure(ctx, node, err)
 		}
 		// Running, so addressed too.
 	case err := <-pod.kubeletAway:
-		return ms2m.State{}, pod.cannotStart(err)
+		return protocol.State{}, pod.cannotStart(err)
 	}
 	m.progress(report.Restore, "pod has an address; waiting for the restored application")
 	app := m.app(name)
 	// The restored copy answers as soon as its listener is back, possibly
 	// before it has noticed that its broker connection died; it holds only
 	// after reconnecting, so wait for that.
-	var st ms2m.State
+	var st protocol.State
 	var answeredAt time.Time
-	podErr, err := m.askUntilHolding(ctx, app, pod, func(answer ms2m.State) (bool, error) {
+	podErr, err := m.askUntilHolding(ctx, app, pod, func(answer protocol.State) (bool, error) {
 		st = answer
 		if answeredAt.IsZero() {
 			answeredAt = time.Now()
@@ -295,7 +295,7 @@ func (m *Migration) awaitRestored(ctx context.Context, name, node string, step r
 		if st.Process != m.state.SourceState.Process {
 			return false, fmt.Errorf("pod %s started a new process instead of restoring the checkpoint; check the target runtime's restore support", name)
 		}
-		return st.Mode == ms2m.ModeHold, nil
+		return st.Mode == protocol.ModeHold, nil
 	})
 	switch {
 	case podErr != nil:
@@ -318,9 +318,9 @@ func (m *Migration) awaitRestored(ctx context.Context, name, node string, step r
 // whether or not the ones before have answered (askTimeout), and hands each
 // answer to done until done says so or fails. It stops with podErr if the
 // pod's watch says its containers cannot run, and with ctx.
-func (m *Migration) askUntilHolding(ctx context.Context, app appctl.Target, pod *restoredPodWatch, done func(ms2m.State) (bool, error)) (podErr, err error) {
+func (m *Migration) askUntilHolding(ctx context.Context, app appctl.Target, pod *restoredPodWatch, done func(protocol.State) (bool, error)) (podErr, err error) {
 	type answer struct {
-		st  ms2m.State
+		st  protocol.State
 		err error
 	}
 	asking, stopAsking := context.WithCancel(ctx)
@@ -456,9 +456,9 @@ func (m *Migration) targetConsumed(ctx context.Context) (why string, fromPrimary
 	st, err := m.deps.App.State(ctx, m.targetApp())
 	held := m.state.TargetRestored
 	switch {
-	case err == nil && st.Mode == ms2m.ModePrimary && !st.PendingRestore:
+	case err == nil && st.Mode == protocol.ModePrimary && !st.PendingRestore:
 		return "the restored copy consumed its primary queue", true
-	case !m.state.ReplayStarted.IsZero() || err == nil && st.Mode == ms2m.ModeReplay:
+	case !m.state.ReplayStarted.IsZero() || err == nil && st.Mode == protocol.ModeReplay:
 		return "the restored copy replayed", false
 	case err == nil && held.Process != "" && (st.LastSeq != held.LastSeq || st.Producer != held.Producer || st.Totals.Count != held.Totals.Count):
 		return fmt.Sprintf("the restored copy applied messages since its restore (at %s, restored at %s)", st.Position(), held.Position()), true

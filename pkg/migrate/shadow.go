@@ -6,7 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -144,7 +144,7 @@ func (m *Migration) moveBack(ctx context.Context, from *corev1.Pod, sts *State) 
 // first if the pod it came from never got past the source.
 type resumeReturned struct {
 	replayQueue string
-	until       ms2m.Position
+	until       protocol.Position
 }
 
 func (resumeReturned) Name() report.PhaseName { return report.Switchover }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -126,13 +126,13 @@ func (m *Migration) restoreSourceInPlace(ctx context.Context) error {
 
 // resumeRestored puts a restored instance that holds back on its primary
 // queue: with a replay queue, after replaying up to until.
-func (m *Migration) resumeRestored(ctx context.Context, t appctl.Target, replayQueue string, until ms2m.Position) error {
-	resume := ms2m.Control{Type: ms2m.Resume}
+func (m *Migration) resumeRestored(ctx context.Context, t appctl.Target, replayQueue string, until protocol.Position) error {
+	resume := protocol.Control{Type: protocol.Resume}
 	if replayQueue != "" {
-		if _, err := m.deps.App.Control(ctx, t, ms2m.Control{Type: ms2m.StartReplay, Payload: ms2m.ControlPayload{Queue: replayQueue}}); err != nil {
+		if _, err := m.deps.App.Control(ctx, t, protocol.Control{Type: protocol.StartReplay, Payload: protocol.ControlPayload{Queue: replayQueue}}); err != nil {
 			return err
 		}
-		resume = ms2m.EndReplayAt(until)
+		resume = protocol.EndReplayAt(until)
 	}
 	if _, err := m.deps.App.Control(ctx, t, resume); err != nil {
 		return err

@@ -16,7 +16,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
@@ -56,7 +56,7 @@ func checkStatefulSet(t *testing.T, w *migratetest.World, node string, before *c
 	}
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
-	if app := w.Apps["consumer-0"]; app.Process != "p1" || app.Mode != ms2m.ModePrimary || app.PendingRestore {
+	if app := w.Apps["consumer-0"]; app.Process != "p1" || app.Mode != protocol.ModePrimary || app.PendingRestore {
 		t.Fatalf("consumer-0 lost its state or does not serve: %+v", app)
 	}
 	if i := slices.IndexFunc(w.Calls, func(c string) bool { return strings.Contains(c, "afresh") }); i >= 0 {

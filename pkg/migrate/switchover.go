@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -32,12 +32,12 @@ func (switchover) Name() report.PhaseName { return report.Switchover }
 func (switchover) traits() traits { return traits{endsTotal: true} }
 
 func (s switchover) Run(ctx context.Context, m *Migration) error {
-	handover := ms2m.Control{Type: ms2m.Resume}
+	handover := protocol.Control{Type: protocol.Resume}
 	if m.config.Strategy == MS2M {
 		if err := m.haltSource(ctx); err != nil {
 			return err
 		}
-		handover = ms2m.EndReplayAt(m.state.SourceFinal.Position())
+		handover = protocol.EndReplayAt(m.state.SourceFinal.Position())
 	}
 	if depth, err := m.broker.QueueDepth(ctx, m.config.Broker.Queue); err == nil {
 		m.Record.Broker.PrimaryDepthAtSwitch = depth

@@ -13,7 +13,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -126,7 +126,7 @@ func (m *Migration) pauseSource(ctx context.Context) error {
 	if err := m.journaled(ctx, &m.state.SourcePaused, true); err != nil {
 		return err
 	}
-	if _, err := m.deps.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Stop, Payload: ms2m.ControlPayload{Target: m.targetIdentity()}}); err != nil {
+	if _, err := m.deps.App.Control(ctx, m.sourceApp(), protocol.Control{Type: protocol.Stop, Payload: protocol.ControlPayload{Target: m.targetIdentity()}}); err != nil {
 		return fmt.Errorf("pause the source for its emptyDir snapshot: %w", err)
 	}
 	return nil
@@ -137,7 +137,7 @@ func (m *Migration) unpauseSource(ctx context.Context) error {
 	if !m.state.SourcePaused {
 		return nil
 	}
-	if _, err := m.deps.App.Control(ctx, m.sourceApp(), ms2m.Control{Type: ms2m.Resume}); err != nil {
+	if _, err := m.deps.App.Control(ctx, m.sourceApp(), protocol.Control{Type: protocol.Resume}); err != nil {
 		return fmt.Errorf("resume the source after its emptyDir snapshot: %w", err)
 	}
 	m.state.SourcePaused = false

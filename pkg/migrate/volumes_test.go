@@ -11,7 +11,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -134,7 +134,7 @@ func TestEmptyDirRollsBack(t *testing.T) {
 			if _, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{}); err == nil {
 				t.Fatal("migration succeeded despite the failure")
 			}
-			if src := w.Apps["consumer"]; src.Mode != ms2m.ModePrimary || src.PendingRestore {
+			if src := w.Apps["consumer"]; src.Mode != protocol.ModePrimary || src.PendingRestore {
 				t.Fatalf("source not serving after rollback: %+v", src)
 			}
 			if len(w.Archives) != 0 || len(w.Images) != 0 {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -16,9 +17,9 @@ import (
 
 func (c *Consumer) handle(ctx context.Context, ch *amqp.Channel, d amqp.Delivery, queue string) {
 	start := time.Now()
-	id, err := Identify(d.Headers)
+	id, err := protocol.Identify(d.Headers)
 	if err != nil {
-		c.park(ctx, ch, d, fmt.Sprintf("no message identity (%v): stamp messages with headers %s and %s", err, HeaderProducer, HeaderSeq))
+		c.park(ctx, ch, d, fmt.Sprintf("no message identity (%v): stamp messages with headers %s and %s", err, protocol.HeaderProducer, protocol.HeaderSeq))
 		return
 	}
 	if id.Marker != "" {
@@ -89,11 +90,11 @@ func (c *Consumer) callHandler(ctx context.Context, d Delivery) (err error) {
 // it once the broker confirmed the copy: nothing is dropped, and the queue
 // moves on. If the copy cannot be made the message goes back to its queue.
 func (c *Consumer) park(ctx context.Context, ch *amqp.Channel, d amqp.Delivery, reason string) {
-	queue := ParkQueueName(c.cfg.Queue)
+	queue := protocol.ParkQueueName(c.cfg.Queue)
 	c.cfg.Logf("parking a message on %s: %s", queue, reason)
 	headers := amqp.Table{}
 	maps.Copy(headers, d.Headers)
-	headers[HeaderParked] = reason
+	headers[protocol.HeaderParked] = reason
 	conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, amqp.Publishing{
 		Headers: headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
 		DeliveryMode: amqp.Persistent, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, Body: d.Body,
@@ -129,7 +130,7 @@ func (c *Consumer) served(took time.Duration) {
 }
 
 // apply records that the message id was applied.
-func (c *Consumer) apply(id Identity, queue string) {
+func (c *Consumer) apply(id protocol.Identity, queue string) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -139,21 +140,21 @@ func (c *Consumer) apply(id Identity, queue string) {
 	if len(c.history) >= 2*c.cfg.History { // trim in halves: amortised O(1)
 		c.history = append(c.history[:0], c.history[c.cfg.History:]...)
 	}
-	c.history = append(c.history, Applied{Producer: id.Producer, Seq: id.Seq, Sent: id.Sent, AppliedAt: now, Queue: queue})
-	if c.st.Mode == ModeReplay && c.st.UntilSeq > 0 && c.st.Reached(Position{Producer: c.st.UntilProducer, Seq: c.st.UntilSeq}) {
+	c.history = append(c.history, protocol.Applied{Producer: id.Producer, Seq: id.Seq, Sent: id.Sent, AppliedAt: now, Queue: queue})
+	if c.st.Mode == protocol.ModeReplay && c.st.UntilSeq > 0 && c.st.Reached(protocol.Position{Producer: c.st.UntilProducer, Seq: c.st.UntilSeq}) {
 		c.toPrimaryLocked(now)
 	}
 }
 
 // passLocked moves the position past m, applied or parked: a message at or
 // before it is a duplicate from now on.
-func (c *Consumer) passLocked(m Position) {
-	c.failed.at, c.failed.times = Position{}, 0
+func (c *Consumer) passLocked(m protocol.Position) {
+	c.failed.at, c.failed.times = protocol.Position{}, 0
 	if m.Producer != c.st.Producer {
 		// A new producer run: its sequence starts again.
 		if c.st.LastSeq != 0 || c.st.Producer != "" {
 			retired := append(slices.Clone(c.st.RetiredProducers), c.st.Producer)
-			c.st.RetiredProducers = retired[max(0, len(retired)-maxRetiredProducers):]
+			c.st.RetiredProducers = retired[max(0, len(retired)-protocol.MaxRetiredProducers):]
 			c.cfg.Logf("producer run %q follows %q after its sequence %d", m.Producer, c.st.Producer, c.st.LastSeq)
 		}
 		c.st.Producer, c.st.LastSeq = m.Producer, 0

@@ -10,13 +10,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // Delivery is one message as the application's handler sees it: its
 // identity from the headers, its body untouched.
 type Delivery struct {
-	ID Position
+	ID protocol.Position
 	// Sent is when the producer published it (HeaderSent); zero if unknown.
 	Sent        time.Time
 	Body        []byte
@@ -91,13 +92,13 @@ type Consumer struct {
 	tokenErr error
 
 	mu      sync.Mutex
-	st      State
+	st      protocol.State
 	held    bool // a restored copy holding while its migration runs
-	history []Applied
+	history []protocol.Applied
 	// failed counts this process's failed tries at the message in hand: one
 	// at a time (prefetch 1), so one entry is enough.
 	failed struct {
-		at    Position
+		at    protocol.Position
 		times int
 	}
 	// waiters are closed once the consume loop has acted on the latest mode.
@@ -134,10 +135,10 @@ func NewConsumer(cfg ConsumerConfig) *Consumer {
 	return &Consumer{
 		cfg:   cfg,
 		token: token, tokenErr: tokenErr,
-		st: State{
-			Contract:  ContractVersion,
+		st: protocol.State{
+			Contract:  protocol.ContractVersion,
 			Homes:     homes,
-			Mode:      ModePrimary,
+			Mode:      protocol.ModePrimary,
 			Queue:     cfg.Queue,
 			Process:   fmt.Sprintf("%x-%x", now.UnixNano(), rand.Uint32()),
 			StartedAt: now,
@@ -148,7 +149,7 @@ func NewConsumer(cfg ConsumerConfig) *Consumer {
 
 // State returns a snapshot of the consumer's state, with the
 // application's own (AppState).
-func (c *Consumer) State() State {
+func (c *Consumer) State() protocol.State {
 	c.mu.Lock()
 	st := c.st
 	c.mu.Unlock()
@@ -171,14 +172,14 @@ func appJSON(state func() any) json.RawMessage {
 
 // AppliedAfter returns the first remembered message applied after the one
 // at p.
-func (c *Consumer) AppliedAfter(p Position) (Applied, bool) {
+func (c *Consumer) AppliedAfter(p protocol.Position) (protocol.Applied, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// History is in the order of application; p is usually near its end.
 	for i := len(c.history) - 1; i >= 0; i-- {
 		if a := c.history[i]; a.Producer == p.Producer && a.Seq <= p.Seq {
 			if i+1 == len(c.history) {
-				return Applied{}, false
+				return protocol.Applied{}, false
 			}
 			return c.history[i+1], true
 		}
@@ -189,7 +190,7 @@ func (c *Consumer) AppliedAfter(p Position) (Applied, bool) {
 			return a, true
 		}
 	}
-	return Applied{}, false
+	return protocol.Applied{}, false
 }
 
 // The backoff between dials the broker refuses, in a row.
@@ -252,17 +253,17 @@ func (c *Consumer) reconnected() {
 		}
 		if why != "" {
 			c.st.Foreign = cmp.Or(where, "(unknown)")
-			c.held, c.st.Mode, c.st.Queue = true, ModeHold, ""
+			c.held, c.st.Mode, c.st.Queue = true, protocol.ModeHold, ""
 			c.cfg.Logf("restored into pod %s, %s: holding, consuming nothing", c.st.Foreign, why)
 			return
 		}
 	}
-	if (c.st.PendingRestore || c.st.Mode == ModeHold) && !c.held {
+	if (c.st.PendingRestore || c.st.Mode == protocol.ModeHold) && !c.held {
 		// This is (most likely) the copy restored from a checkpoint, of a
 		// running source or (stop-and-copy) of a stopped one: it must not
 		// compete with the source for the primary queue.
 		c.held = true
-		c.st.Mode = ModeHold
+		c.st.Mode = protocol.ModeHold
 		c.cfg.Logf("restored from a checkpoint: holding until told to replay")
 	}
 }
@@ -285,7 +286,7 @@ func (c *Consumer) migrationGone(conn *amqp.Connection) bool {
 		return false
 	}
 	defer ch.Close()
-	_, err = ch.QueueDeclarePassive(MigrationQueueName(c.cfg.Queue), false, false, false, false, nil)
+	_, err = ch.QueueDeclarePassive(protocol.MigrationQueueName(c.cfg.Queue), false, false, false, false, nil)
 	var ae *amqp.Error
 	return errors.As(err, &ae) && ae.Code == amqp.NotFound
 }
@@ -295,7 +296,7 @@ func (c *Consumer) migrationGone(conn *amqp.Connection) bool {
 func (c *Consumer) resumeAfterRestart() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.held || c.st.Mode != ModeHold || c.st.Foreign != "" {
+	if !c.held || c.st.Mode != protocol.ModeHold || c.st.Foreign != "" {
 		return
 	}
 	c.held, c.st.PendingRestore = false, false
@@ -311,13 +312,13 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 		return false, err
 	}
 	defer conn.Close()
-	if err := DeclareTopology(conn, c.cfg.Exchange, c.cfg.Queue); err != nil {
+	if err := protocol.DeclareTopology(conn, c.cfg.Exchange, c.cfg.Queue); err != nil {
 		return true, err
 	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	for {
 		mode, queue := c.desired()
-		if mode == ModeHold {
+		if mode == protocol.ModeHold {
 			c.settle()
 			select {
 			case <-ctx.Done():
@@ -365,7 +366,7 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, queue str
 		case err := <-closed:
 			return fmt.Errorf("connection closed: %v", err)
 		case <-c.wake:
-			if mode, q := c.desired(); mode != ModeHold && q == queue {
+			if mode, q := c.desired(); mode != protocol.ModeHold && q == queue {
 				c.settle()
 				continue
 			}
@@ -380,7 +381,7 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, queue str
 }
 
 func (c *Consumer) toPrimaryLocked(now time.Time) {
-	c.st.Mode = ModePrimary
+	c.st.Mode = protocol.ModePrimary
 	c.st.Queue = c.cfg.Queue
 	c.st.UntilProducer, c.st.UntilSeq = "", 0
 	c.st.SwitchedAt = now
@@ -393,7 +394,7 @@ func (c *Consumer) isHeld() bool {
 	return c.held
 }
 
-func (c *Consumer) desired() (Mode, string) {
+func (c *Consumer) desired() (protocol.Mode, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.st.Mode, c.st.Queue

@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/test/testenv"
 )
 
@@ -21,7 +22,7 @@ func restoredCopy(src *Consumer) *Consumer {
 	defer src.mu.Unlock()
 	c := NewConsumer(src.cfg)
 	c.st = src.st
-	c.history = append([]Applied(nil), src.history...)
+	c.history = append([]protocol.Applied(nil), src.history...)
 	c.reconnected()
 	return c
 }
@@ -43,8 +44,8 @@ func newFixture(t *testing.T) *fixture {
 		defer conn.Close()
 		ch, _ := conn.Channel()
 		_, _ = ch.QueueDelete(f.queue, false, false, false)
-		_, _ = ch.QueueDelete(ReplayQueueName(f.queue), false, false, false)
-		_, _ = ch.QueueDelete(MigrationQueueName(f.queue), false, false, false)
+		_, _ = ch.QueueDelete(protocol.ReplayQueueName(f.queue), false, false, false)
+		_, _ = ch.QueueDelete(protocol.MigrationQueueName(f.queue), false, false, false)
 		_ = ch.ExchangeDelete(f.exchange, false, false)
 	})
 	return f
@@ -91,7 +92,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 	}
 }
 
-func control(t *testing.T, c *Consumer, msg Control) State {
+func control(t *testing.T, c *Consumer, msg protocol.Control) protocol.State {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -109,7 +110,7 @@ func publishMarker(t *testing.T, f *fixture, id string) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if err := PublishMarker(context.Background(), conn, f.exchange, id); err != nil {
+	if err := protocol.PublishMarker(context.Background(), conn, f.exchange, id); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -136,7 +137,7 @@ func onChannel(t *testing.T, f *fixture, fn func(*amqp.Channel) error) {
 func markMigrating(t *testing.T, f *fixture) {
 	t.Helper()
 	onChannel(t, f, func(ch *amqp.Channel) error {
-		_, err := ch.QueueDeclare(MigrationQueueName(f.queue), true, false, false, false, nil)
+		_, err := ch.QueueDeclare(protocol.MigrationQueueName(f.queue), true, false, false, false, nil)
 		return err
 	})
 }
@@ -145,10 +146,10 @@ func bindReplayQueue(t *testing.T, f *fixture) {
 	t.Helper()
 	markMigrating(t, f)
 	onChannel(t, f, func(ch *amqp.Channel) error {
-		if _, err := ch.QueueDeclare(ReplayQueueName(f.queue), true, false, false, false, nil); err != nil {
+		if _, err := ch.QueueDeclare(protocol.ReplayQueueName(f.queue), true, false, false, false, nil); err != nil {
 			return err
 		}
-		return ch.QueueBind(ReplayQueueName(f.queue), "", f.exchange, false, nil)
+		return ch.QueueBind(protocol.ReplayQueueName(f.queue), "", f.exchange, false, nil)
 	})
 }
 
@@ -176,15 +177,15 @@ func migrateByProtocol(t *testing.T, restartProducer bool) {
 	eventually(t, 10*time.Second, "source applying", func() bool { return src.State().LastSeq >= 20 })
 
 	bindReplayQueue(t, f)
-	control(t, src, Control{Type: Prepare})
+	control(t, src, protocol.Control{Type: protocol.Prepare})
 	publishMarker(t, f, "m1")
 	eventually(t, 10*time.Second, "source passing the marker", func() bool { return src.State().Barrier == "m1" })
 	target := restoredCopy(src) // "checkpoint"
-	control(t, src, Control{Type: Checkpointed})
-	if st := src.State(); st.PendingRestore || st.Mode != ModePrimary {
+	control(t, src, protocol.Control{Type: protocol.Checkpointed})
+	if st := src.State(); st.PendingRestore || st.Mode != protocol.ModePrimary {
 		t.Fatalf("source after checkpoint: %+v", st)
 	}
-	if st := target.State(); st.Mode != ModeHold {
+	if st := target.State(); st.Mode != protocol.ModeHold {
 		t.Fatalf("restored copy must hold, is %s", st.Mode)
 	}
 	if target.State().Process != src.State().Process {
@@ -196,8 +197,8 @@ func migrateByProtocol(t *testing.T, restartProducer bool) {
 		t.Fatal("holding copy applied messages")
 	}
 
-	control(t, target, Control{Type: StartReplay, Payload: ControlPayload{Queue: ReplayQueueName(f.queue)}})
-	var earlier Totals // what producer runs before the current one confirmed
+	control(t, target, protocol.Control{Type: protocol.StartReplay, Payload: protocol.ControlPayload{Queue: protocol.ReplayQueueName(f.queue)}})
+	var earlier protocol.Totals // what producer runs before the current one confirmed
 	if restartProducer {
 		// Stopped, not cancelled: a message whose confirm is on its way is
 		// counted then, where a cancelled producer would have delivered it
@@ -214,10 +215,10 @@ func migrateByProtocol(t *testing.T, restartProducer bool) {
 		}
 	}
 	eventually(t, 20*time.Second, "target catching up", func() bool { return target.State().Reached(src.State().Position()) })
-	final := control(t, src, Control{Type: Stop})
+	final := control(t, src, protocol.Control{Type: protocol.Stop})
 	stopSrc()
-	control(t, target, EndReplayAt(final.Position()))
-	eventually(t, 10*time.Second, "target on the primary queue", func() bool { return target.State().Mode == ModePrimary })
+	control(t, target, protocol.EndReplayAt(final.Position()))
+	eventually(t, 10*time.Second, "target on the primary queue", func() bool { return target.State().Mode == protocol.ModePrimary })
 
 	time.Sleep(300 * time.Millisecond) // let live traffic flow through the target
 	prod.Stop()
@@ -246,26 +247,26 @@ func TestRestoredAgainResumesOnlyWithoutAMigration(t *testing.T) {
 	start(t, prod.Run)
 	eventually(t, 10*time.Second, "source applying", func() bool { return src.State().LastSeq >= 10 })
 	markMigrating(t, f)
-	control(t, src, Control{Type: Prepare})
+	control(t, src, protocol.Control{Type: protocol.Prepare})
 	copyDuringMigration := restoredCopy(src)
 	start(t, copyDuringMigration.Run)
 	// Bounded negative check: three of its looks for the migration queue.
 	time.Sleep(3 * holdCheck)
-	if st := copyDuringMigration.State(); st.Mode != ModeHold || st.RestoredAgain != 0 {
+	if st := copyDuringMigration.State(); st.Mode != protocol.ModeHold || st.RestoredAgain != 0 {
 		t.Fatalf("a copy restored during a migration must hold: %+v", st)
 	}
-	control(t, copyDuringMigration, Control{Type: StartReplay, Payload: ControlPayload{Queue: f.queue}})
-	control(t, copyDuringMigration, Control{Type: Stop})
+	control(t, copyDuringMigration, protocol.Control{Type: protocol.StartReplay, Payload: protocol.ControlPayload{Queue: f.queue}})
+	control(t, copyDuringMigration, protocol.Control{Type: protocol.Stop})
 
 	onChannel(t, f, func(ch *amqp.Channel) error {
-		_, err := ch.QueueDelete(MigrationQueueName(f.queue), false, false, false)
+		_, err := ch.QueueDelete(protocol.MigrationQueueName(f.queue), false, false, false)
 		return err
 	})
 	restarted := restoredCopy(src) // the runtime restores the checkpoint again
 	start(t, restarted.Run)
 	eventually(t, 10*holdCheck, "the restarted copy serving", func() bool {
 		st := restarted.State()
-		return st.Mode == ModePrimary && st.RestoredAgain == 1 && !st.PendingRestore
+		return st.Mode == protocol.ModePrimary && st.RestoredAgain == 1 && !st.PendingRestore
 	})
 	before := restarted.State().LastSeq
 	eventually(t, 10*time.Second, "the restarted copy applying", func() bool { return restarted.State().LastSeq > before })
@@ -280,12 +281,12 @@ func TestStopAndResume(t *testing.T) {
 	prod := f.producer(200, 60)
 	start(t, prod.Run)
 	eventually(t, 10*time.Second, "consumer applying", func() bool { return c.State().LastSeq >= 10 })
-	stopped := control(t, c, Control{Type: Stop})
+	stopped := control(t, c, protocol.Control{Type: protocol.Stop})
 	time.Sleep(150 * time.Millisecond)
 	if c.State().LastSeq != stopped.LastSeq {
 		t.Fatalf("consumed after STOP: %d → %d", stopped.LastSeq, c.State().LastSeq)
 	}
-	control(t, c, Control{Type: Resume})
+	control(t, c, protocol.Control{Type: protocol.Resume})
 	eventually(t, 10*time.Second, "producer done", func() bool { return prod.State().Stopped })
 	eventually(t, 10*time.Second, "all 60 applied", func() bool { return c.State().LastSeq == 60 })
 	if got, want := c.State().Totals, prod.State().Totals; got != want {
@@ -296,16 +297,16 @@ func TestStopAndResume(t *testing.T) {
 func TestControlRejectsBadMessages(t *testing.T) {
 	c := NewConsumer(ConsumerConfig{Queue: "q"})
 	ctx := context.Background()
-	if _, err := c.Control(ctx, Control{Type: "DANCE"}); err == nil {
+	if _, err := c.Control(ctx, protocol.Control{Type: "DANCE"}); err == nil {
 		t.Fatal("unknown type accepted")
 	}
-	if _, err := c.Control(ctx, Control{Type: StartReplay}); err == nil {
+	if _, err := c.Control(ctx, protocol.Control{Type: protocol.StartReplay}); err == nil {
 		t.Fatal("START_REPLAY without a queue accepted")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	// Nothing runs the consume loop, so the stop cannot take effect.
-	if _, err := c.Control(ctx, Control{Type: Stop}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := c.Control(ctx, protocol.Control{Type: protocol.Stop}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("want a deadline error, got %v", err)
 	}
 }
@@ -322,7 +323,7 @@ func preparedSource(t *testing.T) (*fixture, *Consumer) {
 	start(t, prod.Run)
 	eventually(t, 10*time.Second, "source applying", func() bool { return src.State().LastSeq >= 10 })
 	markMigrating(t, f)
-	control(t, src, Control{Type: Prepare, Payload: ControlPayload{Target: "team/consumer-x1"}})
+	control(t, src, protocol.Control{Type: protocol.Prepare, Payload: protocol.ControlPayload{Target: "team/consumer-x1"}})
 	return f, src
 }
 
@@ -335,7 +336,7 @@ func rightfulResumes(t *testing.T, src *Consumer) {
 	start(t, rightful.Run)
 	eventually(t, 10*holdCheck, "the target's copy serving", func() bool {
 		st := rightful.State()
-		return st.Mode == ModePrimary && st.RestoredAgain == 1 && st.Foreign == ""
+		return st.Mode == protocol.ModePrimary && st.RestoredAgain == 1 && st.Foreign == ""
 	})
 	before := rightful.State().LastSeq
 	eventually(t, 10*time.Second, "the target's copy applying", func() bool { return rightful.State().LastSeq > before+5 })
@@ -360,7 +361,7 @@ func restoredCopyInPod(src *Consumer, identity, tokenFile string) *Consumer {
 	c.token, c.tokenErr = src.token, src.tokenErr
 	src.mu.Lock()
 	c.st = src.st
-	c.history = append([]Applied(nil), src.history...)
+	c.history = append([]protocol.Applied(nil), src.history...)
 	src.mu.Unlock()
 	c.reconnected()
 	return c
@@ -376,20 +377,20 @@ func TestCopyInAPodNoMigrationNamedNeverConsumes(t *testing.T) {
 	foreign := restoredCopyIn(src, "attacker/consumer-x1")
 	start(t, foreign.Run)
 	foreignAt := foreign.State().Position()
-	if st := foreign.State(); st.Foreign != "attacker/consumer-x1" || st.Mode != ModeHold {
+	if st := foreign.State(); st.Foreign != "attacker/consumer-x1" || st.Mode != protocol.ModeHold {
 		t.Fatalf("the copy in another namespace's pod does not hold as foreign: %+v", st)
 	}
-	if _, err := foreign.Control(context.Background(), Control{Type: Resume}); err == nil || !strings.Contains(err.Error(), "no migration named") {
+	if _, err := foreign.Control(context.Background(), protocol.Control{Type: protocol.Resume}); err == nil || !strings.Contains(err.Error(), "no migration named") {
 		t.Fatalf("a foreign copy obeyed RESUME: %v", err)
 	}
 	onChannel(t, f, func(ch *amqp.Channel) error {
-		_, err := ch.QueueDelete(MigrationQueueName(f.queue), false, false, false)
+		_, err := ch.QueueDelete(protocol.MigrationQueueName(f.queue), false, false, false)
 		return err
 	})
 	// The rightful copy resuming on its own (no migration runs) shows
 	// that the foreign one had the same chances to.
 	rightfulResumes(t, src)
-	if st := foreign.State(); st.Position() != foreignAt || st.RestoredAgain != 0 || st.Mode != ModeHold {
+	if st := foreign.State(); st.Position() != foreignAt || st.RestoredAgain != 0 || st.Mode != protocol.ModeHold {
 		t.Fatalf("the foreign copy consumed or resumed (restored at %s): %+v", foreignAt, st)
 	}
 }
@@ -402,7 +403,7 @@ func TestCopyInAPodNoMigrationNamedNeverConsumes(t *testing.T) {
 func TestCopyInAPodThatForgesItsHomeNeverConsumes(t *testing.T) {
 	f, src := preparedSource(t)
 	onChannel(t, f, func(ch *amqp.Channel) error {
-		_, err := ch.QueueDelete(MigrationQueueName(f.queue), false, false, false)
+		_, err := ch.QueueDelete(protocol.MigrationQueueName(f.queue), false, false, false)
 		return err
 	})
 
@@ -413,7 +414,7 @@ func TestCopyInAPodThatForgesItsHomeNeverConsumes(t *testing.T) {
 	restoredAt := src.State().Position()
 	for name, thief := range thieves {
 		start(t, thief.Run)
-		if st := thief.State(); st.Foreign != "team/consumer-x1" || st.Mode != ModeHold {
+		if st := thief.State(); st.Foreign != "team/consumer-x1" || st.Mode != protocol.ModeHold {
 			t.Fatalf("with %s, the copy in a pod forging the target's name and namespace does not hold as foreign: %+v", name, st)
 		}
 	}
@@ -421,7 +422,7 @@ func TestCopyInAPodThatForgesItsHomeNeverConsumes(t *testing.T) {
 	// that the forging ones had the same chances to.
 	rightfulResumes(t, src)
 	for name, thief := range thieves {
-		if st := thief.State(); st.Position().Seq > restoredAt.Seq || st.RestoredAgain != 0 || st.Mode != ModeHold {
+		if st := thief.State(); st.Position().Seq > restoredAt.Seq || st.RestoredAgain != 0 || st.Mode != protocol.ModeHold {
 			t.Fatalf("with %s, the forging copy consumed or resumed (restored at %s): %+v", name, restoredAt, st)
 		}
 	}

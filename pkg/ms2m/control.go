@@ -4,14 +4,16 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
 // Control applies a control message and returns the state once the consume
 // loop has acted on it (for Stop: once nothing consumes any more).
-func (c *Consumer) Control(ctx context.Context, msg Control) (State, error) {
+func (c *Consumer) Control(ctx context.Context, msg protocol.Control) (protocol.State, error) {
 	done, err := c.control(msg)
 	if err != nil {
-		return State{}, err
+		return protocol.State{}, err
 	}
 	if done != nil {
 		select {
@@ -23,43 +25,43 @@ func (c *Consumer) Control(ctx context.Context, msg Control) (State, error) {
 	return c.State(), nil
 }
 
-func (c *Consumer) control(msg Control) (<-chan struct{}, error) {
+func (c *Consumer) control(msg protocol.Control) (<-chan struct{}, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
-	if c.st.Foreign != "" && msg.Type != Stop {
+	if c.st.Foreign != "" && msg.Type != protocol.Stop {
 		return nil, fmt.Errorf("this copy runs in pod %s, which no migration named (its pods: %v); it consumes nothing", c.st.Foreign, c.st.Homes)
 	}
 	switch msg.Type {
-	case Prepare:
+	case protocol.Prepare:
 		c.st.PendingRestore = true
 		c.addHomeLocked(msg.Payload.Target)
 		return nil, nil
-	case Checkpointed:
+	case protocol.Checkpointed:
 		c.st.PendingRestore = false
 		if c.held { // the connection dropped while the mark was set
 			c.held = false
-			c.st.Mode, c.st.Queue = ModePrimary, c.cfg.Queue
+			c.st.Mode, c.st.Queue = protocol.ModePrimary, c.cfg.Queue
 		}
-	case StartReplay:
+	case protocol.StartReplay:
 		if msg.Payload.Queue == "" {
 			return nil, fmt.Errorf("%s needs payload.queue", msg.Type)
 		}
 		c.clearRestoreMarkLocked()
-		c.st.Mode, c.st.Queue, c.st.UntilProducer, c.st.UntilSeq = ModeReplay, msg.Payload.Queue, "", 0
-	case EndReplay:
+		c.st.Mode, c.st.Queue, c.st.UntilProducer, c.st.UntilSeq = protocol.ModeReplay, msg.Payload.Queue, "", 0
+	case protocol.EndReplay:
 		c.clearRestoreMarkLocked()
-		until := Position{Producer: msg.Payload.UntilProducer, Seq: msg.Payload.UntilSeq}
-		if c.st.Mode != ModeReplay || c.st.Reached(until) {
+		until := protocol.Position{Producer: msg.Payload.UntilProducer, Seq: msg.Payload.UntilSeq}
+		if c.st.Mode != protocol.ModeReplay || c.st.Reached(until) {
 			c.toPrimaryLocked(now)
 		} else {
 			c.st.UntilProducer, c.st.UntilSeq = until.Producer, until.Seq
 			return nil, nil // the switch happens when the bound is applied
 		}
-	case Stop:
-		c.st.Mode, c.st.Queue = ModeHold, ""
+	case protocol.Stop:
+		c.st.Mode, c.st.Queue = protocol.ModeHold, ""
 		c.addHomeLocked(msg.Payload.Target)
-	case Resume:
+	case protocol.Resume:
 		c.clearRestoreMarkLocked()
 		c.toPrimaryLocked(now)
 	default:

@@ -11,6 +11,7 @@
 // Publisher, which stamps each message's identity and waits for the
 // broker's confirm.
 //
-// The wire protocol is JSON over HTTP and AMQP headers, so that other
-// languages can implement it.
+// The wire protocol (package protocol) is JSON over HTTP and AMQP headers,
+// so that other languages can implement it; this package is the SDK an
+// application imports, and nothing of the migration manager's.
 package ms2m

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -17,7 +18,7 @@ func parked(t *testing.T, f *fixture) []amqp.Delivery {
 	var got []amqp.Delivery
 	onChannel(t, f, func(ch *amqp.Channel) error {
 		for {
-			d, ok, err := ch.Get(ParkQueueName(f.queue), false)
+			d, ok, err := ch.Get(protocol.ParkQueueName(f.queue), false)
 			if err != nil || !ok {
 				return err
 			}
@@ -75,7 +76,7 @@ func TestHandlerFailuresAreRetriedThenParked(t *testing.T) {
 	start(t, c.Run)
 	pub := NewPublisher(PublisherConfig{URL: f.url, Exchange: f.exchange, Queue: f.queue, Logf: t.Logf})
 	defer pub.Close()
-	var sent Totals
+	var sent protocol.Totals
 	for i := range 8 {
 		at, err := pub.Publish(context.Background(), amqp.Publishing{Body: []byte{byte(i)}})
 		if err != nil {
@@ -101,10 +102,10 @@ func TestHandlerFailuresAreRetriedThenParked(t *testing.T) {
 		t.Fatalf("tries %v: want 3 for a message failing twice, 2 after a panic, MaxAttempts (3) for one that always fails", tries)
 	}
 	p := parked(t, f)
-	if len(p) != 1 || !bytes.Equal(p[0].Body, []byte{4}) || p[0].Headers[HeaderSeq] != int64(5) {
+	if len(p) != 1 || !bytes.Equal(p[0].Body, []byte{4}) || p[0].Headers[protocol.HeaderSeq] != int64(5) {
 		t.Fatalf("parked %d messages; want message 5 with its body and identity", len(p))
 	}
-	if why, _ := p[0].Headers[HeaderParked].(string); why == "" {
+	if why, _ := p[0].Headers[protocol.HeaderParked].(string); why == "" {
 		t.Fatal("a parked message says nothing of why")
 	}
 }
@@ -119,13 +120,13 @@ func TestOpaqueBodiesAndUnidentifiedMessages(t *testing.T) {
 	c := NewConsumer(ConsumerConfig{URL: f.url, Exchange: f.exchange, Queue: f.queue, Logf: t.Logf, Handle: r.handle})
 	start(t, c.Run)
 	protobufLike := []byte{0x08, 0x96, 0x01, 0x12, 0x03, 'a', 0xff, 0x00}
-	run := Position{Producer: "run-1"}
+	run := protocol.Position{Producer: "run-1"}
 	conn, err := amqp.Dial(f.url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if err := DeclareTopology(conn, f.exchange, f.queue); err != nil { // as a producer does
+	if err := protocol.DeclareTopology(conn, f.exchange, f.queue); err != nil { // as a producer does
 		t.Fatal(err)
 	}
 	onChannel(t, f, func(ch *amqp.Channel) error {
@@ -137,11 +138,11 @@ func TestOpaqueBodiesAndUnidentifiedMessages(t *testing.T) {
 			h    amqp.Table
 			body []byte
 		}{
-			{Stamp(nil, Position{Producer: run.Producer, Seq: 1}, time.Now()), protobufLike},
+			{protocol.Stamp(nil, protocol.Position{Producer: run.Producer, Seq: 1}, time.Now()), protobufLike},
 			{amqp.Table{"trace-id": "abc"}, []byte("no identity")},
-			{amqp.Table{HeaderProducer: run.Producer, HeaderSeq: "2"}, []byte("seq as a string")}, // a client that can only send strings
-			{Stamp(nil, Position{Producer: run.Producer, Seq: 1}, time.Now()), []byte("a redelivery of 1")},
-			{amqp.Table{HeaderProducer: run.Producer, HeaderSeq: int32(3)}, []byte("seq as int32")},
+			{amqp.Table{protocol.HeaderProducer: run.Producer, protocol.HeaderSeq: "2"}, []byte("seq as a string")}, // a client that can only send strings
+			{protocol.Stamp(nil, protocol.Position{Producer: run.Producer, Seq: 1}, time.Now()), []byte("a redelivery of 1")},
+			{amqp.Table{protocol.HeaderProducer: run.Producer, protocol.HeaderSeq: int32(3)}, []byte("seq as int32")},
 		} {
 			if err := pub(m.h, m.body); err != nil {
 				return err

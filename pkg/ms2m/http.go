@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
 // Handler serves the contract's HTTP endpoints: GET StatePath, POST
@@ -13,11 +15,11 @@ import (
 // callers with the control token (TokenHeader); and the health endpoints.
 func (c *Consumer) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+StatePath, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+protocol.StatePath, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, c.State())
 	})
-	mux.HandleFunc("POST "+ControlPath, func(w http.ResponseWriter, r *http.Request) {
-		var msg Control
+	mux.HandleFunc("POST "+protocol.ControlPath, func(w http.ResponseWriter, r *http.Request) {
+		var msg protocol.Control
 		if err := json.NewDecoder(r.Body).Decode(&msg); err != nil {
 			http.Error(w, "malformed control message: "+err.Error(), http.StatusBadRequest)
 			return
@@ -31,13 +33,13 @@ func (c *Consumer) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, st)
 	})
-	mux.HandleFunc("GET "+AppliedPath, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+protocol.AppliedPath, func(w http.ResponseWriter, r *http.Request) {
 		after, err := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64)
 		if err != nil {
 			http.Error(w, "after must be a sequence number", http.StatusBadRequest)
 			return
 		}
-		a, ok := c.AppliedAfter(Position{Producer: r.URL.Query().Get("producer"), Seq: after})
+		a, ok := c.AppliedAfter(protocol.Position{Producer: r.URL.Query().Get("producer"), Seq: after})
 		if !ok {
 			http.Error(w, "nothing applied after that sequence yet", http.StatusNotFound)
 			return
@@ -48,7 +50,7 @@ func (c *Consumer) Handler() http.Handler {
 	// Ready while it consumes: a stopped or held copy is alive but serves
 	// nothing, which a readiness probe should show.
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if st := c.State(); st.Mode == ModeHold {
+		if st := c.State(); st.Mode == protocol.ModeHold {
 			http.Error(w, "holding: "+string(st.Mode), http.StatusServiceUnavailable)
 			return
 		}

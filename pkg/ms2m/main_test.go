@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
 // testToken is the control token of the tests' pod: every consumer and
@@ -16,7 +18,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	file := filepath.Join(dir, TokenKey)
+	file := filepath.Join(dir, protocol.TokenKey)
 	if err := os.WriteFile(file, []byte(testToken+"\n"), 0o600); err != nil {
 		panic(err)
 	}
@@ -29,7 +31,7 @@ func TestMain(m *testing.M) {
 // tokenFileWith writes token where a test's other pod mounts it.
 func tokenFileWith(t *testing.T, token string) string {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), TokenKey)
+	file := filepath.Join(t.TempDir(), protocol.TokenKey)
 	if err := os.WriteFile(file, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}

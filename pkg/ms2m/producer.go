@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -43,17 +44,19 @@ type ProducerState struct {
 	// Producer names this run of the producer: chosen at start, sent with
 	// every message, so a restarted producer's sequences (from 1 again) are
 	// not taken for ones already applied.
-	Producer string `json:"producer"`
-	Totals   Totals `json:"totals"`
-	LastSeq  uint64 `json:"lastSeq"`
-	Stopped  bool   `json:"stopped"`
+	Producer string          `json:"producer"`
+	Totals   protocol.Totals `json:"totals"`
+	LastSeq  uint64          `json:"lastSeq"`
+	Stopped  bool            `json:"stopped"`
 	// App is the application's account of what was confirmed
 	// (ProducerConfig.AppState).
 	App json.RawMessage `json:"app,omitempty"`
 }
 
 // Position is the last message the broker confirmed.
-func (s ProducerState) Position() Position { return Position{Producer: s.Producer, Seq: s.LastSeq} }
+func (s ProducerState) Position() protocol.Position {
+	return protocol.Position{Producer: s.Producer, Seq: s.LastSeq}
+}
 
 // Producer is a load generator for trying and testing MS2M consumers: it
 // publishes messages at a fixed rate through a Publisher and counts what
@@ -146,12 +149,12 @@ func (p *Producer) Run(ctx context.Context) error {
 func (p *Producer) Handler() http.Handler {
 	token, tokenErr := ReadToken(p.cfg.TokenFile)
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+StatePath, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+protocol.StatePath, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, p.State())
 	})
-	mux.HandleFunc("POST "+ControlPath, func(w http.ResponseWriter, r *http.Request) {
-		var msg Control
-		if err := json.NewDecoder(r.Body).Decode(&msg); err != nil || msg.Type != Stop {
+	mux.HandleFunc("POST "+protocol.ControlPath, func(w http.ResponseWriter, r *http.Request) {
+		var msg protocol.Control
+		if err := json.NewDecoder(r.Body).Decode(&msg); err != nil || msg.Type != protocol.Stop {
 			http.Error(w, "a producer only accepts {\"type\":\"STOP\"}", http.StatusBadRequest)
 			return
 		}

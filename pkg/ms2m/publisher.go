@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -58,12 +59,12 @@ func (p *Publisher) Run() string { return p.run }
 // until it is confirmed or ctx ends: a copy that did arrive earlier is
 // skipped by consumers. If ctx ends first the sequence is spent all the
 // same, so the next message never shares it.
-func (p *Publisher) Publish(ctx context.Context, msg amqp.Publishing) (Position, error) {
+func (p *Publisher) Publish(ctx context.Context, msg amqp.Publishing) (protocol.Position, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.last++
-	at := Position{Producer: p.run, Seq: p.last}
-	msg.Headers = Stamp(cloneTable(msg.Headers), at, time.Now())
+	at := protocol.Position{Producer: p.run, Seq: p.last}
+	msg.Headers = protocol.Stamp(cloneTable(msg.Headers), at, time.Now())
 	if msg.DeliveryMode == 0 {
 		msg.DeliveryMode = amqp.Persistent
 	}
@@ -113,7 +114,7 @@ func (p *Publisher) connectLocked() error {
 		return err
 	}
 	if p.cfg.Queue != "" {
-		if err := DeclareTopology(conn, p.cfg.Exchange, p.cfg.Queue); err != nil {
+		if err := protocol.DeclareTopology(conn, p.cfg.Exchange, p.cfg.Queue); err != nil {
 			conn.Close()
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/test/testenv"
 )
 
@@ -64,8 +65,8 @@ func TestPublisherRetriesWithTheSameIdentity(t *testing.T) {
 	start(t, c.Run)
 	pub := NewPublisher(PublisherConfig{URL: through, Exchange: f.exchange, Queue: f.queue, Logf: t.Logf})
 	defer pub.Close()
-	var sent Totals
-	var last Position
+	var sent protocol.Totals
+	var last protocol.Position
 	for i := range 300 {
 		if i%50 == 25 {
 			go proxy.Cut() // lands before, during or after a publish

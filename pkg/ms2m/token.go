@@ -7,36 +7,12 @@ import (
 	"net/http"
 	"os"
 	"strings"
-)
 
-// The control token (contract 4). The endpoints of an application steer
-// its consumption, and the pod network reaches them from every namespace:
-// each call must carry the token of the namespace's ControlSecret, which
-// the application's pod mounts and the migration manager reads through the
-// API server. Only who may read that Secret (the namespace's own editors
-// and the migration role) can steer the consumer.
-//
-// The token also proves where a restored copy runs. The copy keeps, in its
-// memory, the token it read at start; after a restore it reads the file of
-// the pod it now runs in. A pod of another namespace cannot mount the
-// Secret, so whatever it mounts there (or its hostname and namespace file,
-// which it controls) cannot pass for the copy's home.
-const (
-	// ControlSecret is the Secret, in the application's namespace, whose
-	// TokenKey holds the token.
-	ControlSecret = "ms2m-control"
-	// TokenKey is the key of the token in ControlSecret.
-	TokenKey = "token"
-	// DefaultTokenFile is where the pod mounts the token: ControlSecret as
-	// a volume at /var/run/secrets/ms2m ($MS2M_TOKEN_FILE overrides it).
-	DefaultTokenFile = "/var/run/secrets/ms2m/" + TokenKey
-	// TokenHeader carries the token on every request to an /ms2m/ path
-	// (the API server's proxy keeps its callers' Authorization to itself).
-	TokenHeader = "Ms2m-Token"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
 // TokenFile is $MS2M_TOKEN_FILE, or DefaultTokenFile.
-func TokenFile() string { return EnvOr("MS2M_TOKEN_FILE", DefaultTokenFile) }
+func TokenFile() string { return EnvOr("MS2M_TOKEN_FILE", protocol.DefaultTokenFile) }
 
 // ReadToken reads the control token in file.
 func ReadToken(file string) ([]byte, error) {
@@ -45,7 +21,7 @@ func ReadToken(file string) ([]byte, error) {
 		err = fmt.Errorf("%s is empty", file)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("no MS2M control token: %w; mount the Secret %s (key %s) of the pod's namespace at %s (docs/contract.md, \"Control token\")", err, ControlSecret, TokenKey, file)
+		return nil, fmt.Errorf("no MS2M control token: %w; mount the Secret %s (key %s) of the pod's namespace at %s (docs/contract.md, \"Control token\")", err, protocol.ControlSecret, protocol.TokenKey, file)
 	}
 	return bytes.TrimSpace(b), nil
 }
@@ -68,8 +44,8 @@ func requireToken(token []byte, tokenErr error, h http.Handler) http.Handler {
 			http.Error(w, tokenErr.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		if !tokenMatches(token, r.Header.Get(TokenHeader)) {
-			http.Error(w, "missing or wrong "+TokenHeader+" header: send the token of the namespace's Secret "+ControlSecret, http.StatusUnauthorized)
+		if !tokenMatches(token, r.Header.Get(protocol.TokenHeader)) {
+			http.Error(w, "missing or wrong "+protocol.TokenHeader+" header: send the token of the namespace's Secret "+protocol.ControlSecret, http.StatusUnauthorized)
 			return
 		}
 		h.ServeHTTP(w, r)

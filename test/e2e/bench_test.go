@@ -20,7 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
@@ -306,7 +306,7 @@ func keptRollback(b *testing.B, w *workload.Workload, pod string, rec report.Rec
 	if os.Getenv("E2E_EVAL_DIR") == "" || os.Getenv("E2E_EVAL_QUICK") == "1" || rec.Outcome != report.RolledBack {
 		return false
 	}
-	if st := state(b, w, pod); st.Mode != ms2m.ModePrimary {
+	if st := state(b, w, pod); st.Mode != protocol.ModePrimary {
 		b.Fatalf("%s not serving after the rollback: %+v", pod, st)
 	}
 	b.Logf("kept: %s rolled back (%s)", rec.ID, rec.Error)

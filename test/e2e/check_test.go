@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/check"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
 
@@ -172,7 +172,7 @@ func TestRestoreOptIn(t *testing.T) {
 // can tell) with one line naming remedy; the source must be undisturbed and
 // nothing of the migration left. It returns the workload and the source's
 // state before.
-func (l *lab) refusedBeforeAnyChange(t *testing.T, remedy string) (*workload.Workload, ms2m.State) {
+func (l *lab) refusedBeforeAnyChange(t *testing.T, remedy string) (*workload.Workload, protocol.State) {
 	t.Helper()
 	w := l.deploy(t, "10")
 	before := waitApplied(t, w, "consumer", 10)
@@ -181,7 +181,7 @@ func (l *lab) refusedBeforeAnyChange(t *testing.T, remedy string) (*workload.Wor
 	if last := lines[len(lines)-1]; exitCode(err) != 3 || !strings.Contains(last, remedy) {
 		t.Fatalf("want a refusal (exit 3) with one error line naming %q, got %v:\n%s", remedy, err, stderr)
 	}
-	if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary || st.PendingRestore || st.Process != before.Process {
+	if st := state(t, w, "consumer"); st.Mode != protocol.ModePrimary || st.PendingRestore || st.Process != before.Process {
 		t.Fatalf("the source was disturbed: %+v", st)
 	}
 	l.nothingLeft(t, w)

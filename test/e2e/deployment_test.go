@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
@@ -289,17 +289,17 @@ func TestDeploymentPodsMigrate(t *testing.T) {
 		if err != nil || rec.Outcome != report.Succeeded {
 			t.Fatalf("%s migration of %s: %v %s\n%s", strategy, dl.pods[i], err, rec.Outcome, stderr)
 		}
-		if after := state(t, dl.w, rec.TargetPod); after.Process != before.Process || after.Mode != ms2m.ModePrimary {
+		if after := state(t, dl.w, rec.TargetPod); after.Process != before.Process || after.Mode != protocol.ModePrimary {
 			t.Fatalf("%s was not restored from %s's checkpoint: before %+v after %+v", rec.TargetPod, dl.pods[i], before, after)
 		}
-		l.queuesGone(t, ms2m.ReplayQueueName(dl.queueOf(dl.pods[i])))
+		l.queuesGone(t, protocol.ReplayQueueName(dl.queueOf(dl.pods[i])))
 		moved = append(moved, rec.TargetPod)
 	}
 	rec, stderr, err := l.migrate(t, dl.w, "pod", moved[0], "--to", "node-a")
 	if err != nil || rec.Outcome != report.Succeeded {
 		t.Fatalf("migration of %s back: %v %s\n%s", moved[0], err, rec.Outcome, stderr)
 	}
-	l.queuesGone(t, ms2m.ReplayQueueName(dl.queueOf(dl.pods[0])))
+	l.queuesGone(t, protocol.ReplayQueueName(dl.queueOf(dl.pods[0])))
 	moved[0] = rec.TargetPod
 	dl.checkUnchanged(t, map[string]string{moved[0]: "node-a", moved[1]: "node-b"})
 	dl.conserve(t, moved)
@@ -315,7 +315,7 @@ func TestDeploymentPodRollsBack(t *testing.T) {
 	if err == nil || rec.Outcome != report.RolledBack {
 		t.Fatalf("want a rolled-back migration, got %v %s\n%s", err, rec.Outcome, stderr)
 	}
-	if st := state(t, dl.w, dl.pods[0]); st.Mode != ms2m.ModePrimary {
+	if st := state(t, dl.w, dl.pods[0]); st.Mode != protocol.ModePrimary {
 		t.Fatalf("%s does not consume its queue after the rollback: %+v", dl.pods[0], st)
 	}
 	dl.checkUnchanged(t, map[string]string{dl.pods[0]: "node-a", dl.pods[1]: "node-a"})

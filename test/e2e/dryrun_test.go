@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -88,7 +88,7 @@ func TestClientDryRunOnlyReads(t *testing.T) {
 	if !strings.Contains(strings.Join(writes, "\n"), "create /api/v1/namespaces/kubectl-migrate-system/pods") {
 		t.Fatalf("--dry-run=server started no agent pod the audit log shows: %v", writes)
 	}
-	if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary {
+	if st := state(t, w, "consumer"); st.Mode != protocol.ModePrimary {
 		t.Fatalf("the source does not serve: %+v", st)
 	}
 }

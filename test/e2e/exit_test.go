@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -63,7 +63,7 @@ func TestExitCodesThroughTheRealBinary(t *testing.T) {
 		if now := pods(); !slices.Equal(now, before) {
 			t.Fatalf("%s: pods %v, were %v", tc.name, now, before)
 		}
-		if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary || st.PendingRestore {
+		if st := state(t, w, "consumer"); st.Mode != protocol.ModePrimary || st.PendingRestore {
 			t.Fatalf("%s: the source does not serve: %+v", tc.name, st)
 		}
 	}

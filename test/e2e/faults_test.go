@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kubelet"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
@@ -100,13 +100,13 @@ func (l *lab) finished(t *testing.T, w *workload.Workload, cmd *exec.Cmd, out *b
 
 // rolledBackServing checks that a migration rolled back, the source serves
 // as the same process, nothing is lost and nothing is left.
-func (l *lab) rolledBackServing(t *testing.T, w *workload.Workload, rec report.Record, before ms2m.State) {
+func (l *lab) rolledBackServing(t *testing.T, w *workload.Workload, rec report.Record, before protocol.State) {
 	t.Helper()
 	if rec.Outcome != report.RolledBack {
 		t.Fatalf("outcome %q, want rolled-back", rec.Outcome)
 	}
 	st := waitApplied(t, w, "consumer", state(t, w, "consumer").LastSeq+5) // it keeps applying
-	if st.Mode != ms2m.ModePrimary || st.Process != before.Process {
+	if st.Mode != protocol.ModePrimary || st.Process != before.Process {
 		t.Fatalf("source not serving after rollback: %+v", st)
 	}
 	checkConservation(t, w, "consumer")

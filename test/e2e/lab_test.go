@@ -32,7 +32,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/testenv"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
@@ -125,7 +125,7 @@ func (l *lab) deployWith(t testing.TB, o workload.Options) *workload.Workload {
 	return w
 }
 
-func waitApplied(t testing.TB, w *workload.Workload, pod string, seq uint64) ms2m.State {
+func waitApplied(t testing.TB, w *workload.Workload, pod string, seq uint64) protocol.State {
 	t.Helper()
 	st, err := w.WaitApplied(context.Background(), pod, seq, 2*time.Minute)
 	if err != nil {
@@ -134,7 +134,7 @@ func waitApplied(t testing.TB, w *workload.Workload, pod string, seq uint64) ms2
 	return st
 }
 
-func state(t testing.TB, w *workload.Workload, pod string) ms2m.State {
+func state(t testing.TB, w *workload.Workload, pod string) protocol.State {
 	t.Helper()
 	st, err := w.State(context.Background(), pod)
 	if err != nil {
@@ -197,7 +197,7 @@ func (l *lab) kubectlMigrate(t testing.TB, args ...string) string {
 
 func (l *lab) replayQueueGone(t testing.TB, w *workload.Workload) {
 	t.Helper()
-	l.queuesGone(t, ms2m.ReplayQueueName(w.Queue))
+	l.queuesGone(t, protocol.ReplayQueueName(w.Queue))
 }
 
 // queuesGone checks that the broker has none of the queues.

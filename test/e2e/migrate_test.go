@@ -15,7 +15,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
@@ -34,7 +34,7 @@ func checkConservation(t testing.TB, w *workload.Workload, consumer string) {
 
 // checkMigrated checks that the consumer now runs on node-b restored from
 // its checkpoint, not restarted, and that nothing of the migration is left.
-func (l *lab) checkMigrated(t testing.TB, w *workload.Workload, rec report.Record, before ms2m.State) ms2m.State {
+func (l *lab) checkMigrated(t testing.TB, w *workload.Workload, rec report.Record, before protocol.State) protocol.State {
 	t.Helper()
 	ctx := context.Background()
 	if rec.Outcome != report.Succeeded {
@@ -117,7 +117,7 @@ func migrateLivePodAt(t testing.TB, rate string, flags ...string) (*lab, *worklo
 // migrateLiveApp deploys o's workload, waits until the consumer applied
 // message applied, migrates it to node-b with extra flags and checks it was
 // restored there; it returns the consumer's state before and after.
-func migrateLiveApp(t testing.TB, o workload.Options, applied uint64, flags ...string) (l *lab, w *workload.Workload, rec report.Record, before, after ms2m.State) {
+func migrateLiveApp(t testing.TB, o workload.Options, applied uint64, flags ...string) (l *lab, w *workload.Workload, rec report.Record, before, after protocol.State) {
 	l = setup(t)
 	w = l.deployWith(t, o)
 	before = waitApplied(t, w, "consumer", applied)
@@ -229,7 +229,7 @@ func failedMigrationRollsBack(t *testing.T, l *lab, flags ...string) {
 		}
 	}
 	st := state(t, w, "consumer")
-	if st.Mode != ms2m.ModePrimary || st.PendingRestore || st.Process != before.Process {
+	if st.Mode != protocol.ModePrimary || st.PendingRestore || st.Process != before.Process {
 		t.Fatalf("source not serving after rollback: %+v", st)
 	}
 	waitApplied(t, w, "consumer", st.LastSeq+5) // it keeps applying
@@ -316,7 +316,7 @@ func TestReplayThatCannotCatchUpEndsEarly(t *testing.T) {
 		t.Errorf("replay ran %d ms before giving up", p.DurationMillis)
 	}
 	t.Logf("gave up after %s (replay %d ms)", time.Since(t0).Round(time.Second), func() int64 { p, _ := rec.Phase(report.Replay); return p.DurationMillis }())
-	if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary {
+	if st := state(t, w, "consumer"); st.Mode != protocol.ModePrimary {
 		t.Fatalf("source not serving after rollback: %+v", st)
 	}
 	checkConservation(t, w, "consumer")
@@ -353,7 +353,7 @@ func TestDryRunPredicts(t *testing.T) {
 	if lambda < 6 || lambda > 14 || mu <= lambda {
 		t.Fatalf("λ %.1f (producer at 10/s), μ %.1f", lambda, mu)
 	}
-	if st := state(t, w, rec.TargetPod); st.Mode != ms2m.ModePrimary || st.Process != before.Process {
+	if st := state(t, w, rec.TargetPod); st.Mode != protocol.ModePrimary || st.Process != before.Process {
 		t.Fatalf("the dry run disturbed the consumer: %+v", st)
 	}
 	checkConservation(t, w, rec.TargetPod)

@@ -21,7 +21,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
@@ -129,7 +129,7 @@ func (l *lab) nothingLeft(t *testing.T, w *workload.Workload, extraPods ...strin
 	if len(leases.Items) != 0 {
 		t.Fatalf("%d leases left, e.g. %s", len(leases.Items), leases.Items[0].Name)
 	}
-	l.queuesGone(t, ms2m.ReplayQueueName(w.Queue), ms2m.MigrationQueueName(w.Queue))
+	l.queuesGone(t, protocol.ReplayQueueName(w.Queue), protocol.MigrationQueueName(w.Queue))
 	for _, node := range []string{"node-a", "node-b"} {
 		archives, _ := filepath.Glob(filepath.Join(env(t, "LAB_RUN"), node, "kubelet", "checkpoints", "*_"+w.Namespace+"-*"))
 		if len(archives) != 0 {
@@ -213,7 +213,7 @@ func (l *lab) recoverPodAfterCrash(t *testing.T, tc crashCase) {
 	if rec.Outcome == report.Succeeded {
 		l.checkMigrated(t, w, rec, before)
 		consumer = rec.TargetPod
-	} else if st := state(t, w, "consumer"); st.Process != before.Process || st.Mode != ms2m.ModePrimary {
+	} else if st := state(t, w, "consumer"); st.Process != before.Process || st.Mode != protocol.ModePrimary {
 		t.Fatalf("the source does not serve after recovery: %+v", st)
 	}
 	checkConservation(t, w, consumer)
@@ -253,7 +253,7 @@ func (l *lab) recoverStatefulSetAfterCrash(t *testing.T, tc crashCase) report.Re
 	if rec.Outcome == report.Succeeded {
 		node = "node-b"
 	}
-	if _, st := l.checkStatefulSetAfter(t, b, node); st.Mode != ms2m.ModePrimary {
+	if _, st := l.checkStatefulSetAfter(t, b, node); st.Mode != protocol.ModePrimary {
 		t.Fatalf("consumer-0 does not consume its queue after recovery: %+v", st)
 	}
 	checkConservation(t, b.w, "consumer-0")

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
@@ -39,7 +39,7 @@ func TestPodRollbackAfterReplay(t *testing.T) {
 	if err == nil || rec.Outcome != report.RolledBack {
 		t.Fatalf("want a rolled-back migration, got %v %s\n%s", err, rec.Outcome, stderr)
 	}
-	if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary || st.Process != before.Process {
+	if st := state(t, w, "consumer"); st.Mode != protocol.ModePrimary || st.Process != before.Process {
 		t.Fatalf("source not serving after rollback: %+v", st)
 	}
 	checkConservation(t, w, "consumer")
@@ -134,7 +134,7 @@ func TestPreflightRefusesBeforeAnyChange(t *testing.T) {
 		if len(records) != 0 {
 			t.Fatalf("a refused migration left a record")
 		}
-		if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary || st.PendingRestore || st.Process != before.Process {
+		if st := state(t, w, "consumer"); st.Mode != protocol.ModePrimary || st.PendingRestore || st.Process != before.Process {
 			t.Fatalf("the source was disturbed: %+v", st)
 		}
 		l.nothingLeft(t, w)
@@ -157,7 +157,7 @@ func TestRestartAfterMigration(t *testing.T) {
 // restartsFromItsCheckpoint kills rec's restored consumer and checks that
 // the kubelet restarts it, restored from its checkpoint image again, and
 // that it serves and becomes Ready; it returns the state it serves with.
-func restartsFromItsCheckpoint(t *testing.T, l *lab, w *workload.Workload, rec report.Record) ms2m.State {
+func restartsFromItsCheckpoint(t *testing.T, l *lab, w *workload.Workload, rec report.Record) protocol.State {
 	t.Helper()
 	ctx := context.Background()
 	pod, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, rec.TargetPod, metav1.GetOptions{})
@@ -170,7 +170,7 @@ func restartsFromItsCheckpoint(t *testing.T, l *lab, w *workload.Workload, rec r
 	}
 	killed := time.Now()
 	const bound = 60 * time.Second
-	var st ms2m.State
+	var st protocol.State
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, bound, true, func(ctx context.Context) (bool, error) {
 		p, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, rec.TargetPod, metav1.GetOptions{})
 		// The restart count stays 0: the restored container carries the
@@ -179,7 +179,7 @@ func restartsFromItsCheckpoint(t *testing.T, l *lab, w *workload.Workload, rec r
 			return false, nil
 		}
 		st, err = w.State(ctx, rec.TargetPod)
-		return err == nil && st.Mode == ms2m.ModePrimary && st.RestoredAgain == 1, nil
+		return err == nil && st.Mode == protocol.ModePrimary && st.RestoredAgain == 1, nil
 	})
 	if err != nil {
 		t.Fatalf("the restarted consumer does not serve within %s: %+v (%v)", bound, st, err)

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
@@ -150,15 +150,15 @@ func TestSoak(t *testing.T) {
 // contiguous checks, without stopping the producer, that the consumer has
 // applied every message from 1 to its last exactly once (one producer run).
 func contiguous(t *testing.T, w interface {
-	State(context.Context, string) (ms2m.State, error)
-}, pod string) ms2m.State {
+	State(context.Context, string) (protocol.State, error)
+}, pod string) protocol.State {
 	t.Helper()
 	st, err := w.State(context.Background(), pod)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := st.LastSeq
-	if want := ms2m.SequenceDigest(st.Producer, n); st.Totals.Count != n || st.Totals.Digest != want {
+	if want := protocol.SequenceDigest(st.Producer, n); st.Totals.Count != n || st.Totals.Digest != want {
 		t.Fatalf("%s applied %d messages with digest %s; 1..%d exactly once would be %d with %s", pod, st.Totals.Count, st.Totals.Digest, n, n, want)
 	}
 	return st

@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
@@ -190,7 +191,7 @@ func migrateStatefulSet(t *testing.T, change func(ns string, sts *appsv1.Statefu
 
 // checkOrdinalsConserve stops the StatefulSet workload's producer and
 // checks that both ordinals applied every message it sent exactly once.
-func checkOrdinalsConserve(t testing.TB, w *workload.Workload) (ms2m.State, ms2m.ProducerState) {
+func checkOrdinalsConserve(t testing.TB, w *workload.Workload) (protocol.State, ms2m.ProducerState) {
 	t.Helper()
 	got, sent, err := w.CheckConservation(context.Background(), "consumer-0")
 	if err != nil {
@@ -239,8 +240,8 @@ func rollBackStatefulSet(t *testing.T, flags ...string) {
 type statefulSetBefore struct {
 	w      *workload.Workload
 	sts    *appsv1.StatefulSet
-	other  *corev1.Pod // consumer-1, which no migration may touch
-	state0 ms2m.State  // consumer-0's application
+	other  *corev1.Pod    // consumer-1, which no migration may touch
+	state0 protocol.State // consumer-0's application
 }
 
 // startStatefulSet deploys the StatefulSet and waits until consumer-0 has
@@ -259,7 +260,7 @@ func (l *lab) startStatefulSet(t *testing.T, applied uint64, changes ...func(ns 
 // consumer-0 runs on node with its original process, owned by a StatefulSet
 // whose spec is unchanged, that consumer-1 was not touched, and that no
 // shadow pod or replay queue is left. It returns consumer-0 and its state.
-func (l *lab) checkStatefulSetAfter(t *testing.T, b statefulSetBefore, node string) (*corev1.Pod, ms2m.State) {
+func (l *lab) checkStatefulSetAfter(t *testing.T, b statefulSetBefore, node string) (*corev1.Pod, protocol.State) {
 	t.Helper()
 	ctx, ns := context.Background(), b.w.Namespace
 	pod, err := l.client.CoreV1().Pods(ns).Get(ctx, "consumer-0", metav1.GetOptions{})

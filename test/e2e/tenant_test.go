@@ -32,7 +32,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
@@ -54,15 +54,15 @@ func TestCheckpointRunByAnotherNamespaceNeverConsumes(t *testing.T) {
 	// The runtime restores the victim's process into the thief's pod; once
 	// it has reconnected it knows where it runs.
 	st := thiefRunsTheVictim(t, w, thief, rec)
-	if st.Foreign != thief.Namespace+"/thief" || st.Mode != ms2m.ModeHold {
+	if st.Foreign != thief.Namespace+"/thief" || st.Mode != protocol.ModeHold {
 		t.Fatalf("the copy in another namespace's pod does not hold as foreign: %+v", st)
 	}
-	if _, err := thief.Control(ctx, "thief", ms2m.Control{Type: ms2m.Resume}); err == nil {
+	if _, err := thief.Control(ctx, "thief", protocol.Control{Type: protocol.Resume}); err == nil {
 		t.Fatal("the foreign copy obeyed RESUME")
 	}
 	// Whatever it consumed, the victim would lack.
 	checkConservation(t, w, rec.TargetPod)
-	if after, err := thief.State(ctx, "thief"); err != nil || after.Position() != st.Position() || after.Mode != ms2m.ModeHold {
+	if after, err := thief.State(ctx, "thief"); err != nil || after.Position() != st.Position() || after.Mode != protocol.ModeHold {
 		t.Fatalf("the foreign copy moved from %s: %+v (%v)", st.Position(), after, err)
 	}
 }
@@ -70,9 +70,9 @@ func TestCheckpointRunByAnotherNamespaceNeverConsumes(t *testing.T) {
 // thiefRunsTheVictim waits until the copy in the thief's pod has
 // reconnected (it then knows where it runs), checks that it is the
 // victim's process, and returns its state.
-func thiefRunsTheVictim(t *testing.T, w, thief *workload.Workload, rec report.Record) ms2m.State {
+func thiefRunsTheVictim(t *testing.T, w, thief *workload.Workload, rec report.Record) protocol.State {
 	t.Helper()
-	st, err := thief.WaitFor(context.Background(), "thief", 2*time.Minute, func(st ms2m.State) bool { return st.Reconnects > 0 })
+	st, err := thief.WaitFor(context.Background(), "thief", 2*time.Minute, func(st protocol.State) bool { return st.Reconnects > 0 })
 	if err != nil {
 		t.Fatalf("the thief's copy never answered: %v (%+v)", err, st)
 	}
@@ -647,7 +647,7 @@ func TestTenantCannotSteerAnotherNamespacesConsumer(t *testing.T) {
 	t.Cleanup(func() {
 		_ = l.client.CoreV1().Namespaces().Delete(context.Background(), attacker, metav1.DeleteOptions{})
 	})
-	script := callerScript(fmt.Sprintf("http://%s:8080", pod.Status.PodIP), ms2m.TokenHeader, [][3]string{
+	script := callerScript(fmt.Sprintf("http://%s:8080", pod.Status.PodIP), protocol.TokenHeader, [][3]string{
 		{"POST", "/ms2m/control", `{"type":"STOP"}`}, {"POST", "/ms2m/control", `{"type":"RESUME"}`},
 		{"POST", "/ms2m/control", fmt.Sprintf(`{"type":"PREPARE","payload":{"target":"%s/thief"}}`, attacker)}, {"GET", "/ms2m/state", ""},
 	})
@@ -655,7 +655,7 @@ func TestTenantCannotSteerAnotherNamespacesConsumer(t *testing.T) {
 		t.Fatalf("another namespace's calls to the consumer answered %q, want %q", got, want)
 	}
 	st := state(t, w, "consumer")
-	if st.Mode != ms2m.ModePrimary || st.PendingRestore || len(st.Homes) != 1 {
+	if st.Mode != protocol.ModePrimary || st.PendingRestore || len(st.Homes) != 1 {
 		t.Fatalf("the refused calls changed the consumer: %+v", st)
 	}
 	waitApplied(t, w, "consumer", st.LastSeq+10) // still consuming
@@ -688,12 +688,12 @@ func TestTenantForgingTheTargetsNameNeverConsumes(t *testing.T) {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "forged", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"})
 	})
 	st := thiefRunsTheVictim(t, w, thief, rec)
-	if want := w.Namespace + "/" + rec.TargetPod; st.Foreign != want || st.Mode != ms2m.ModeHold {
+	if want := w.Namespace + "/" + rec.TargetPod; st.Foreign != want || st.Mode != protocol.ModeHold {
 		t.Fatalf("the copy in a pod forging %s does not hold as foreign: %+v", want, st)
 	}
 	// A held copy with no migration running takes its queue back within a
 	// second (a restart): watch it for several times that.
-	var moved ms2m.State
+	var moved protocol.State
 	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
 		after, err := thief.State(ctx, "thief")
 		if err != nil {
@@ -701,7 +701,7 @@ func TestTenantForgingTheTargetsNameNeverConsumes(t *testing.T) {
 			return false, nil
 		}
 		moved = after
-		return after.Position() != st.Position() || after.Mode != ms2m.ModeHold || after.RestoredAgain != 0, nil
+		return after.Position() != st.Position() || after.Mode != protocol.ModeHold || after.RestoredAgain != 0, nil
 	}); err == nil {
 		t.Fatalf("the forging copy moved from %s: %+v", st.Position(), moved)
 	}
@@ -873,7 +873,7 @@ func TestTenantCannotOwnTheAgentsNamespace(t *testing.T) {
 	if secrets, err := l.client.CoreV1().Secrets(squatted).List(ctx, metav1.ListOptions{}); err != nil || len(secrets.Items) != 0 {
 		t.Fatalf("secrets in the squatted namespace: %v %v", secrets, err)
 	}
-	if st := state(t, w, "consumer"); st.Mode != ms2m.ModePrimary || st.Process != before.Process {
+	if st := state(t, w, "consumer"); st.Mode != protocol.ModePrimary || st.Process != before.Process {
 		t.Fatalf("the source was disturbed: %+v", st)
 	}
 	checkConservation(t, w, "consumer")

@@ -9,10 +9,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
-// CreateControlToken creates namespace's control token (ms2m.ControlSecret),
+// CreateControlToken creates namespace's control token (protocol.ControlSecret),
 // as kubectl migrate control-token does, and returns it.
 func CreateControlToken(ctx context.Context, client kubernetes.Interface, namespace string) (string, error) {
 	token, _, err := appctl.EnsureToken(ctx, client, namespace)
@@ -20,7 +20,7 @@ func CreateControlToken(ctx context.Context, client kubernetes.Interface, namesp
 }
 
 // MountControlToken mounts the namespace's control token into each of
-// spec's containers where the SDK reads it (ms2m.DefaultTokenFile).
+// spec's containers where the SDK reads it (protocol.DefaultTokenFile).
 func MountControlToken(spec *corev1.PodSpec) { appctl.MountToken(spec) }
 
 // token is the token calls to the workload's applications carry: Token if
@@ -29,9 +29,9 @@ func (w *Workload) token(ctx context.Context) string {
 	if w.Token != "" {
 		return w.Token
 	}
-	s, err := w.client.CoreV1().Secrets(w.Namespace).Get(ctx, ms2m.ControlSecret, metav1.GetOptions{})
+	s, err := w.client.CoreV1().Secrets(w.Namespace).Get(ctx, protocol.ControlSecret, metav1.GetOptions{})
 	if err == nil {
-		w.Token = string(s.Data[ms2m.TokenKey])
+		w.Token = string(s.Data[protocol.TokenKey])
 	} else if !apierrors.IsNotFound(err) {
 		return ""
 	}

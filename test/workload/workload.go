@@ -22,6 +22,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/sample"
 )
 
@@ -60,13 +61,13 @@ const SidecarName = "sidecar"
 type Workload struct {
 	Namespace, Exchange, Queue string
 	// Token is the control token calls to its applications carry; empty:
-	// the one in the namespace's Secret ms2m.ControlSecret.
+	// the one in the namespace's Secret protocol.ControlSecret.
 	Token    string
 	client   kubernetes.Interface
 	app      appctl.Client
 	producer *corev1.Pod // as created, for RestartProducer
 	// earlier is what the producer's runs before RestartProducer confirmed.
-	earlier ms2m.Totals
+	earlier protocol.Totals
 }
 
 // Attach returns a Workload for pods deployed by other means.
@@ -219,14 +220,14 @@ func (w *Workload) Target(pod string) appctl.Target {
 }
 
 // State reads a consumer's state.
-func (w *Workload) State(ctx context.Context, pod string) (ms2m.State, error) {
+func (w *Workload) State(ctx context.Context, pod string) (protocol.State, error) {
 	return w.app.State(ctx, w.Target(pod))
 }
 
 // WaitApplied waits until pod has applied sequence seq of the producer's
 // current run.
-func (w *Workload) WaitApplied(ctx context.Context, pod string, seq uint64, timeout time.Duration) (ms2m.State, error) {
-	st, err := w.waitState(ctx, pod, timeout, func(st ms2m.State) bool { return st.LastSeq >= seq })
+func (w *Workload) WaitApplied(ctx context.Context, pod string, seq uint64, timeout time.Duration) (protocol.State, error) {
+	st, err := w.waitState(ctx, pod, timeout, func(st protocol.State) bool { return st.LastSeq >= seq })
 	if err != nil {
 		return st, fmt.Errorf("%s did not reach sequence %d (at %d): %w", pod, seq, st.LastSeq, err)
 	}
@@ -235,17 +236,17 @@ func (w *Workload) WaitApplied(ctx context.Context, pod string, seq uint64, time
 
 // waitState polls pod's state until done says so.
 // WaitFor waits until pod's state satisfies done.
-func (w *Workload) WaitFor(ctx context.Context, pod string, timeout time.Duration, done func(ms2m.State) bool) (ms2m.State, error) {
+func (w *Workload) WaitFor(ctx context.Context, pod string, timeout time.Duration, done func(protocol.State) bool) (protocol.State, error) {
 	return w.waitState(ctx, pod, timeout, done)
 }
 
 // Control sends a control message to pod's application.
-func (w *Workload) Control(ctx context.Context, pod string, msg ms2m.Control) (ms2m.State, error) {
+func (w *Workload) Control(ctx context.Context, pod string, msg protocol.Control) (protocol.State, error) {
 	return w.app.Control(ctx, w.Target(pod), msg)
 }
 
-func (w *Workload) waitState(ctx context.Context, pod string, timeout time.Duration, done func(ms2m.State) bool) (ms2m.State, error) {
-	var st ms2m.State
+func (w *Workload) waitState(ctx context.Context, pod string, timeout time.Duration, done func(protocol.State) bool) (protocol.State, error) {
+	var st protocol.State
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		var err error
 		st, err = w.State(ctx, pod)
@@ -257,14 +258,14 @@ func (w *Workload) waitState(ctx context.Context, pod string, timeout time.Durat
 // StopProducer stops the producer and returns what the broker confirmed.
 func (w *Workload) StopProducer(ctx context.Context) (ms2m.ProducerState, error) {
 	body, err := w.client.CoreV1().RESTClient().Post().Namespace(w.Namespace).Resource("pods").Name("producer:8080").
-		SubResource("proxy").Suffix(ms2m.ControlPath).SetHeader(ms2m.TokenHeader, w.token(ctx)).Body([]byte(`{"type":"STOP"}`)).DoRaw(ctx)
+		SubResource("proxy").Suffix(protocol.ControlPath).SetHeader(protocol.TokenHeader, w.token(ctx)).Body([]byte(`{"type":"STOP"}`)).DoRaw(ctx)
 	if err != nil {
 		return ms2m.ProducerState{}, fmt.Errorf("stop producer: %w: %s", err, body)
 	}
 	var st ms2m.ProducerState
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		raw, err := w.client.CoreV1().RESTClient().Get().Namespace(w.Namespace).Resource("pods").Name("producer:8080").
-			SubResource("proxy").Suffix(ms2m.StatePath).SetHeader(ms2m.TokenHeader, w.token(ctx)).DoRaw(ctx)
+			SubResource("proxy").Suffix(protocol.StatePath).SetHeader(protocol.TokenHeader, w.token(ctx)).DoRaw(ctx)
 		return err == nil && json.Unmarshal(raw, &st) == nil && st.Stopped, nil
 	})
 	return st, err
@@ -273,12 +274,12 @@ func (w *Workload) StopProducer(ctx context.Context) (ms2m.ProducerState, error)
 // CheckConservation stops the producer, lets consumer drain and compares its
 // applied set with the producer's confirmed set. The producer's state it
 // returns carries the totals of all its runs (RestartProducer).
-func (w *Workload) CheckConservation(ctx context.Context, consumer string) (ms2m.State, ms2m.ProducerState, error) {
+func (w *Workload) CheckConservation(ctx context.Context, consumer string) (protocol.State, ms2m.ProducerState, error) {
 	sent, err := w.StopProducer(ctx)
 	if err != nil {
-		return ms2m.State{}, sent, err
+		return protocol.State{}, sent, err
 	}
-	got, err := w.waitState(ctx, consumer, 3*time.Minute, func(st ms2m.State) bool { return st.Reached(sent.Position()) })
+	got, err := w.waitState(ctx, consumer, 3*time.Minute, func(st protocol.State) bool { return st.Reached(sent.Position()) })
 	if err != nil {
 		return got, sent, fmt.Errorf("%s did not reach the producer's last message %s (at %s): %w", consumer, sent.Position(), got.Position(), err)
 	}
@@ -308,7 +309,7 @@ func (w *Workload) CheckConservation(ctx context.Context, consumer string) (ms2m
 // messages applied, summing to the sum in memory), so files and memory
 // moved together. It returns the application's state without the ledger's
 // figures, which the producer does not keep.
-func checkLedger(got ms2m.State) (json.RawMessage, error) {
+func checkLedger(got protocol.State) (json.RawMessage, error) {
 	var app sample.State
 	if len(got.App) == 0 || json.Unmarshal(got.App, &app) != nil || (app.LedgerLines == 0 && app.LedgerError == "") {
 		return got.App, nil

@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -19,7 +19,7 @@ import (
 
 // runningPods lists the pods that exist (not being deleted) and whose
 // application matches.
-func (w *World) runningPods(match func(st *ms2m.State, restored bool) bool) []string {
+func (w *World) runningPods(match func(st *protocol.State, restored bool) bool) []string {
 	pods, err := w.Client.Tracker().List(corev1.SchemeGroupVersion.WithResource("pods"), corev1.SchemeGroupVersion.WithKind("Pod"), "default")
 	if err != nil {
 		return nil
@@ -39,11 +39,11 @@ func (w *World) runningPods(match func(st *ms2m.State, restored bool) bool) []st
 // producer goes on meanwhile, and the copy consumes what arrives: a copy
 // whose state lacks what another copy of it acknowledged has lost those
 // messages, as the real consumer's "sequence gap" shows.
-func (w *World) serve(pod string, st *ms2m.State) {
+func (w *World) serve(pod string, st *protocol.State) {
 	if acked := w.acked[st.Process]; st.LastSeq < acked {
 		w.violations = append(w.violations, fmt.Sprintf("%s resumed the primary queue at %d, but copies of its state had acknowledged up to %d: %d messages lost", pod, st.LastSeq, acked, acked-st.LastSeq))
 	}
-	st.Mode, st.PendingRestore = ms2m.ModePrimary, false
+	st.Mode, st.PendingRestore = protocol.ModePrimary, false
 	w.published += 10
 	st.LastSeq = w.published
 	w.acked[st.Process] = st.LastSeq
@@ -55,7 +55,7 @@ func (w *World) serve(pod string, st *ms2m.State) {
 // acknowledged.
 func (w *World) Conservation() error {
 	serving := map[string][]string{}
-	for _, pod := range w.runningPods(func(st *ms2m.State, _ bool) bool { return st.Mode != ms2m.ModeHold }) {
+	for _, pod := range w.runningPods(func(st *protocol.State, _ bool) bool { return st.Mode != protocol.ModeHold }) {
 		w.Mu.Lock()
 		serving[w.Apps[pod].Process] = append(serving[w.Apps[pod].Process], pod)
 		w.Mu.Unlock()
@@ -85,12 +85,12 @@ func refused(t appctl.Target) error {
 	if t.Token == ControlToken {
 		return nil
 	}
-	return fmt.Errorf("%s: the application refused the call: missing or wrong %s header", t, ms2m.TokenHeader)
+	return fmt.Errorf("%s: the application refused the call: missing or wrong %s header", t, protocol.TokenHeader)
 }
 
-func (f *fakeApp) State(ctx context.Context, t appctl.Target) (ms2m.State, error) {
+func (f *fakeApp) State(ctx context.Context, t appctl.Target) (protocol.State, error) {
 	if err := refused(t); err != nil {
-		return ms2m.State{}, err
+		return protocol.State{}, err
 	}
 	w := (*World)(f)
 	w.Mu.Lock()
@@ -101,7 +101,7 @@ func (f *fakeApp) State(ctx context.Context, t appctl.Target) (ms2m.State, error
 		w.Mu.Lock()
 		w.StallEnds = append(w.StallEnds, ctx.Err())
 		w.Mu.Unlock()
-		return ms2m.State{}, ctx.Err()
+		return protocol.State{}, ctx.Err()
 	}
 	defer w.Mu.Unlock()
 	st, ok := w.Apps[t.Pod]
@@ -110,46 +110,46 @@ func (f *fakeApp) State(ctx context.Context, t appctl.Target) (ms2m.State, error
 		ok = false
 	}
 	if !ok {
-		return ms2m.State{}, fmt.Errorf("%s unreachable", t)
+		return protocol.State{}, fmt.Errorf("%s unreachable", t)
 	}
 	answer := *st
 	if w.reconnecting[t.Pod] {
 		delete(w.reconnecting, t.Pod)
-		st.Mode = ms2m.ModeHold
+		st.Mode = protocol.ModeHold
 	}
 	return answer, nil
 }
 
-func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg ms2m.Control) (ms2m.State, error) {
+func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg protocol.Control) (protocol.State, error) {
 	if err := refused(t); err != nil {
-		return ms2m.State{}, err
+		return protocol.State{}, err
 	}
 	w := (*World)(f)
 	w.record("control %s %s", t.Pod, msg.Type)
-	if msg.Type == ms2m.Stop && w.fail(report.Switchover) != nil {
-		return ms2m.State{}, ErrInjected
+	if msg.Type == protocol.Stop && w.fail(report.Switchover) != nil {
+		return protocol.State{}, ErrInjected
 	}
-	stuck := msg.Type == ms2m.StartReplay && w.fail(report.Replay) != nil
+	stuck := msg.Type == protocol.StartReplay && w.fail(report.Replay) != nil
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
 	st, ok := w.Apps[t.Pod]
 	if !ok {
-		return ms2m.State{}, fmt.Errorf("%s unreachable", t)
+		return protocol.State{}, fmt.Errorf("%s unreachable", t)
 	}
 	switch msg.Type {
-	case ms2m.Prepare:
+	case protocol.Prepare:
 		st.PendingRestore = true
-	case ms2m.Checkpointed:
+	case protocol.Checkpointed:
 		st.PendingRestore = false
 		st.LastSeq += 10 // the source goes on after the checkpoint, at 10/s
 		st.LastAppliedAt = st.LastAppliedAt.Add(time.Second)
 		w.published = max(w.published, st.LastSeq)
-	case ms2m.Stop:
-		st.Mode = ms2m.ModeHold
-	case ms2m.Resume, ms2m.EndReplay:
+	case protocol.Stop:
+		st.Mode = protocol.ModeHold
+	case protocol.Resume, protocol.EndReplay:
 		w.serve(t.Pod, st)
-	case ms2m.StartReplay:
-		st.Mode, st.PendingRestore = ms2m.ModeReplay, false
+	case protocol.StartReplay:
+		st.Mode, st.PendingRestore = protocol.ModeReplay, false
 		if !stuck {
 			st.LastSeq = w.published // caught up at once
 		}
@@ -157,9 +157,9 @@ func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg ms2m.Control) 
 	return *st, nil
 }
 
-func (f *fakeApp) AppliedAfter(_ context.Context, t appctl.Target, p ms2m.Position) (ms2m.Applied, error) {
+func (f *fakeApp) AppliedAfter(_ context.Context, t appctl.Target, p protocol.Position) (protocol.Applied, error) {
 	if err := refused(t); err != nil {
-		return ms2m.Applied{}, err
+		return protocol.Applied{}, err
 	}
 	w := (*World)(f)
 	w.Mu.Lock()
@@ -172,10 +172,10 @@ func (f *fakeApp) AppliedAfter(_ context.Context, t appctl.Target, p ms2m.Positi
 	}
 	if delay, ok := w.AppliedDelay[t.Pod]; ok {
 		if _, running := w.Apps[t.Pod]; !running {
-			return ms2m.Applied{}, fmt.Errorf("%s unreachable", t)
+			return protocol.Applied{}, fmt.Errorf("%s unreachable", t)
 		}
 		sent := last.Add(time.Second) // after the source stopped: the gap is the delay
-		return ms2m.Applied{Producer: p.Producer, Seq: p.Seq + 1, Sent: sent, AppliedAt: sent.Add(delay)}, nil
+		return protocol.Applied{Producer: p.Producer, Seq: p.Seq + 1, Sent: sent, AppliedAt: sent.Add(delay)}, nil
 	}
-	return ms2m.Applied{Producer: p.Producer, Seq: p.Seq + 1, Sent: last.Add(-time.Second), AppliedAt: last.Add(1500 * time.Millisecond)}, nil
+	return protocol.Applied{Producer: p.Producer, Seq: p.Seq + 1, Sent: last.Add(-time.Second), AppliedAt: last.Add(1500 * time.Millisecond)}, nil
 }

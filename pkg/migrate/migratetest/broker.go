@@ -8,7 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -54,7 +54,7 @@ func (f *fakeBroker) PublishMarker(_ context.Context, _, id string) error {
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
 	for _, st := range w.Apps {
-		if st.Mode == ms2m.ModePrimary {
+		if st.Mode == protocol.ModePrimary {
 			st.Barrier = id
 		}
 	}
@@ -79,7 +79,7 @@ func (f *fakeBroker) DeleteQueue(_ context.Context, queue string) error {
 	}
 	var held []string
 	if strings.HasSuffix(queue, ".ms2m-migration") {
-		held = w.runningPods(func(st *ms2m.State, restored bool) bool { return restored && st.Mode == ms2m.ModeHold })
+		held = w.runningPods(func(st *protocol.State, restored bool) bool { return restored && st.Mode == protocol.ModeHold })
 	}
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
@@ -87,7 +87,7 @@ func (f *fakeBroker) DeleteQueue(_ context.Context, queue string) error {
 	// As the real consumer does: a restored copy still running when its
 	// migration's queue goes takes itself for a restart and serves.
 	for _, pod := range held {
-		if st := w.Apps[pod]; st != nil && st.Mode == ms2m.ModeHold {
+		if st := w.Apps[pod]; st != nil && st.Mode == protocol.ModeHold {
 			w.serve(pod, st)
 		}
 	}

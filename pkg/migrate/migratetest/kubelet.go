@@ -14,7 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
@@ -124,7 +124,7 @@ func (w *World) run(ctx context.Context, pod *corev1.Pod, id ociruntime.Identity
 	switch {
 	case pod.Annotations[freshAnnotation] != "" || underRuntime && !hasCheckpoint:
 		w.Mu.Lock()
-		w.Apps[pod.Name] = &ms2m.State{Contract: ms2m.ContractVersion, Mode: ms2m.ModePrimary, Process: FreshProcess}
+		w.Apps[pod.Name] = &protocol.State{Contract: protocol.ContractVersion, Mode: protocol.ModePrimary, Process: FreshProcess}
 		delete(w.restored, pod.Name)
 		w.Mu.Unlock()
 	case w.fail(report.Restore) != nil:

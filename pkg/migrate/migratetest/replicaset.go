@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
 // ReplicaSetName is the ReplicaSet of a NewReplicaSetWorld, owned by
@@ -66,7 +66,7 @@ func NewReplicaSetWorld(t *testing.T) *World {
 	}
 	w := NewWorld(t, objects...)
 	w.Mu.Lock()
-	w.Apps["consumer-other"] = &ms2m.State{Contract: ms2m.ContractVersion, Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p2", LastAppliedAt: time.Now()}
+	w.Apps["consumer-other"] = &protocol.State{Contract: protocol.ContractVersion, Mode: protocol.ModePrimary, LastSeq: 100, Process: "p2", LastAppliedAt: time.Now()}
 	w.acked["p2"] = 100
 	w.Mu.Unlock()
 	w.runController(w.reconcileReplicaSet, false)

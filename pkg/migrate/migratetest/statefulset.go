@@ -15,7 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -57,7 +57,7 @@ func NewStatefulSetWorld(t *testing.T) *World {
 	w.Mu.Lock()
 	w.Apps["consumer-0"] = w.Apps["consumer"]
 	delete(w.Apps, "consumer")
-	w.Apps["consumer-1"] = &ms2m.State{Contract: ms2m.ContractVersion, Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p2", LastAppliedAt: time.Now()}
+	w.Apps["consumer-1"] = &protocol.State{Contract: protocol.ContractVersion, Mode: protocol.ModePrimary, LastSeq: 100, Process: "p2", LastAppliedAt: time.Now()}
 	w.acked["p2"] = 100
 	w.Mu.Unlock()
 	created := 1

@@ -27,7 +27,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -87,7 +87,7 @@ type World struct {
 	Mu       sync.Mutex
 	Calls    []string
 	Queues   map[string]bool
-	Apps     map[string]*ms2m.State
+	Apps     map[string]*protocol.State
 	Archives map[string]bool
 	Images   map[string]bool
 	// Staged are the checkpoints staged for the kubectl-migrate runtime
@@ -99,8 +99,8 @@ type World struct {
 	// Expected are the marks of checkpoints on their way (ExpectedPath):
 	// a pod under the runtime waits for its checkpoint while marked.
 	Expected  map[string]bool
-	snapshot  ms2m.State // the application's memory at the checkpoint
-	published uint64     // the last sequence published, which replay reaches
+	snapshot  protocol.State // the application's memory at the checkpoint
+	published uint64         // the last sequence published, which replay reaches
 	// Unanswered makes a pod's next state reads fail, as a restarting
 	// process's endpoint does (set it under Mu).
 	Unanswered map[string]int
@@ -150,7 +150,7 @@ func SourcePod() *corev1.Pod {
 }
 
 // ControlToken is the token of the world's applications (its Secret
-// ms2m.ControlSecret in namespace default): they refuse calls without it.
+// protocol.ControlSecret in namespace default): they refuse calls without it.
 const ControlToken = "world-token"
 
 // NewWorld returns a world with nodes node-a and node-b (CRI-O) and a running
@@ -163,7 +163,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 	w := &World{
 		T: t, Client: fake.NewClientset(objects...),
 		Queues:   map[string]bool{"work": true},
-		Apps:     map[string]*ms2m.State{"consumer": {Contract: ms2m.ContractVersion, Mode: ms2m.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
+		Apps:     map[string]*protocol.State{"consumer": {Contract: protocol.ContractVersion, Mode: protocol.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
 		Archives: map[string]bool{}, Images: map[string]bool{}, Staged: map[string]bool{}, BoundTo: map[string]types.UID{}, Expected: map[string]bool{}, reconnecting: map[string]bool{}, Unanswered: map[string]int{}, Stalled: map[string]int{},
 		failed: map[report.PhaseName]int{}, published: 100, deletedSets: map[types.UID]bool{},
 		acked: map[string]uint64{}, restored: map[string]bool{},
@@ -186,8 +186,8 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 	}
 	// The applications' control token, which every call to them must carry.
 	_, _ = w.Client.CoreV1().Secrets("default").Create(context.Background(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: ms2m.ControlSecret, Namespace: "default"},
-		Data:       map[string][]byte{ms2m.TokenKey: []byte(ControlToken)},
+		ObjectMeta: metav1.ObjectMeta{Name: protocol.ControlSecret, Namespace: "default"},
+		Data:       map[string][]byte{protocol.TokenKey: []byte(ControlToken)},
 	}, metav1.CreateOptions{})
 	w.versionObjects()
 	w.recordEngineCalls()

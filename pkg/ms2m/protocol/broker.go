@@ -1,4 +1,4 @@
-package ms2m
+package protocol
 
 import (
 	"context"

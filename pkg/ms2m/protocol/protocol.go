@@ -1,4 +1,4 @@
-package ms2m
+package protocol
 
 import (
 	"encoding/binary"
@@ -382,9 +382,9 @@ func (s State) Reached(p Position) bool {
 	}
 }
 
-// maxRetiredProducers bounds RetiredProducers: a duplicate from a run that
+// MaxRetiredProducers bounds RetiredProducers: a duplicate from a run that
 // many restarts ago would have to outlive that many producer runs in a queue.
-const maxRetiredProducers = 32
+const MaxRetiredProducers = 32
 
 // Applied records when one message was applied, answered at AppliedPath.
 type Applied struct {
