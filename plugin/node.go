@@ -194,7 +194,7 @@ func (o *NodeOptions) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	hint := fmt.Sprintf("the drain's record is %s; "+version.Command()+" report lists any pod migration to recover", id)
+	hint := fmt.Sprintf("the drain's record is %s; %s report lists any pod migration to recover", id, version.Command())
 	o.recoverHint.Store(&hint)
 	st := newDrainStatus(o.RootOptions, plan)
 	labels := map[string]string{"drain": id}

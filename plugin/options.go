@@ -27,7 +27,7 @@ Flags:
 {{.LocalFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}`
 	globalFlagsNote = `{{if or .HasAvailableInheritedFlags (not .HasParent)}}
 
-Use "{{commandName}} options" for the flags every command takes (-n, --context, --kubeconfig, -q, -v, --color, ...).{{end}}`
+Use "kubectl migrate options" for the flags every command takes (-n, --context, --kubeconfig, -q, -v, --color, ...).{{end}}`
 )
 
 // hideGlobalFlags sets the help of root and its commands.
@@ -38,10 +38,6 @@ func hideGlobalFlags(root *cobra.Command) {
 	}
 	tmpl = strings.Replace(tmpl, localFlags, ownFlagsOnly, 1)
 	root.SetUsageTemplate(strings.Replace(tmpl, inheritedFlags, globalFlagsNote, 1))
-}
-
-func init() {
-	cobra.AddTemplateFunc("commandName", version.Command)
 }
 
 // nameInHelp makes the help of root and every command below name the
@@ -64,6 +60,7 @@ func nameInHelp(root *cobra.Command) {
 		}
 	}
 	walk(root)
+	root.SetUsageTemplate(rename(root.UsageTemplate()))
 }
 
 // NewCmdOptions returns kubectl migrate options.

@@ -244,7 +244,7 @@ func (o *migrationFlags) printPlan(c migrate.Config, source *corev1.Pod, predict
 	}
 	// Preflight reads what the API and the runtimes say; only a real
 	// checkpoint and restore prove CRIU, the registry path and the restore.
-	fmt.Fprintf(&b, "Preflight does not checkpoint. To prove a checkpoint, push and restore between these nodes without the workload:\n  "+version.Command()+" check --from %s --to %s", source.Spec.NodeName, c.TargetNode)
+	fmt.Fprintf(&b, "Preflight does not checkpoint. To prove a checkpoint, push and restore between these nodes without the workload:\n  %s check --from %s --to %s", version.Command(), source.Spec.NodeName, c.TargetNode)
 	if c.Transfer != migrate.Direct && c.ImageRepository != "" {
 		fmt.Fprintf(&b, " --registry %s", c.ImageRepository)
 	}

@@ -214,7 +214,7 @@ func (o *RecoverOptions) recoverDrain(ctx context.Context, client kubernetes.Int
 		errs = append(errs, err)
 	}
 	if drain.Outcome != report.Succeeded {
-		fmt.Fprintf(o.ErrOut, "node %s stays cordoned; run "+version.Command()+" node %s again for the pods left, or kubectl uncordon %s\n", drain.Pod, drain.Pod, drain.Pod)
+		fmt.Fprintf(o.ErrOut, "node %s stays cordoned; run %s node %s again for the pods left, or kubectl uncordon %s\n", drain.Pod, version.Command(), drain.Pod, drain.Pod)
 	}
 	if err := o.printRecord(drain, o.Output); err != nil {
 		errs = append(errs, err)

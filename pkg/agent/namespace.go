@@ -36,8 +36,8 @@ func CheckNamespace(ctx context.Context, client kubernetes.Interface, namespace 
 	case err != nil:
 		return fmt.Errorf("read the agents' namespace %s: %w", namespace, err)
 	case ns.Labels[kube.ManagedByLabel] != kube.ManagedBy:
-		return fmt.Errorf("the agents' namespace %s was not made by "+version.Command()+" (no label %s=%s): whoever made it may own the agents it would run as root; have an administrator delete it and apply docs/rbac.yaml, or pass --agent-namespace",
-			namespace, kube.ManagedByLabel, kube.ManagedBy)
+		return fmt.Errorf("the agents' namespace %s was not made by %s (no label %s=%s): whoever made it may own the agents it would run as root; have an administrator delete it and apply docs/rbac.yaml, or pass --agent-namespace",
+			namespace, version.Command(), kube.ManagedByLabel, kube.ManagedBy)
 	}
 	bindings, err := client.RbacV1().RoleBindings(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {

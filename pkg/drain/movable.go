@@ -42,11 +42,11 @@ func Movable(pod *corev1.Pod) Movability {
 	owner := metav1.GetControllerOf(pod)
 	switch {
 	case sts != "":
-		m.How = fmt.Sprintf(version.Command()+" sts %s: MS2M, keeping its name, ordinal and volume claims (StatefulSet %s)", pod.Name, sts)
+		m.How = fmt.Sprintf("%s sts %s: MS2M, keeping its name, ordinal and volume claims (StatefulSet %s)", version.Command(), pod.Name, sts)
 	case owner != nil && owner.Kind == "ReplicaSet":
-		m.How = fmt.Sprintf(version.Command()+" pod %s: MS2M; the copy joins ReplicaSet %s", pod.Name, owner.Name)
+		m.How = fmt.Sprintf("%s pod %s: MS2M; the copy joins ReplicaSet %s", version.Command(), pod.Name, owner.Name)
 	default:
-		m.How = fmt.Sprintf(version.Command()+" pod %s: MS2M", pod.Name)
+		m.How = fmt.Sprintf("%s pod %s: MS2M", version.Command(), pod.Name)
 	}
 	if len(m.Volumes) > 0 {
 		m.How += "; emptyDir " + strings.Join(m.Volumes, ", ") + " move with it"

@@ -125,7 +125,7 @@ func (l *Set) Acquire(ctx context.Context, name, what string, checkOnly, recover
 		sent := time.Now()
 		created, err := leasesAPI.Create(ctx, lease, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%s: another migration took it a moment ago; see "+version.Command()+" report", what)
+			return fmt.Errorf("%s: another migration took it a moment ago; see %s report", what, version.Command())
 		}
 		if err != nil {
 			return fmt.Errorf("take lease %s on %s (needs create on leases.coordination.k8s.io): %w", name, what, err)
@@ -142,8 +142,8 @@ func (l *Set) Acquire(ctx context.Context, name, what string, checkOnly, recover
 		return fmt.Errorf("%s is held by migration %s, which did not end (run by %s): %w; finish or undo it first: %s",
 			what, holder, existing.Annotations[HostAnnotation], errLeaseHeld, report.RecoverCommand(l.Namespace, holder))
 	case holder != l.ID:
-		return fmt.Errorf("%s is being migrated by migration %s (run by %s): %w; wait for it to end, or follow it with "+version.Command()+" report %s; if its process died, finish or undo it: %s",
-			what, holder, existing.Annotations[HostAnnotation], errLeaseHeld, holder, report.RecoverCommand(l.Namespace, holder))
+		return fmt.Errorf("%s is being migrated by migration %s (run by %s): %w; wait for it to end, or follow it with %s report %s; if its process died, finish or undo it: %s",
+			what, holder, existing.Annotations[HostAnnotation], errLeaseHeld, version.Command(), holder, report.RecoverCommand(l.Namespace, holder))
 	case !recovering || checkOnly:
 		return fmt.Errorf("%s: lease %s names this migration already: %w", what, name, errLeaseHeld)
 	case !ended:

@@ -224,7 +224,7 @@ func ReadJournal(r *report.Record) (j Journal, ok bool, err error) {
 		return Journal{}, false, fmt.Errorf("migration %s: the journal holds no state", r.ID)
 	}
 	if err := j.verify(r); err != nil {
-		return Journal{}, false, fmt.Errorf("migration %s: refusing its journal, which names %w; it was not written by "+version.Command()+" (anyone who may edit ConfigMaps in namespace %s can write one): remove what the migration left by hand", r.ID, err, r.Namespace)
+		return Journal{}, false, fmt.Errorf("migration %s: refusing its journal, which names %w; it was not written by %s (anyone who may edit ConfigMaps in namespace %s can write one): remove what the migration left by hand", r.ID, err, version.Command(), r.Namespace)
 	}
 	return j, true, nil
 }

@@ -76,7 +76,7 @@ func journalMAC(key []byte, r *report.Record) []byte {
 func checkJournalSigned(key []byte, r *report.Record) error {
 	got, err := hex.DecodeString(r.JournalMAC)
 	if err != nil || !hmac.Equal(got, journalMAC(key, r)) {
-		return fmt.Errorf("migration %s: refusing its journal, which "+version.Command()+" did not write as it is (its signature does not hold): anyone who may edit ConfigMaps in namespace %s can change it; nothing was changed: remove what the migration left by hand", r.ID, r.Namespace)
+		return fmt.Errorf("migration %s: refusing its journal, which %s did not write as it is (its signature does not hold): anyone who may edit ConfigMaps in namespace %s can change it; nothing was changed: remove what the migration left by hand", r.ID, version.Command(), r.Namespace)
 	}
 	return nil
 }

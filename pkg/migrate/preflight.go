@@ -81,13 +81,13 @@ func checkSourcePod(ctx context.Context, m *Migration) error {
 	} else if owner != nil {
 		switch owner.Kind {
 		case "StatefulSet":
-			return fmt.Errorf("pod %s belongs to StatefulSet %s; use "+version.Command()+" sts", m.config.Pod, owner.Name)
+			return fmt.Errorf("pod %s belongs to StatefulSet %s; use %s sts", m.config.Pod, owner.Name, version.Command())
 		case "ReplicaSet":
 			if err := checkReplicaSet(ctx, m, pod, owner.Name); err != nil {
 				return err
 			}
 		default:
-			return fmt.Errorf("pod %s is controlled by %s %s, which would replace it on the source node; only bare pods, Deployments' and ReplicaSets' pods migrate with "+version.Command()+" pod", m.config.Pod, owner.Kind, owner.Name)
+			return fmt.Errorf("pod %s is controlled by %s %s, which would replace it on the source node; only bare pods, Deployments' and ReplicaSets' pods migrate with %s pod", m.config.Pod, owner.Kind, owner.Name, version.Command())
 		}
 	}
 	names := make([]string, 0, len(pod.Spec.Containers))
@@ -283,7 +283,7 @@ func checkBroker(ctx context.Context, m *Migration) error {
 		return fmt.Errorf("primary %w", err)
 	}
 	if _, err := b.QueueDepth(ctx, protocol.MigrationQueueName(m.config.Broker.Queue)); err == nil {
-		return fmt.Errorf("queue %s exists: another migration of this workload runs, or one did not end; see "+version.Command()+" report", protocol.MigrationQueueName(m.config.Broker.Queue))
+		return fmt.Errorf("queue %s exists: another migration of this workload runs, or one did not end; see %s report", protocol.MigrationQueueName(m.config.Broker.Queue), version.Command())
 	} else if !broker.IsNotFound(err) {
 		return err
 	}
@@ -318,8 +318,8 @@ func checkControlToken(ctx context.Context, m *Migration) error {
 func ControlToken(ctx context.Context, client kubernetes.Interface, namespace string) (string, error) {
 	s, err := client.CoreV1().Secrets(namespace).Get(ctx, protocol.ControlSecret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", fmt.Errorf("namespace %s has no Secret %s, whose token its MS2M applications take control calls with: create it with "+version.Command()+" control-token -n %s and mount it in the application's pods at %s (docs/contract.md, \"Control token\")",
-			namespace, protocol.ControlSecret, namespace, path.Dir(protocol.DefaultTokenFile))
+		return "", fmt.Errorf("namespace %s has no Secret %s, whose token its MS2M applications take control calls with: create it with %s control-token -n %s and mount it in the application's pods at %s (docs/contract.md, \"Control token\")",
+			namespace, protocol.ControlSecret, version.Command(), namespace, path.Dir(protocol.DefaultTokenFile))
 	}
 	if err != nil {
 		return "", fmt.Errorf("read the control token: %w", err)

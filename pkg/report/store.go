@@ -138,7 +138,7 @@ func (s Store) Get(ctx context.Context, namespace, id string) (*Record, error) {
 	}
 	switch len(found) {
 	case 0:
-		return nil, fmt.Errorf("%w: %q in %s; list them with "+version.Command()+" report", ErrNotFound, id, nsDescription(namespace))
+		return nil, fmt.Errorf("%w: %q in %s; list them with %s report", ErrNotFound, id, nsDescription(namespace), version.Command())
 	case 1:
 		return found[0], nil
 	}

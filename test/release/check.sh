@@ -27,6 +27,9 @@ tools=${RELEASE_TOOLS:-$root/bin/tools}
 GORELEASER_VERSION=v2.15.1
 KREW_VERSION=v0.4.3
 tag=v0.0.0-releasecheck
+# Where GitHub serves a release's files; the check serves the same layout on
+# loopback.
+github_releases=https://github.com/kubectl-migrate/kubectl-migrate/releases/download
 
 mkdir -p "$tools"
 tools=$(cd "$tools" && pwd)
@@ -72,7 +75,7 @@ releases=http://$(cat "$work/addr")/kubectl-migrate/kubectl-migrate/releases/dow
 # loopback layout, and disable the GitHub release.
 sed -i -e "s|^\(    base_image:\).*|\1 $registry/release-check/base:latest|" \
        -e "/^    repositories:/s|ghcr.io/kubectl-migrate/|$registry/release-check/|" \
-       -e "/^    url_template:/s|https://github.com/kubectl-migrate/kubectl-migrate/releases/download|$releases|" \
+       -e "/^    url_template:/s|$github_releases|$releases|" \
        -e 's|^release:$|release:\n  disable: true|' .goreleaser.yaml
 "$work/release" base "$registry/release-check/base:latest"
 GITHUB_TOKEN=offline-release-check "$tools/goreleaser" release --clean --skip=validate,announce --parallelism 2
@@ -95,7 +98,7 @@ manifest=dist/krew/live-migrate.yaml
 # Everything but the per-release lines must match the committed manifest.
 strip() { grep -vE '^\s*(version|uri|sha256):' "$1"; }
 if [ -n "${KREW_MANIFEST_OUT:-}" ]; then
-  sed "s|$releases|https://github.com/kubectl-migrate/kubectl-migrate/releases/download|" "$manifest" >"$KREW_MANIFEST_OUT"
+  sed "s|$releases|$github_releases|" "$manifest" >"$KREW_MANIFEST_OUT"
 elif ! diff <(strip "$root/krew/live-migrate.yaml") <(strip "$manifest"); then
   echo "release-check: krew/live-migrate.yaml is out of date with .goreleaser.yaml; regenerate it with make krew-manifest" >&2
   exit 1
@@ -112,7 +115,7 @@ mkdir -p "$KREW_ROOT/index" && git clone -q "$work/index" "$KREW_ROOT/index/defa
 # The README's install line, with the release's host and tag.
 readme_line=$(grep -o 'kubectl krew install --manifest-url=[^ ]*' "$root/README.md" | head -1)
 manifest_url=${readme_line#*--manifest-url=}
-[[ $manifest_url == https://github.com/kubectl-migrate/kubectl-migrate/releases/download/vX.Y.Z/* ]] || { echo "release-check: the README's krew line is not a release download: $readme_line" >&2; exit 1; }
+[[ $manifest_url == "$github_releases"/vX.Y.Z/* ]] || { echo "release-check: the README's krew line is not a release download: $readme_line" >&2; exit 1; }
 manifest_url=$releases/$tag/${manifest_url##*/}
 "$kubectl" krew install --manifest-url="$manifest_url"
 out=$("$kubectl" live-migrate version)
