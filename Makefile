@@ -42,8 +42,9 @@ integration: lint $(KUBECTL) ## unit and integration tests (real RabbitMQ, regis
 	eval "$$(bash test/services.sh up)" && \
 	MIGRATE_TEST_KUBECTL=$(KUBECTL) go test -race -count=1 ./...
 
-# The whole crash matrix runs here: its cases, each in a namespace of its
-# own, run E2E_PARALLEL at a time (the rest of e2e runs one test at a time).
+# The whole crash matrix runs here. Its cases and every test that keeps to
+# namespaces of its own (concurrent in test/e2e/lab_test.go) run E2E_PARALLEL
+# at a time, after the tests that change the lab for everyone, one by one.
 E2E_PARALLEL ?= 4
 e2e: ## live pods migrated on the lab's real two-node cluster, with the whole crash matrix (root)
 	go run ./test/lab up
@@ -57,7 +58,7 @@ E2E_CONTAINERD := ^(TestMS2MMigratesALivePod|TestACheckpointSentDirectRunsOnlyIn
 e2e-containerd: ## the core e2e and the restore opt-in on the containerd lane (root)
 	go run ./test/lab down
 	LAB_RUNTIME=containerd go run ./test/lab up
-	eval "$$(go run ./test/lab env)" && go test -tags e2e -count=1 -v -timeout 30m -run '$(E2E_CONTAINERD)' ./test/e2e
+	eval "$$(go run ./test/lab env)" && go test -tags e2e -count=1 -v -parallel $(E2E_PARALLEL) -timeout 30m -run '$(E2E_CONTAINERD)' ./test/e2e
 	go run ./test/lab down
 
 # containerd 2.4 (no CRI restore): check and preflight name node-setup;
@@ -68,7 +69,7 @@ E2E_CONTAINERD24 := ^(TestTheRuntimeRestoresWhereContainerdCannot|TestRuntimeRes
 e2e-containerd24: ## the runtime-level restore on containerd 2.4 nodes (root)
 	go run ./test/lab down
 	LAB_RUNTIME=containerd-2.4 go run ./test/lab up
-	eval "$$(go run ./test/lab env)" && go test -tags e2e -count=1 -v -timeout 45m -run '$(E2E_CONTAINERD24)' ./test/e2e
+	eval "$$(go run ./test/lab env)" && go test -tags e2e -count=1 -v -parallel $(E2E_PARALLEL) -timeout 45m -run '$(E2E_CONTAINERD24)' ./test/e2e
 	go run ./test/lab down
 
 # The lab benchmarks (not timed tests): strategies at 4, 10 and 16 msg/s,

@@ -26,6 +26,7 @@ import (
 // ledger on the target after replay is exactly the one the producer booked
 // over the orders the broker confirmed — not only the same message totals.
 func TestInventoryExampleMigratesWithItsState(t *testing.T) {
+	concurrent(t)
 	_, w, rec, before, after := migrateLiveApp(t, workload.Options{App: "inventory", Rate: "20"}, 40)
 	var was, is struct {
 		SKUs   int    `json:"skus"`
@@ -44,6 +45,7 @@ func TestInventoryExampleMigratesWithItsState(t *testing.T) {
 // shares no code with the Go SDK, live with MS2M: restored (same process),
 // nothing lost or applied twice, and its sum equal to the producer's.
 func TestPythonConsumerMigratesLive(t *testing.T) {
+	concurrent(t)
 	_, w, rec, _, _ := migrateLiveApp(t, workload.Options{App: "python", Rate: "10"}, 30)
 	checkConservation(t, w, rec.TargetPod)
 }
@@ -51,6 +53,7 @@ func TestPythonConsumerMigratesLive(t *testing.T) {
 // TestPythonStatefulSetSequential moves ordinal 0 of a StatefulSet of
 // Python consumers in sequential mode.
 func TestPythonStatefulSetSequential(t *testing.T) {
+	concurrent(t)
 	migrateStatefulSet(t, func(_ string, sts *appsv1.StatefulSet) {
 		c := &sts.Spec.Template.Spec.Containers[0]
 		c.Image = strings.Replace(c.Image, "/ms2m-consumer:", "/python-consumer:", 1)
@@ -63,6 +66,7 @@ func TestPythonStatefulSetSequential(t *testing.T) {
 // plain-HTTP registry, node-a for the pods, a namespace of the test's own)
 // differ. The consumer then has every message once.
 func TestQuickStartAsPrinted(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	id := fmt.Sprintf("%06x", rand.Uint32()>>8)
 	ns := "ms2m-demo-" + id

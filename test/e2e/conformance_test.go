@@ -62,6 +62,7 @@ func TestConformanceOfTheLabsApplications(t *testing.T) {
 // TestConformanceCatchesAConsumerThatIgnoresSTOP: a consumer that answers
 // STOP and goes on consuming fails that clause, and the check exits 6.
 func TestConformanceCatchesAConsumerThatIgnoresSTOP(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	out, code := l.conformance(t, "python-consumer", "--arg=--broken=ignore-stop")
 	if code != 6 || !strings.Contains(out, "✗ STOP leaves nothing consumed") || !strings.Contains(out, "✓ parks a message without identity") {

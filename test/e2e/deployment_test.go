@@ -280,6 +280,7 @@ func (dl *deploymentLab) conserve(t testing.TB, consumers []string) {
 // replacement, must end owning the restored pods, and the Deployment must
 // not roll out; every message is applied once by each consumer.
 func TestDeploymentPodsMigrate(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	dl := l.startDeployment(t)
 	var moved []string
@@ -309,6 +310,7 @@ func TestDeploymentPodsMigrate(t *testing.T) {
 // replay: the copy goes, the source serves on, the ReplicaSet is as it was
 // and made no pod, and nothing is lost.
 func TestDeploymentPodRollsBack(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	dl := l.startDeployment(t)
 	rec, stderr, err := l.migrate(t, dl.w, "pod", dl.pods[0], "--to", "node-b", "--inject-failure", "replay")

@@ -69,6 +69,7 @@ func writesBy(t *testing.T, user string) (writes []string, reviews int) {
 // reviews of its permission check; --dry-run=server, as another, does (it
 // starts the agents), which shows the audit sees such calls.
 func TestClientDryRunOnlyReads(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	w := l.deploy(t, "10")
 	waitApplied(t, w, "consumer", 10)
@@ -99,6 +100,7 @@ func TestClientDryRunOnlyReads(t *testing.T) {
 // --broker-secret (a Secret of the pod's namespace) or from the
 // environment, taking its place, lets them pass.
 func TestBrokerPasswordFromASecretOrTheEnvironment(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	w := l.deploy(t, "10")
 	u, err := url.Parse(l.brokerURL)
@@ -133,6 +135,7 @@ func TestBrokerPasswordFromASecretOrTheEnvironment(t *testing.T) {
 // while a migration runs in another process, prints its phases as they end
 // and its breakdown once it has succeeded.
 func TestReportWatchFollowsALiveMigration(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	w := l.deploy(t, "10")
 	waitApplied(t, w, "consumer", 20)

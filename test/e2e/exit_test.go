@@ -32,6 +32,7 @@ func exitCode(err error) int {
 // serves, or a journal is left that recover ends. Check's ✗ (6) is
 // TestCheckUnpullableAgentImage's.
 func TestExitCodesThroughTheRealBinary(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	w := l.deploy(t, "10")
 	waitApplied(t, w, "consumer", 20)

@@ -187,6 +187,7 @@ func faultDuringReplay(t *testing.T, fault func(l *lab, target *corev1.Pod)) {
 // TestFaultTargetDeletedDuringReplay: someone deletes the restored pod while
 // it replays; the migration rolls back and the source never stopped.
 func TestFaultTargetDeletedDuringReplay(t *testing.T) {
+	concurrent(t)
 	faultDuringReplay(t, func(l *lab, target *corev1.Pod) {
 		if err := l.client.CoreV1().Pods(target.Namespace).Delete(context.Background(), target.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 			t.Fatal(err)
@@ -198,6 +199,7 @@ func TestFaultTargetDeletedDuringReplay(t *testing.T) {
 // replays; its container comes back from the checkpoint, holding, and no
 // longer gains on the source: the migration rolls back.
 func TestFaultTargetKilledDuringReplay(t *testing.T) {
+	concurrent(t)
 	faultDuringReplay(t, func(_ *lab, target *corev1.Pod) {
 		if err := syscall.Kill(containerProcess(t, string(target.UID), "ms2m-consumer"), syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -210,6 +212,7 @@ func TestFaultTargetKilledDuringReplay(t *testing.T) {
 // restored copy holds everything up to the checkpoint and the replay queue
 // everything after it, so the migration completes and nothing is lost.
 func TestFaultSourceKilledBeforeTheSwitchover(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	w := l.deploy(t, "10")
 	waitApplied(t, w, "consumer", 20)
@@ -397,6 +400,7 @@ func (l *lab) targetKubeletGone(t *testing.T, when func(*workload.Workload, *byt
 // apply the new run's messages (not skip them as below its last sequence),
 // and migrate back with both runs in its state: nothing lost, nothing twice.
 func TestFaultProducerRestartedAfterMigration(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	w := l.deploy(t, "10")
 	before := waitApplied(t, w, "consumer", 20)

@@ -69,6 +69,14 @@ func setup(t testing.TB) *lab {
 	return l
 }
 
+// concurrent runs t beside the other concurrent tests and the crash
+// matrix, -parallel at a time, after every test that does not call it. A
+// test calls it when all it makes lives in namespaces of its own and all it
+// checks is theirs; one that changes the lab for everyone (stops a daemon,
+// cordons a node, runs node-setup, writes the agents' namespace, pushes the
+// lab's images) or measures rates and times stays serial.
+func concurrent(t *testing.T) { t.Parallel() }
+
 // plugin is the plugin the tests run, built once per test process: a
 // build per test loaded the machine the benchmarks measure on.
 var plugin struct {

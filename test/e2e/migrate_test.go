@@ -130,6 +130,7 @@ func migrateLiveApp(t testing.TB, o workload.Options, applied uint64, flags ...s
 }
 
 func TestMS2MMigratesALivePod(t *testing.T) {
+	concurrent(t)
 	l, w, rec := migrateLivePod(t, "--label", "rate=10")
 	if rec.Broker.ArrivalRate < 5 || rec.Broker.ArrivalRate > 15 {
 		t.Errorf("λ measured %.2f msg/s, the producer sends 10", rec.Broker.ArrivalRate)
@@ -169,6 +170,7 @@ func TestMS2MMigratesALivePod(t *testing.T) {
 // with no registry: the target runs it from its own node's agent, and the
 // lab's registry never saw it.
 func TestDirectTransferMigratesALivePod(t *testing.T) {
+	concurrent(t)
 	l, w, rec := migrateLivePod(t, "--transfer", "direct")
 	checkConservation(t, w, rec.TargetPod)
 	if len(rec.Images) != 1 || !strings.HasPrefix(rec.Images[0], fmt.Sprintf("localhost:%d/", agent.DirectPort)) {
@@ -185,6 +187,7 @@ func TestDirectTransferMigratesALivePod(t *testing.T) {
 }
 
 func TestStopAndCopyMigratesALivePod(t *testing.T) {
+	concurrent(t)
 	_, w, rec := migrateLivePod(t, "--strategy", "stop-and-copy")
 	if _, ok := rec.Phase(report.Replay); ok {
 		t.Fatal("stop-and-copy ran a replay phase")
@@ -204,6 +207,7 @@ func TestStopAndCopyMigratesALivePod(t *testing.T) {
 // catch up in 1 ms) after checkpoint, image and restore have changed the
 // cluster: everything must be undone and the source must keep serving.
 func TestFailedMigrationRollsBack(t *testing.T) {
+	concurrent(t)
 	failedMigrationRollsBack(t, setup(t))
 }
 

@@ -26,12 +26,14 @@ import (
 // from the replay queue): the copy's state must move back, not the stale
 // checkpoint, or the replayed messages are lost.
 func TestStatefulSetRollbackAfterReplay(t *testing.T) {
+	concurrent(t)
 	rollBackStatefulSet(t, "--inject-failure", "replay")
 }
 
 // TestPodRollbackAfterReplay fails a pod's MS2M migration after its replay:
 // the source kept serving, the target is removed, nothing is lost.
 func TestPodRollbackAfterReplay(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	w := l.deploy(t, "10")
 	before := waitApplied(t, w, "consumer", 20)
@@ -50,6 +52,7 @@ func TestPodRollbackAfterReplay(t *testing.T) {
 // of the same pod and one of another ordinal of the same StatefulSet: both
 // are refused before they change anything, naming the running migration.
 func TestSecondMigrationRefused(t *testing.T) {
+	concurrent(t)
 	t.Run("pod", func(t *testing.T) {
 		l := setup(t)
 		w := l.deploy(t, "10")
@@ -115,6 +118,7 @@ func (l *lab) waitLease(t *testing.T, w *workload.Workload, name string) string 
 // and an invalid target name are refused with one line naming the fix, and
 // nothing is changed.
 func TestPreflightRefusesBeforeAnyChange(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	w := l.deploy(t, "10")
 	before := waitApplied(t, w, "consumer", 10)
@@ -149,6 +153,7 @@ func TestPreflightRefusesBeforeAnyChange(t *testing.T) {
 // applied between the checkpoint and its death are gone from its memory, as
 // with any crash of an in-memory consumer; so there is no conservation check.
 func TestRestartAfterMigration(t *testing.T) {
+	concurrent(t)
 	l, w, rec := migrateLivePod(t)
 	st := restartsFromItsCheckpoint(t, l, w, rec)
 	waitApplied(t, w, rec.TargetPod, st.LastSeq+5) // it applies new messages

@@ -119,16 +119,19 @@ func (l *lab) deployStatefulSetAt(t testing.TB, rate string, changes ...func(ns 
 }
 
 func TestStatefulSetSequential(t *testing.T) {
+	concurrent(t)
 	migrateStatefulSet(t, nil, "--strategy", "ms2m")
 }
 
 func TestStatefulSetStopAndCopy(t *testing.T) {
+	concurrent(t)
 	migrateStatefulSet(t, nil, "--strategy", "stop-and-copy")
 }
 
 // TestStatefulSetShadow moves the pod through a shadow copy: two MS2M
 // switchovers instead of sequential mode's restore-long gap.
 func TestStatefulSetShadow(t *testing.T) {
+	concurrent(t)
 	rec := migrateStatefulSet(t, nil, "--mode", "shadow")
 	sh := rec.Shadow
 	if rec.Mode != "shadow" || sh == nil || sh.Pod != "consumer-0-shadow" || rec.Downtime.Millis != sh.ToShadowMillis+sh.ToFinalMillis {
@@ -209,6 +212,7 @@ func checkOrdinalsConserve(t testing.TB, w *workload.Workload) (protocol.State, 
 // the source must come back on node-a under its name, restored from its
 // checkpoint, owned by an unchanged StatefulSet, and lose nothing.
 func TestStatefulSetRollback(t *testing.T) {
+	concurrent(t)
 	rollBackStatefulSet(t, "--replay-timeout", "1ms")
 }
 
@@ -217,6 +221,7 @@ func TestStatefulSetRollback(t *testing.T) {
 // pod and the StatefulSet are gone and the final pod has replayed. The
 // shadow's state must come back into consumer-0 on node-a.
 func TestStatefulSetShadowRollback(t *testing.T) {
+	concurrent(t)
 	rollBackStatefulSet(t, "--mode", "shadow", "--inject-failure", "replay/final")
 }
 
@@ -298,6 +303,7 @@ func (l *lab) checkStatefulSetAfter(t *testing.T, b statefulSetBefore, node stri
 // local volume on node-a: its data cannot follow, so preflight must refuse
 // with one line naming the volume, and change nothing.
 func TestStatefulSetLocalVolumeRefused(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	ctx := context.Background()
 	w, before := l.deployStatefulSet(t, func(ns string, sts *appsv1.StatefulSet) {

@@ -48,6 +48,7 @@ import (
 // the image once on the node; TestACheckpointSentDirectRunsOnlyInItsPod is
 // the same attack where the image came with the restored pod's own secret.
 func TestCheckpointRunByAnotherNamespaceNeverConsumes(t *testing.T) {
+	concurrent(t)
 	l, w, rec := migrateLivePod(t)
 	thief := startThief(t, l, w, rec)
 	ctx := context.Background()
@@ -143,6 +144,7 @@ func startThief(t *testing.T, l *lab, w *workload.Workload, rec report.Record, f
 // 2.3): on the lab's CRI-O 1.34 the thief's pod would run, and the test says
 // so instead of failing.
 func TestACheckpointSentDirectRunsOnlyInItsPod(t *testing.T) {
+	concurrent(t)
 	ctx := context.Background()
 	skipUnlessTheKubeletVerifiesPulls(t, setup(t))
 	l, w, rec := migrateLivePod(t, "--transfer", "direct")
@@ -178,6 +180,7 @@ func TestACheckpointSentDirectRunsOnlyInItsPod(t *testing.T) {
 // registry refuses it; nor does anyone without credentials read the image
 // kept there (--keep-image).
 func TestACheckpointInAPrivateRegistryRunsOnlyInItsPod(t *testing.T) {
+	concurrent(t)
 	ctx := context.Background()
 	l := setup(t)
 	skipUnlessTheKubeletVerifiesPulls(t, l)
@@ -273,6 +276,7 @@ func (l *lab) registrySecret(t *testing.T, namespace, name, host string) {
 // pod, nor removes archives; the migration's own call through the API
 // server goes through.
 func TestAnotherNamespaceCannotDriveAnAgent(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	ctx := context.Background()
 	id := fmt.Sprintf("%06x", rand.Uint32()>>8)
@@ -319,6 +323,7 @@ func TestAnotherNamespaceCannotDriveAnAgent(t *testing.T) {
 // the secret, nor start a pod with host paths in the application's
 // namespace. Every message is conserved and nothing is left behind.
 func TestAnEditorOfTheNamespaceCannotReachTheAgents(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	ctx := context.Background()
 	w := l.deployWith(t, workload.Options{Rate: "10", PodSecurity: "baseline"})
@@ -631,6 +636,7 @@ func (l *lab) runPython(t *testing.T, namespace, script string) string {
 // call is refused, the consumer never stops, and it conserves every
 // message. The migration, with the namespace's token, then moves it.
 func TestTenantCannotSteerAnotherNamespacesConsumer(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	l.restoresSomeWay(t)
 	ctx := context.Background()
@@ -675,6 +681,7 @@ func TestTenantCannotSteerAnotherNamespacesConsumer(t *testing.T) {
 // memory holds, holds for good and consumes nothing, also once no
 // migration runs; the victim conserves every message.
 func TestTenantForgingTheTargetsNameNeverConsumes(t *testing.T) {
+	concurrent(t)
 	l, w, rec := migrateLivePod(t)
 	ctx := context.Background()
 	thief := startThief(t, l, w, rec, func(pod *corev1.Pod) {
@@ -715,6 +722,7 @@ func TestTenantForgingTheTargetsNameNeverConsumes(t *testing.T) {
 // refused in preflight with one line naming the ways out, and nothing
 // changes; the consumer conserves every message.
 func TestTenantAnonymousCheckpointsAreRefused(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	w := l.deploy(t, "10")
 	waitApplied(t, w, "consumer", 10)
@@ -739,6 +747,7 @@ func TestTenantAnonymousCheckpointsAreRefused(t *testing.T) {
 // holding, and changes nothing; with the journal as the migration wrote
 // it, the recovery rolls back and the consumer conserves every message.
 func TestTenantCannotSteerARecoveryByItsJournal(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	l.restoresSomeWay(t)
 	ctx := context.Background()

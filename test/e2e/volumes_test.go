@@ -27,6 +27,7 @@ import (
 // memory) — files and memory moved as of one moment — and conservation
 // holds. Both transfers, both media, both strategies.
 func TestEmptyDirMovesWithThePod(t *testing.T) {
+	concurrent(t)
 	for _, tc := range []struct {
 		name, scratch string
 		sidecar       bool
@@ -74,6 +75,7 @@ func TestEmptyDirMovesWithThePod(t *testing.T) {
 // is refused before anything changes (exit 3, the flag named), and the
 // consumer goes on applying every message.
 func TestEmptyDirOverTheLimitIsRefused(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	w := l.deployWith(t, workload.Options{Rate: "10", Scratch: "disk"})
 	waitApplied(t, w, "consumer", 20)
@@ -112,6 +114,7 @@ func keepsALedger(_ string, sts *appsv1.StatefulSet) {
 // twice, source → shadow → final pod, each time as of its checkpoint, and
 // the final consumer-0's ledger file holds every applied message once.
 func TestStatefulSetShadowCarriesEmptyDir(t *testing.T) {
+	concurrent(t)
 	rec := migrateStatefulSet(t, keepsALedger, "--mode", "shadow")
 	// Each stage's checkpoint and volumes: four images.
 	if len(rec.Images) != 4 {
