@@ -34,13 +34,13 @@ $(KUBECTL):
 	cd test/kubectl && CGO_ENABLED=0 go build -o $(KUBECTL) .
 
 unit: ## unit tests: no root, no services (the integration tests skip themselves)
-	go test -short -race ./...
+	go test -short -race -parallel 4 ./...
 
 # Unit tests, and integration tests against a real RabbitMQ, a real registry
 # and the real kubectl (test/services.sh starts the services on loopback).
 integration: lint $(KUBECTL) ## unit and integration tests (real RabbitMQ, registry, kubectl; installs them)
 	eval "$$(bash test/services.sh up)" && \
-	MIGRATE_TEST_KUBECTL=$(KUBECTL) go test -race -count=1 ./...
+	MIGRATE_TEST_KUBECTL=$(KUBECTL) go test -race -count=1 -parallel 4 ./...
 
 # The whole crash matrix runs here. Its cases and every test that keeps to
 # namespaces of its own (concurrent in test/e2e/lab_test.go) run E2E_PARALLEL

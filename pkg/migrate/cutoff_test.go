@@ -13,6 +13,7 @@ func feed(p *cutoffPolicy, t0 time.Time, lambda, mu float64, secs int) {
 }
 
 func TestCutoffFromMeasuredRates(t *testing.T) {
+	t.Parallel()
 	t0 := time.Now()
 	p := newCutoffPolicy(5*time.Second, 0)
 	if d := p.decide(time.Hour); d.fire {
@@ -33,6 +34,7 @@ func TestCutoffFromMeasuredRates(t *testing.T) {
 }
 
 func TestCutoffFiresAtOnceWhenReplayCannotCatchUp(t *testing.T) {
+	t.Parallel()
 	p := newCutoffPolicy(5*time.Second, 0)
 	feed(p, time.Now(), 20, 18, 2)
 	if d := p.decide(0); !d.fire || d.because == "" {
@@ -41,6 +43,7 @@ func TestCutoffFiresAtOnceWhenReplayCannotCatchUp(t *testing.T) {
 }
 
 func TestFixedCutoff(t *testing.T) {
+	t.Parallel()
 	p := newCutoffPolicy(0, 3*time.Second)
 	if p.decide(2*time.Second).fire || !p.decide(3*time.Second).fire {
 		t.Fatal("a fixed cutoff fires exactly at its time")
@@ -51,6 +54,7 @@ func TestFixedCutoff(t *testing.T) {
 }
 
 func TestRateWindowSlides(t *testing.T) {
+	t.Parallel()
 	p := newCutoffPolicy(5*time.Second, 0)
 	t0 := time.Now()
 	feed(p, t0, 10, 20, 5)
@@ -69,6 +73,7 @@ func TestRateWindowSlides(t *testing.T) {
 // was measured over a few seconds, not at --replay-timeout; one that gains
 // is left to finish.
 func TestReplayWithoutCutoffGivesUpWhenItCannotCatchUp(t *testing.T) {
+	t.Parallel()
 	slow := newCutoffPolicy(0, 0)
 	feed(slow, time.Now(), 24, 20, 4)
 	if why := slow.hopeless(2 * time.Second); why != "" {

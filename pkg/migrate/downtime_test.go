@@ -8,6 +8,7 @@ import (
 )
 
 func TestDowntimeBound(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name        string

@@ -32,6 +32,7 @@ func eventsOf(t *testing.T, w *migratetest.World, pod string) []string {
 // A migration tells the source and target pods' Events each phase and how
 // it ended; a rollback says so as a warning. A dry run tells none.
 func TestMigrationTellsThePodsEvents(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	if _, err := migrate.Run(context.Background(), testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{}); err != nil {
 		t.Fatal(err)

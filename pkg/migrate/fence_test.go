@@ -18,6 +18,7 @@ import (
 // no journal write), and the recovery that took over brings it to an end
 // with every message conserved.
 func TestLostLockStopsTheMigration(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	lost := make(chan error, 1)
 	var changesAtLoss int

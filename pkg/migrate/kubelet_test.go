@@ -33,6 +33,7 @@ func (k *scriptedKubelet) Healthy(context.Context, string) error {
 // the whole timeout, is away; an answer in between starts the count again,
 // and an API server that does not answer itself never counts.
 func TestKubeletAway(t *testing.T) {
+	t.Parallel()
 	unreachable := apierrors.NewServiceUnavailable("error trying to reach service: connection refused")
 	apiDown := errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
 	for _, tc := range []struct {

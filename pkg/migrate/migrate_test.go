@@ -29,6 +29,11 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
+// Every test of the package calls t.Parallel: each builds a World of its
+// own and the engine keeps no state between migrations, and the suite waits
+// on the engine's polls far more than it computes (half the wall time, run
+// one at a time).
+
 func testConfig(s migrate.Strategy) migrate.Config {
 	return migrate.Config{
 		ID: "abcde", Strategy: s, Namespace: "default", Pod: "consumer", TargetNode: "node-b", TargetName: "consumer-abcde",
@@ -48,6 +53,7 @@ func phaseNames(r *report.Record) []report.PhaseName {
 }
 
 func TestMS2MSucceeds(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	rec, err := migrate.Run(context.Background(), testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{})
 	if err != nil {
@@ -105,6 +111,7 @@ func TestMS2MSucceeds(t *testing.T) {
 // Checkpoint images hold the process's memory: they are deleted after
 // success unless asked for, and live under the pod's namespace.
 func TestImagesDeletedAfterSuccessUnlessKept(t *testing.T) {
+	t.Parallel()
 	for _, keep := range []bool{false, true} {
 		w := migratetest.NewWorld(t)
 		cfg := testConfig(migrate.MS2M)
@@ -125,6 +132,7 @@ func TestImagesDeletedAfterSuccessUnlessKept(t *testing.T) {
 // A target that cannot catch up (its replay never reaches the source) still
 // completes with a cutoff: the source stops and the target takes over.
 func TestCutoffEndsAReplayThatCannotCatchUp(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	w.FailAt = report.Replay
 	cfg := testConfig(migrate.MS2M)
@@ -139,6 +147,7 @@ func TestCutoffEndsAReplayThatCannotCatchUp(t *testing.T) {
 }
 
 func TestCutoffNeedsMS2M(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(migrate.StopAndCopy)
 	cfg.ReplayMax = time.Second
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "only apply to --strategy ms2m") {
@@ -152,6 +161,7 @@ func TestCutoffNeedsMS2M(t *testing.T) {
 }
 
 func TestStopAndCopySucceeds(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	rec, err := migrate.Run(context.Background(), testConfig(migrate.StopAndCopy), w.Deps(), migrate.Hooks{})
 	if err != nil {
@@ -175,6 +185,7 @@ func TestStopAndCopySucceeds(t *testing.T) {
 // TestRollbackAtEveryPhase fails each phase in turn and checks that the
 // source keeps serving and nothing the migration created is left.
 func TestRollbackAtEveryPhase(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		strategy migrate.Strategy
 		phase    report.PhaseName
@@ -233,6 +244,7 @@ func TestRollbackAtEveryPhase(t *testing.T) {
 }
 
 func TestKeepOnFailureLeavesWreckage(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	w.FailAt = report.Replay
 	cfg := testConfig(migrate.MS2M)
@@ -250,6 +262,7 @@ func TestKeepOnFailureLeavesWreckage(t *testing.T) {
 }
 
 func TestFailureAfterCommitDoesNotRollBack(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	w.FailAt = report.Cleanup
 	rec, err := migrate.Run(context.Background(), testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{})
@@ -262,6 +275,7 @@ func TestFailureAfterCommitDoesNotRollBack(t *testing.T) {
 }
 
 func TestInterruptRollsBack(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	w.FailAt = report.Replay // replay never finishes; the user presses Ctrl-C
 	ctx, cancel := context.WithCancel(context.Background())
@@ -284,6 +298,7 @@ func TestInterruptRollsBack(t *testing.T) {
 }
 
 func TestPreflightRefusals(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		mutate func(*migratetest.World, *migrate.Config)
@@ -360,6 +375,7 @@ func TestPreflightRefusals(t *testing.T) {
 }
 
 func TestDryRunChangesNothing(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	cfg := testConfig(migrate.MS2M)
 	cfg.DryRun = true
@@ -375,6 +391,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 }
 
 func TestRecordTimesTheCriticalPath(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	rec, err := migrate.Run(context.Background(), testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{})
 	if err != nil {
@@ -404,6 +421,7 @@ func TestRecordTimesTheCriticalPath(t *testing.T) {
 // agent in preflight, the restored pod runs the image from its own node,
 // and no registry is ever asked for anything.
 func TestDirectTransferNeedsNoRegistry(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	cfg := testConfig(migrate.MS2M)
 	cfg.Transfer, cfg.ImageRepository = migrate.Direct, ""
@@ -452,6 +470,7 @@ func TestDirectTransferNeedsNoRegistry(t *testing.T) {
 // TestDirectTransferRollbackLeavesNoPullSecret: a restore undone takes the
 // pull secret it wrote with the target.
 func TestDirectTransferRollbackLeavesNoPullSecret(t *testing.T) {
+	t.Parallel()
 	for _, phase := range []report.PhaseName{report.Restore, report.Replay} {
 		t.Run(string(phase), func(t *testing.T) {
 			w := migratetest.NewWorld(t)
@@ -479,6 +498,7 @@ func TestDirectTransferRollbackLeavesNoPullSecret(t *testing.T) {
 // migration runs, the archive is gone) and the record names the image to
 // delete by hand.
 func TestRollbackWithTheRegistryGone(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	w.FailAt, w.RegistryDown = report.Restore, true
 	rec, err := migrate.Run(context.Background(), testConfig(migrate.MS2M), w.Deps(), migrate.Hooks{})
@@ -500,6 +520,7 @@ func TestRollbackWithTheRegistryGone(t *testing.T) {
 // always 7 over the 3 s window), μ and the critical path come from an
 // earlier migration of the same queue, and replay ≈ backlog / (μ − λ).
 func TestDryRunPredicts(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	earlier := &report.Record{ID: "early", Strategy: "ms2m", Namespace: "default", Pod: "consumer", Outcome: report.Succeeded,
 		Broker: report.Broker{ReplayQueue: "work.ms2m-replay", Replayed: 40},
@@ -546,6 +567,7 @@ func TestDryRunPredicts(t *testing.T) {
 // migration of the queue, μ from the application's service time; the record
 // keeps the prediction beside what happened, and the probe queue is gone.
 func TestMigrationKeepsItsPrediction(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	w.Apps["consumer"].ServiceMillis = 50
 	var said []string
@@ -575,6 +597,7 @@ func TestMigrationKeepsItsPrediction(t *testing.T) {
 // answer for a while during replay (its process died and restarts); replay
 // asks again instead of failing, and the migration completes.
 func TestReplayWaitsForASourceThatRestarts(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	hooks := migrate.Hooks{Progress: func(_ report.PhaseName, msg string) {
 		if strings.HasPrefix(msg, "replaying ") {
@@ -598,6 +621,7 @@ func TestReplayWaitsForASourceThatRestarts(t *testing.T) {
 // either restore path: the stalled asks are cancelled when the copy has
 // answered, not waited out to their deadline.
 func TestARestoredCopyIsAskedAgainWhileAnAskStalls(t *testing.T) {
+	t.Parallel()
 	for _, path := range restorePaths {
 		t.Run(path.name, func(t *testing.T) {
 			w := path.world(newWorld)(t)
@@ -635,6 +659,7 @@ func TestARestoredCopyIsAskedAgainWhileAnAskStalls(t *testing.T) {
 // the kubelet timeout, not the phase's: the copy is stopped through the
 // node's runtime and its pod deleted at once, and the source serves.
 func TestTargetKubeletGone(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		when    report.PhaseName
 		copyRan bool
@@ -692,6 +717,7 @@ func TestTargetKubeletGone(t *testing.T) {
 // ConfigMaps gets a migration that rolls back at its first journal update,
 // and the pod's lock goes with it, so the next migration is not refused.
 func TestUnwritableRecordLeavesNoLock(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	w.Client.PrependReactor("update", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "kubectl-migrate-abcde", errors.New("RBAC: update not allowed"))
@@ -712,6 +738,7 @@ func TestUnwritableRecordLeavesNoLock(t *testing.T) {
 // between preflight and restore is someone else's; the failed restore rolls
 // back without deleting it.
 func TestRollbackLeavesAPodItDidNotCreate(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	hooks := migrate.Hooks{PhaseStarted: func(p report.PhaseTiming) {
 		if p.Name == report.Restore {
@@ -740,6 +767,7 @@ func TestRollbackLeavesAPodItDidNotCreate(t *testing.T) {
 // the staged checkpoint, and no image or registry is involved. A failure
 // after the staging removes the staged checkpoint.
 func TestRuntimeRestore(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	setTarget := func(w *migratetest.World, installed bool) {
 		node, err := w.Client.CoreV1().Nodes().Get(ctx, "node-b", metav1.GetOptions{})
@@ -884,6 +912,7 @@ func TestRuntimeRestore(t *testing.T) {
 // ports, so a migration without a registry onto node-b waits, saying for
 // whom, and goes on once that agent is gone.
 func TestReceiversTakeTurns(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	w := migratetest.NewWorld(t)
 	other := &corev1.Pod{
@@ -931,6 +960,7 @@ func TestReceiversTakeTurns(t *testing.T) {
 // then run it), and not when a registry secret or a direct transfer gives
 // it credentials.
 func TestAnAnonymousCheckpointPullIsNamed(t *testing.T) {
+	t.Parallel()
 	anonymous := testConfig(migrate.MS2M)
 	withSecret := testConfig(migrate.MS2M)
 	withSecret.RegistrySecret = "regcred"

@@ -15,6 +15,7 @@ import (
 // container runtime restores too; a StatefulSet pod's needs it on both
 // nodes, as its rollback restores on the source.
 func TestAutoRestorePrefersTheRuntimeWhereInstalled(t *testing.T) {
+	t.Parallel()
 	node := func(name, version string, installed bool) *corev1.Node {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
 		n.Status.NodeInfo.ContainerRuntimeVersion = version

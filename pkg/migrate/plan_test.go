@@ -16,6 +16,7 @@ import (
 // plan has one line per phase the run then executes after preflight, in its
 // order and stage, and each line names what that phase acts on.
 func TestPlanIsWhatRuns(t *testing.T) {
+	t.Parallel()
 	type tc struct {
 		name  string
 		cfg   migrate.Config

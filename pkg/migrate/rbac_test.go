@@ -17,6 +17,7 @@ import (
 // in the role in their namespace, and cluster-scoped ones in the nodes
 // role, so a user who applies it passes preflight.
 func TestDocumentedRBACGrantsWhatPreflightChecks(t *testing.T) {
+	t.Parallel()
 	grants := migratetest.DocumentedRoles(t, "../../docs/rbac.yaml")
 	needed := migrate.NeededPermissions(migrate.Config{Namespace: "app", StatefulSet: "db", RegistrySecret: "regcred"})
 	needed = append(needed, migrate.NeededPermissions(migrate.Config{Namespace: "app", Transfer: migrate.Direct})...)
@@ -43,6 +44,7 @@ func TestDocumentedRBACGrantsWhatPreflightChecks(t *testing.T) {
 // make: a caller short of an access must hear it from preflight, before
 // anything changed, not halfway through.
 func TestPreflightChecksEveryCallTheEngineMakes(t *testing.T) {
+	t.Parallel()
 	direct := testConfig(migrate.MS2M)
 	direct.Transfer, direct.ImageRepository = migrate.Direct, ""
 	cases := []struct {

@@ -134,6 +134,7 @@ var restorePaths = []struct {
 // point the source serves again with nothing left behind; after it the
 // target serves.
 func TestRecoverFromACrashAtEveryStep(t *testing.T) {
+	t.Parallel()
 	for _, path := range restorePaths {
 		world := path.world(newWorld)
 		for _, strategy := range migrate.Strategies {
@@ -182,6 +183,7 @@ func recoverPodAt(t *testing.T, w *migratetest.World, strategy migrate.Strategy,
 // TestRecoverStatefulSetFromACrashAtEveryStep does the same for a
 // StatefulSet pod in every mode: the StatefulSet is never left deleted.
 func TestRecoverStatefulSetFromACrashAtEveryStep(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		strategy migrate.Strategy
 		mode     migrate.StatefulSetMode
@@ -223,6 +225,7 @@ func recoverStatefulSetAt(t *testing.T, w *migratetest.World, strategy migrate.S
 // before the journal names it: the recovery removes it all the same (it is
 // the application's memory), and no message is lost or applied twice.
 func TestACrashAsACheckpointIsStagedLeavesNoCopy(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		world func(*testing.T) *migratetest.World
@@ -259,6 +262,7 @@ func TestACrashAsACheckpointIsStagedLeavesNoCopy(t *testing.T) {
 }
 
 func TestSecondMigrationRefused(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		world func(*testing.T) *migratetest.World
@@ -302,6 +306,7 @@ func TestSecondMigrationRefused(t *testing.T) {
 // TestCrashedMigrationPointsAtRecovery: the leases of a dead migration are
 // not taken over by the next one, which names the recovery command.
 func TestCrashedMigrationPointsAtRecovery(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	crashAt(t, w, testConfig(migrate.MS2M), 3)
 	again := testConfig(migrate.MS2M)
@@ -316,6 +321,7 @@ func TestCrashedMigrationPointsAtRecovery(t *testing.T) {
 // kubelet writes the archive, before it answers with its path; recovery
 // still removes it (it holds the process's memory).
 func TestRecoverRemovesAnArchiveItNeverLearnt(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	w.AfterCheckpoint = runtime.Goexit
 	done := make(chan struct{})
@@ -342,6 +348,7 @@ func TestRecoverRemovesAnArchiveItNeverLearnt(t *testing.T) {
 // to) holds messages nothing else has; recovery moves its state back into
 // the source's place instead of deleting it.
 func TestRecoveryMovesBackACopyThatConsumed(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewStatefulSetWorld(t)
 	other := consumer1(t, w)
 	cfg := stsConfig(migrate.StopAndCopy, migrate.Sequential)
@@ -373,6 +380,7 @@ func TestRecoveryMovesBackACopyThatConsumed(t *testing.T) {
 // broker's password, nor the saved pod's managed fields and kubectl's
 // last-applied copy — and recovery from it still ends the migration.
 func TestJournalKeepsNoSecrets(t *testing.T) {
+	t.Parallel()
 	source := migratetest.SourcePod()
 	source.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
 	if source.Annotations == nil {
@@ -412,6 +420,7 @@ func TestJournalKeepsNoSecrets(t *testing.T) {
 // the URL without the password, and the StatefulSet a recovery creates
 // again has it back from the recovery's broker URL.
 func TestStatefulSetJournalKeepsNoPassword(t *testing.T) {
+	t.Parallel()
 	const url = "amqp://app:s3cret-pass@broker:5672/"
 	world := func(t *testing.T) *migratetest.World {
 		w := migratetest.NewStatefulSetWorld(t)
@@ -477,6 +486,7 @@ func TestStatefulSetJournalKeepsNoPassword(t *testing.T) {
 // refused before anything changes: its signature no longer holds (the key
 // is in the agents' namespace, out of the editor's reach); the genuine one then recovers with every message conserved.
 func TestRecoverRefusesAForgedJournal(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	done := make(chan struct{})
 	go func() {
@@ -540,6 +550,7 @@ func TestRecoverRefusesAForgedJournal(t *testing.T) {
 // refused naming the recovery, which (finding no record) only releases the
 // stale lease; then the pod migrates, every message once.
 func TestACrashInSetupLeavesNothingToRecover(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	done := make(chan struct{})
 	go func() {
@@ -578,6 +589,7 @@ func TestACrashInSetupLeavesNothingToRecover(t *testing.T) {
 // live pod of the migration whose annotation names the same user and host,
 // never from one that names another broker.
 func TestRecoveryTakesThePasswordFromTheLiveAnnotation(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	j := migrate.Journal{Config: testConfig(migrate.MS2M)}
 	j.Config.Broker.URL = "amqp://app:@broker:5672/"

@@ -74,6 +74,7 @@ func checkReplicaSet(t *testing.T, w *migratetest.World, before replicaSetBefore
 // stopped and the copy serves; then the ReplicaSet adopts the copy and the
 // source goes, without a cold replacement ever being made.
 func TestReplicaSetPodMigrates(t *testing.T) {
+	t.Parallel()
 	for _, strategy := range migrate.Strategies {
 		t.Run(string(strategy), func(t *testing.T) {
 			w := migratetest.NewReplicaSetWorld(t)
@@ -111,6 +112,7 @@ func TestReplicaSetPodMigrates(t *testing.T) {
 // TestReplicaSetPodRollsBack: a migration that fails before the switchover
 // leaves the ReplicaSet exactly as it was, the copy gone.
 func TestReplicaSetPodRollsBack(t *testing.T) {
+	t.Parallel()
 	for _, phase := range []report.PhaseName{report.Checkpoint, report.Restore, report.Replay, report.Switchover} {
 		t.Run(string(phase), func(t *testing.T) {
 			w := migratetest.NewReplicaSetWorld(t)
@@ -135,6 +137,7 @@ func TestReplicaSetPodRollsBack(t *testing.T) {
 // replace it, or one that cannot be hidden from its ReplicaSet, is refused
 // before anything changes.
 func TestReplicaSetPreflightRefusals(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	deployment := func(change func(*appsv1.Deployment)) func(*migratetest.World) {
 		return func(w *migratetest.World) {
@@ -191,6 +194,7 @@ func TestReplicaSetPreflightRefusals(t *testing.T) {
 // recovered, a Deployment's pod ends on one node or the other, the
 // ReplicaSet's, with no cold replacement made and every message once.
 func TestRecoverReplicaSetPodFromACrashAtEveryStep(t *testing.T) {
+	t.Parallel()
 	for _, strategy := range migrate.Strategies {
 		steps := crashSteps(t, migratetest.NewReplicaSetWorld, testConfig(strategy))
 		for n := 1; n <= steps; n++ {
@@ -212,6 +216,7 @@ func TestRecoverReplicaSetPodFromACrashAtEveryStep(t *testing.T) {
 // TestReplicaSetOneOverIsWaitedOut: a ReplicaSet one pod over (another
 // migration's source on its way out) is waited for, not refused.
 func TestReplicaSetOneOverIsWaitedOut(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	w := migratetest.NewReplicaSetWorld(t)
 	setStatus := func(n int32) {

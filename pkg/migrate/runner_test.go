@@ -13,6 +13,7 @@ import (
 // phase's traits, never from its name, so adding a phase touches its own
 // file and the phase lists only.
 func TestRunnerNamesNoPhase(t *testing.T) {
+	t.Parallel()
 	file, err := parser.ParseFile(token.NewFileSet(), "runner.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -35,6 +36,7 @@ func TestRunnerNamesNoPhase(t *testing.T) {
 // TestPhaseTraits: the traits the runner relies on are where they belong,
 // also through a shadow stage's wrapper.
 func TestPhaseTraits(t *testing.T) {
+	t.Parallel()
 	if !traitsOf(preflight{}).unjournaled || traitsOf(checkpoint{}).unjournaled {
 		t.Error("only preflight goes unjournaled")
 	}
@@ -51,6 +53,7 @@ func TestPhaseTraits(t *testing.T) {
 // outside systems and state through a handful of named fields, not through
 // dozens of promoted names with case-only twins.
 func TestMigrationHasFewNames(t *testing.T) {
+	t.Parallel()
 	typ := reflect.TypeFor[Migration]()
 	if typ.NumField() > 20 {
 		t.Errorf("Migration has %d fields", typ.NumField())

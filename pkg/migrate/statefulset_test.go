@@ -93,6 +93,7 @@ func consumer1(t *testing.T, w *migratetest.World) *corev1.Pod {
 }
 
 func TestStatefulSetModes(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		strategy migrate.Strategy
 		mode     migrate.StatefulSetMode
@@ -146,6 +147,7 @@ func TestStatefulSetModes(t *testing.T) {
 // (in shadow mode, in either stage) and checks that the StatefulSet and its
 // pod come back on the source node with their state, serving.
 func TestStatefulSetRollbackAtEveryPhase(t *testing.T) {
+	t.Parallel()
 	type failure struct {
 		phase report.PhaseName
 		nth   int
@@ -181,6 +183,7 @@ func TestStatefulSetRollbackAtEveryPhase(t *testing.T) {
 }
 
 func TestStatefulSetValidation(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		mutate func(*migrate.Config)
@@ -204,6 +207,7 @@ func TestStatefulSetValidation(t *testing.T) {
 // TestStatefulSetSpecKept checks the re-created StatefulSet's spec is the
 // saved one, field for field.
 func TestStatefulSetSpecKept(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewStatefulSetWorld(t)
 	ctx := context.Background()
 	before, _ := w.Client.AppsV1().StatefulSets("default").Get(ctx, "consumer", metav1.GetOptions{})
@@ -218,6 +222,7 @@ func TestStatefulSetSpecKept(t *testing.T) {
 
 // TestVolumePreflight checks which volumes can follow a StatefulSet pod.
 func TestVolumePreflight(t *testing.T) {
+	t.Parallel()
 	csi := corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "disk.example.com", VolumeHandle: "vol-1"}}
 	onlyNodeA := &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-a"}}},
@@ -277,6 +282,7 @@ func TestVolumePreflight(t *testing.T) {
 // TestInjectedFailureRollsBack fails a phase that did its work, which the
 // e2e tests use to prove rollback on the lab.
 func TestInjectedFailureRollsBack(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewStatefulSetWorld(t)
 	other := consumer1(t, w)
 	cfg := stsConfig(migrate.MS2M, migrate.Shadow)
@@ -296,6 +302,7 @@ func TestInjectedFailureRollsBack(t *testing.T) {
 // same message later, from its own replay (the final stage checkpointed the
 // shadow before the shadow applied it); the second is the final pod's.
 func TestShadowGapsComeFromThePodThatServed(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewStatefulSetWorld(t)
 	consumer1(t, w)
 	w.AppliedDelay = map[string]time.Duration{"consumer-0-shadow": 100 * time.Millisecond, "consumer-0": 2400 * time.Millisecond}
@@ -336,6 +343,7 @@ func runtimeOnly(t *testing.T, w *migratetest.World, nodes ...string) {
 // node. Without the runtime on the source node it is refused, naming the
 // setup, as its rollback could not restore there.
 func TestStatefulSetRuntimeRestore(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	runtimeOn := func(w *migratetest.World, nodes ...string) { runtimeOnly(t, w, nodes...) }
 	noImages := func(t *testing.T, w *migratetest.World, rec *report.Record) {

@@ -11,6 +11,7 @@ import (
 )
 
 func TestTargetPod(t *testing.T) {
+	t.Parallel()
 	source := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "consumer", Namespace: "ns", Labels: map[string]string{"app": "c"},
@@ -78,6 +79,7 @@ func TestTargetPod(t *testing.T) {
 // TestBaseImagesPinTheRunningDigest: restore builds on the very image the
 // source runs, so a tag that moved since must not be pulled.
 func TestBaseImagesPinTheRunningDigest(t *testing.T) {
+	t.Parallel()
 	d := strings.Repeat("ab", 32)
 	for _, tc := range []struct{ image, imageID, want string }{
 		{"reg:5000/app:lab", "reg:5000/app@sha256:" + d, "reg:5000/app@sha256:" + d},
@@ -101,6 +103,7 @@ func TestBaseImagesPinTheRunningDigest(t *testing.T) {
 // path, starting afresh after the emptyDir volumes are filled and before
 // the address wait ends; the other init containers ran on the source.
 func TestTargetPodKeepsSidecars(t *testing.T) {
+	t.Parallel()
 	always := corev1.ContainerRestartPolicyAlways
 	source := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "consumer", Namespace: "ns"},

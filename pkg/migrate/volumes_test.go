@@ -37,6 +37,7 @@ func withScratch(t *testing.T, w *migratetest.World, medium corev1.StorageMedium
 // into the target's emptyDir by an init container before its containers
 // are restored; nothing of them is left behind.
 func TestEmptyDirMovesWithThePod(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		strategy migrate.Strategy
 		medium   corev1.StorageMedium
@@ -93,6 +94,7 @@ func TestEmptyDirMovesWithThePod(t *testing.T) {
 // staged, filling the volumes in that create), the target has no init
 // container, and nothing is left staged, archived or in a registry.
 func TestEmptyDirMovesThroughTheRuntime(t *testing.T) {
+	t.Parallel()
 	for _, strategy := range []migrate.Strategy{migrate.MS2M, migrate.StopAndCopy} {
 		t.Run(string(strategy), func(t *testing.T) {
 			w := migratetest.NewWorld(t)
@@ -124,6 +126,7 @@ func TestEmptyDirMovesThroughTheRuntime(t *testing.T) {
 // TestEmptyDirRollsBack: a migration that fails after the snapshot leaves
 // the source consuming and nothing of the snapshot anywhere.
 func TestEmptyDirRollsBack(t *testing.T) {
+	t.Parallel()
 	for _, phase := range []report.PhaseName{report.Checkpoint, report.Image, report.Restore, report.Replay} {
 		t.Run(string(phase), func(t *testing.T) {
 			w := migratetest.NewWorld(t)
@@ -150,6 +153,7 @@ func TestEmptyDirRollsBack(t *testing.T) {
 // TestEmptyDirOverTheLimitIsRefused: data over --max-volume-data is refused
 // in setup (the agent measures it), naming the flag, with nothing changed.
 func TestEmptyDirOverTheLimitIsRefused(t *testing.T) {
+	t.Parallel()
 	w := migratetest.NewWorld(t)
 	withScratch(t, w, "")
 	w.VolumeBytes = 3 << 20
