@@ -78,7 +78,7 @@ must go on as the same process.
 
 Each link a migration relies on is reported with ✓ or ✗ and, for a ✗, what to
 change: RBAC, the nodes' runtimes and whether they restore, the agent image
-and its namespace (--agent-namespace), the kubelet's checkpoint API and CRIU,
+and its namespace (--agent-namespace), the runtime's checkpoint and CRIU,
 the transfer and the target's pull, the restore itself. Everything it created is
 removed again. It exits 6 if a link fails. With --pods it lists instead
 which pods can move, how, and why the others cannot.

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
@@ -116,6 +117,12 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 			return RuntimeInfo{}, err
 		}
 		return runtimeInfo(ctx, runtimeSocketPath)
+	})))
+	mux.Handle("POST "+checkpointPath, authorized(jsonCall(touch, "checkpoint", func(ctx context.Context, req CheckpointRequest) (CheckpointResult, error) {
+		if err := haveRuntimeSocket(); err != nil {
+			return CheckpointResult{}, err
+		}
+		return checkpointContainer(ctx, runtimeSocketPath, req, wait.Backoff{})
 	})))
 	mux.Handle("POST "+stopPodPath, authorized(jsonCall(touch, "stop pod", func(ctx context.Context, req stopPodRequest) (StopPodResult, error) {
 		if err := haveRuntimeSocket(); err != nil {

@@ -74,7 +74,7 @@ func TestServeTakesCallsOnlyFromItsMigration(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- Serve(context.Background(), ln, time.Second, nil, testToken) }()
 	base := "http://" + ln.Addr().String()
-	calls := map[string]string{packPath: `{}`, pullPath: `{"images":["x"]}`, runtimePath: `{}`, stopPodPath: `{"uid":"u"}`, removePath: `{"archives":["/var/lib/kubelet/checkpoints/*"]}`}
+	calls := map[string]string{packPath: `{}`, pullPath: `{"images":["x"]}`, runtimePath: `{}`, stopPodPath: `{"uid":"u"}`, checkpointPath: `{"namespace":"ns","pod":"p","container":"app"}`, removePath: `{"archives":["/var/lib/kubelet/checkpoints/*"]}`}
 	deadline := time.Now().Add(3 * time.Second) // the attacker keeps calling past the idle time
 	for time.Now().Before(deadline) {
 		for path, body := range calls {

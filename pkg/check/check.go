@@ -30,7 +30,6 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/appctl"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/kubelet"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
@@ -124,14 +123,14 @@ type checker struct {
 	failed bool
 	hooks  Hooks
 
-	agentPods int
-	canary    *corev1.Pod // running on From
-	archive   string
-	image     string
-	restored  string // pod name on To
-	restoring bool   // its create was asked for
-	before    protocol.State
-	target    *corev1.Node
+	agentPods      int
+	canary         *corev1.Pod // running on From
+	archive        string
+	image          string
+	restored       string // pod name on To
+	restoring      bool   // its create was asked for
+	before         protocol.State
+	source, target *corev1.Node
 	// viaRuntime: To's runtime does not restore, the kubectl-migrate
 	// runtime does; the checkpoint is sent to To's agent (receiver), which
 	// stages it there (staged): no image.
@@ -221,7 +220,7 @@ func (c *checker) permissions(ctx context.Context) (string, error) {
 			return "", fail("have an administrator delete it and apply docs/rbac.yaml, or pass --agent-namespace", "%v", err)
 		}
 	}
-	return fmt.Sprintf("pods, pods/proxy, configmaps in %s; agents in %s; nodes/proxy", c.cfg.Namespace, mc.Agents()), nil
+	return fmt.Sprintf("pods, pods/proxy, configmaps in %s; agents in %s", c.cfg.Namespace, mc.Agents()), nil
 }
 
 // nodes makes the engine's checks of the node pair and picks the restore
@@ -235,7 +234,7 @@ func (c *checker) nodes(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	c.target, c.viaRuntime = target, via == migrate.RestoreRuntime
+	c.source, c.target, c.viaRuntime = source, target, via == migrate.RestoreRuntime
 	c.direct = c.viaRuntime || c.cfg.Transfer == migrate.Direct
 	seen := fmt.Sprintf("%s %s, %s %s", source.Name, source.Status.NodeInfo.ContainerRuntimeVersion, target.Name, target.Status.NodeInfo.ContainerRuntimeVersion)
 	if note != "" {
@@ -255,7 +254,8 @@ func (c *checker) agents(ctx context.Context) (string, error) {
 		node, pod string
 		opts      agent.WarmOptions
 	}{
-		{c.cfg.From, c.nextPod(), agent.WarmOptions{}},
+		// The source's agent checkpoints through its node's runtime.
+		{c.cfg.From, c.nextPod(), agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(c.source.Status.NodeInfo.ContainerRuntimeVersion)}},
 		{c.cfg.To, c.nextPod(), targetOpts},
 	} {
 		g.Go(func() error {
@@ -355,20 +355,20 @@ func (c *checker) labels() map[string]string {
 func MigrationID(id string) string { return "check-" + id }
 
 func (c *checker) checkpoint(ctx context.Context) (string, error) {
-	path, err := c.deps.Kubelet.Checkpoint(ctx, c.cfg.From, c.cfg.Namespace, c.canary.Name, "canary", time.Minute)
-	var explained *kubelet.CheckpointError
+	path, err := c.deps.Packer.Checkpoint(ctx, c.cfg.From, agent.CheckpointRequest{Namespace: c.cfg.Namespace, Pod: c.canary.Name, UID: string(c.canary.UID), Container: "canary", TimeoutSeconds: 60})
+	var explained *agent.CheckpointError
 	switch {
 	case errors.As(err, &explained):
 		return "", fail(explained.Remedy, "%s", explained.Finding)
 	case err != nil:
-		return "", fail(kubelet.CheckpointRemedy(err), "%v", err)
+		return "", fail(agent.CheckpointRemedy(err), "%v", err)
 	}
 	c.archive = path
 	st, err := c.deps.App.State(ctx, c.canaryApp(c.canary.Name))
 	if err == nil {
 		c.before = st // what the restored copy must go on from
 	}
-	return fmt.Sprintf("kubelet checkpoint API and CRIU on %s: %s", c.cfg.From, path), nil
+	return fmt.Sprintf("the runtime's checkpoint (as the kubelet's API calls it) and CRIU on %s: %s", c.cfg.From, path), nil
 }
 
 // cleanup removes the canaries, the checkpoint image, a left archive and

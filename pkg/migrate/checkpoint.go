@@ -17,8 +17,9 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
-// checkpoint checkpoints each container through the kubelet. The source
-// keeps running (it pauses for well under a second).
+// checkpoint checkpoints each container through the source node's agent,
+// which asks the node's runtime as the kubelet's checkpoint API would. The
+// source keeps running (it pauses for well under a second).
 type checkpoint struct{}
 
 func (checkpoint) Name() report.PhaseName { return report.Checkpoint }
@@ -27,6 +28,10 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 	if m.state.Archives == nil {
 		m.state.Archives = map[string]string{}
 	}
+	// Setup started it; a recovery's move back starts with none.
+	if err := m.agentOn(ctx, m.state.SourceNode); err != nil {
+		return err
+	}
 	volumes := m.carriedVolumes()
 	if len(volumes) > 0 && m.config.Strategy == MS2M && !m.state.SourceHalted {
 		if err := m.pauseSource(ctx); err != nil {
@@ -34,14 +39,17 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 		}
 	}
 	for _, c := range m.state.Migrated {
-		// Until the kubelet answers, only the pattern of the archive is
+		// Until the agent answers, only the pattern of the archive is
 		// known: enough for a rollback to remove it.
 		m.state.Archives[c] = agent.ArchivePattern(m.config.Namespace, m.config.Pod, c)
 		if err := m.save(ctx); err != nil {
 			return err
 		}
 		start := time.Now()
-		path, err := m.deps.Kubelet.Checkpoint(ctx, m.state.SourceNode, m.config.Namespace, m.config.Pod, c, m.config.CheckpointTimeout)
+		path, err := m.deps.Packer.Checkpoint(ctx, m.state.SourceNode, agent.CheckpointRequest{
+			Namespace: m.config.Namespace, Pod: m.config.Pod, UID: string(m.state.Source.UID), Container: c,
+			TimeoutSeconds: int64(m.config.CheckpointTimeout.Round(time.Second) / time.Second),
+		})
 		if err != nil {
 			return err
 		}

@@ -15,7 +15,6 @@ import (
 
 // Kubelet is what a migration asks of nodes' kubelets.
 type Kubelet interface {
-	Checkpoint(ctx context.Context, node, namespace, pod, container string, timeout time.Duration) (string, error)
 	// Healthy returns nil if node's kubelet answers; a gateway error
 	// (apierrors.APIStatus 502–504) if the API server answered that it
 	// cannot reach it.
@@ -31,6 +30,10 @@ type Packer interface {
 	// Release ends every agent of the migration, warm or left by a process
 	// that died.
 	Release(ctx context.Context) error
+	// Checkpoint has node's warm agent (started with a RuntimeSocket)
+	// checkpoint a container through the node's runtime and returns the
+	// archive's path there.
+	Checkpoint(ctx context.Context, node string, req agent.CheckpointRequest) (string, error)
 	Pack(ctx context.Context, podName, node string, req agent.PackRequest) (agent.PackResult, error)
 	Remove(ctx context.Context, podName, node string, archives []string) error
 	// SnapshotVolumes has node's warm agent snapshot a pod's emptyDir

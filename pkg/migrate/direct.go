@@ -129,8 +129,12 @@ func (m *Migration) agentOn(ctx context.Context, node string) error {
 	if _, ok := m.receivers.get(node); ok || m.warm.has(node) {
 		return nil
 	}
+	n, err := m.deps.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get node %s: %w", node, err)
+	}
 	m.progress(report.Image, "starting the agent on "+node)
-	if err := m.deps.Packer.Warm(ctx, m.nextAgentPod(), node, agent.WarmOptions{Volumes: len(m.carriedVolumes()) > 0}); err != nil {
+	if err := m.deps.Packer.Warm(ctx, m.nextAgentPod(), node, agentOptions(n, len(m.carriedVolumes()) > 0)); err != nil {
 		return fmt.Errorf("node %s cannot run the agent: %w", node, err)
 	}
 	m.warm.add(node)
@@ -179,7 +183,7 @@ func (m *Migration) receiverOn(ctx context.Context, node string) (Receiver, erro
 	if err != nil {
 		return Receiver{}, fmt.Errorf("get node %s: %w", node, err)
 	}
-	opts, rcv, err := NewReceiver(n, agent.WarmOptions{Volumes: len(m.carriedVolumes()) > 0}, m.state.RestoreVia == RestoreRuntime)
+	opts, rcv, err := NewReceiver(n, agentOptions(n, len(m.carriedVolumes()) > 0), m.state.RestoreVia == RestoreRuntime)
 	if err != nil {
 		return Receiver{}, err
 	}

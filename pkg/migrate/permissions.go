@@ -49,7 +49,6 @@ var permissions = []permission{
 	{"apps", "get", "replicasets", "", true, "to check a Deployment's pod's ReplicaSet"},
 	{"apps", "get", "deployments", "", true, "to check that a Deployment is not rolling out"},
 	{"", "get", "nodes", "", false, "to check the source and target nodes"},
-	{"", "create", "nodes", "proxy", false, "to checkpoint through the kubelet API"},
 	{RestorePermission.Group, RestorePermission.Verb, RestorePermission.Resource, "", true, "to create a pod the kubectl-migrate runtime restores (node-setup's admission policy asks)"},
 }
 

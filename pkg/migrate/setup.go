@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -73,6 +74,15 @@ func (m *Migration) expect(ctx context.Context) {
 	m.progress(report.Setup, msg+fmt.Sprintf(" (λ %.1f/s, μ %.1f/s)", p.Lambda, p.Mu))
 }
 
+// agentOptions is how a migration's agent runs on node: reaching the
+// node's runtime (to checkpoint there, and to pull without a pod), and with
+// the kubelet's pods directory if volumes are carried (to snapshot them).
+// Any node's agent may checkpoint: a rollback or a move back checkpoints a
+// copy on the target.
+func agentOptions(node *corev1.Node, volumes bool) agent.WarmOptions {
+	return agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(node.Status.NodeInfo.ContainerRuntimeVersion), Volumes: volumes}
+}
+
 // startAgents starts the warm agents on both nodes, proving that their
 // image can be pulled and is allowed to run there (packing and removing the
 // checkpoint archives need it); they stay ready for the steps that need
@@ -81,12 +91,11 @@ func (m *Migration) expect(ctx context.Context) {
 func (m *Migration) startAgents(ctx context.Context) error {
 	bases := m.baseImages()
 	sourceAgent, targetAgent, puller, probePuller := m.nextAgentPod(), m.nextAgentPod(), m.nextAgentPod(), m.nextAgentPod()
-	// The target's agent reaches its runtime, to pull without a pod.
-	// With emptyDir volumes to carry, either node's agent may snapshot them
-	// (shadow mode's final stage, and a move back, start on the target).
+	// With emptyDir volumes to carry, either node's agent may snapshot
+	// them (shadow mode's final stage, and a move back, start on the
+	// target).
 	carries := len(m.carriedVolumes()) > 0
-	sourceOpts := agent.WarmOptions{Volumes: carries}
-	targetOpts := agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(m.nodes.target.Status.NodeInfo.ContainerRuntimeVersion), Volumes: carries}
+	sourceOpts, targetOpts := agentOptions(m.nodes.source, carries), agentOptions(m.nodes.target, carries)
 	var toSource, toTarget Receiver
 	if m.config.Transfer == Direct {
 		var err error

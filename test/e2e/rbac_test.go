@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -62,8 +64,9 @@ func (l *lab) serviceAccountKubeconfig(t *testing.T, namespace, name string) str
 // exactly docs/rbac.yaml. Bound to the namespaced role alone, the migration
 // is refused in preflight naming every cluster-scoped access it lacks and
 // every one in the agents' namespace, in one line, leaving nothing (no
-// lease, no record); with the nodes role and the agents' role bound too, it
-// migrates the pod with every message conserved.
+// lease, no record); with the nodes role and the agents' role bound too
+// (which grant no create on nodes/proxy, the kubelets' API), it migrates the
+// pod with every message conserved.
 func TestLeastPrivilege(t *testing.T) {
 	l := setup(t)
 	w := l.deploy(t, "10")
@@ -82,7 +85,7 @@ func TestLeastPrivilege(t *testing.T) {
 	before := waitApplied(t, w, "consumer", 30)
 
 	_, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--kubeconfig", kubeconfig)
-	if err == nil || !strings.Contains(stderr, "missing permissions") || !strings.Contains(stderr, "get nodes") || !strings.Contains(stderr, "create nodes/proxy") ||
+	if err == nil || !strings.Contains(stderr, "missing permissions") || !strings.Contains(stderr, "get nodes") || strings.Contains(stderr, "nodes/proxy") ||
 		!strings.Contains(stderr, "create pods in namespace "+agent.DefaultNamespace) || !strings.Contains(stderr, "create pods/proxy in namespace "+agent.DefaultNamespace) {
 		t.Fatalf("without the nodes and agents roles: %v\n%s", err, stderr)
 	}
@@ -113,6 +116,16 @@ func TestLeastPrivilege(t *testing.T) {
 	t.Cleanup(func() {
 		_ = l.client.RbacV1().RoleBindings(agent.DefaultNamespace).Delete(context.Background(), agents.Name, metav1.DeleteOptions{})
 	})
+	// The kubelets' API is not the migrator's: its checkpoint goes through
+	// the source node's agent and runtime.
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:               "system:serviceaccount:" + w.Namespace + ":migrator",
+		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + w.Namespace, "system:authenticated"},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "create", Resource: "nodes", Subresource: "proxy", Name: "node-a"},
+	}}
+	if review, err := l.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{}); err != nil || review.Status.Allowed {
+		t.Fatalf("docs/rbac.yaml lets the migrator create nodes/proxy (the kubelet's whole API): %v %+v", err, review.Status)
+	}
 	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--kubeconfig", kubeconfig)
 	if err != nil {
 		t.Fatalf("with docs/rbac.yaml bound: %v\n%s", err, stderr)

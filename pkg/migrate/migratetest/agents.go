@@ -29,6 +29,8 @@ type fakePacker struct {
 	w    *World
 	mu   sync.Mutex
 	warm map[string]bool // by node
+	// runtime: the node's warm agent reaches its runtime (RuntimeSocket).
+	runtime map[string]bool
 }
 
 // StopPod ends the application of the pod with uid, as stopping its
@@ -182,7 +184,7 @@ func (f *fakePacker) Warm(ctx context.Context, podName, node string, opts agent.
 	w := f.w
 	w.record("warm agent %s on %s (direct %t)", podName, node, opts.DirectToken != "")
 	if opts.DirectToken == "" {
-		f.serve(node)
+		f.serve(node, opts.RuntimeSocket != "")
 		return nil
 	}
 	pods, err := w.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
@@ -208,18 +210,44 @@ func (f *fakePacker) Warm(ctx context.Context, podName, node string, opts agent.
 	if _, err = w.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	f.serve(node)
+	f.serve(node, opts.RuntimeSocket != "")
 	return nil
 }
 
 // serve keeps node's warm agent for this process's later calls.
-func (f *fakePacker) serve(node string) {
+func (f *fakePacker) serve(node string, runtime bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.warm == nil {
-		f.warm = map[string]bool{}
+		f.warm, f.runtime = map[string]bool{}, map[string]bool{}
 	}
-	f.warm[node] = true
+	f.warm[node], f.runtime[node] = true, runtime
+}
+
+// Checkpoint checkpoints as a node's agent does through the node's
+// runtime: only a warm agent that reaches it can.
+func (f *fakePacker) Checkpoint(_ context.Context, node string, req agent.CheckpointRequest) (string, error) {
+	w := f.w
+	w.record("checkpoint %s/%s/%s on %s", req.Namespace, req.Pod, req.Container, node)
+	f.mu.Lock()
+	reaches := f.runtime[node]
+	f.mu.Unlock()
+	if !reaches {
+		return "", fmt.Errorf("checkpoint %s/%s on node %s: no agent there reaches the node's runtime", req.Pod, req.Container, node)
+	}
+	if err := w.fail(report.Checkpoint); err != nil {
+		return "", err
+	}
+	archive := agent.CheckpointDir + "/checkpoint-" + req.Pod + "_" + req.Namespace + "-" + req.Container + "-2026-12-01T09:00:00Z.tar"
+	w.Mu.Lock()
+	w.Archives[archive] = true
+	w.snapshot = *w.Apps[req.Pod]
+	after := w.AfterCheckpoint
+	w.Mu.Unlock()
+	if after != nil {
+		after()
+	}
+	return archive, nil
 }
 
 func (f *fakePacker) serving(node string) bool {

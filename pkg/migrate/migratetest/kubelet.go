@@ -154,24 +154,6 @@ func (w *World) run(ctx context.Context, pod *corev1.Pod, id ociruntime.Identity
 
 type fakeKubelet World
 
-func (f *fakeKubelet) Checkpoint(_ context.Context, node, ns, pod, ctr string, _ time.Duration) (string, error) {
-	w := (*World)(f)
-	w.record("checkpoint %s/%s/%s on %s", ns, pod, ctr, node)
-	if err := w.fail(report.Checkpoint); err != nil {
-		return "", err
-	}
-	archive := agent.CheckpointDir + "/checkpoint-" + pod + "_" + ns + "-" + ctr + "-2026-12-01T09:00:00Z.tar"
-	w.Mu.Lock()
-	w.Archives[archive] = true
-	w.snapshot = *w.Apps[pod]
-	after := w.AfterCheckpoint
-	w.Mu.Unlock()
-	if after != nil {
-		after()
-	}
-	return archive, nil
-}
-
 // Healthy answers as the API server does for a kubelet it cannot reach.
 func (f *fakeKubelet) Healthy(_ context.Context, node string) error {
 	w := (*World)(f)

@@ -1,7 +1,8 @@
 // Package migratetest is a fake world for testing code that runs migrations:
 // a fake clientset whose "kubelet" starts pods and restores the application,
-// and fake kubelet checkpoint API, agent, broker, registry, application and
-// record store, each able to fail on demand and recording what was done.
+// and a fake kubelet health check, agents (which checkpoint, pack, send and
+// stage), broker, registry, application and record store, each able to fail
+// on demand and recording what was done.
 package migratetest
 
 import (
