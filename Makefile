@@ -4,7 +4,7 @@
 LAB_CACHE ?= /var/cache/kubectl-migrate-lab
 KUBECTL   := $(LAB_CACHE)/bin/kubectl
 
-.PHONY: help build lint unit integration e2e e2e-containerd e2e-containerd24 bench-restore bench-size eval-quick bench eval eval-figures slow-faults soak crash-matrix test demo bench-transfer lab-up lab-down services-up services-down release-check krew-manifest python-image
+.PHONY: help build lint unit integration e2e e2e-containerd e2e-containerd24 bench-restore bench-size eval-quick bench eval eval-figures slow-faults lazy-probe soak crash-matrix test demo bench-transfer lab-up lab-down services-up services-down release-check krew-manifest python-image
 
 # The linter, pinned, installed from the module proxy into GOPATH's bin
 # under a versioned name, so every clone on a machine shares one build.
@@ -119,6 +119,19 @@ bench-transfer: ## the direct transfer against a plain copy, into docs/bench/dir
 
 # Faults from outside that take long to inject (a broker restart), beside the
 # ones e2e runs (registry gone, target deleted or killed, source killed).
+# Issue 42's first question, asked of the lab without Kubernetes: can its
+# CRIU and kernel restore with lazy pages? CRIU's page server needs pipes
+# larger than fs.pipe-max-size lets a process without CAP_SYS_RESOURCE
+# have (this machine drops that capability), so the probe raises the limit
+# for its run and puts it back.
+LAZY_MIB ?= 256
+lazy-probe: ## a process of LAZY_MIB MiB moved with CRIU's lazy pages on a lab node, no Kubernetes (lab)
+	go run ./test/lab up
+	@old=$$(cat /proc/sys/fs/pipe-max-size); echo 4194304 >/proc/sys/fs/pipe-max-size; \
+	eval "$$(go run ./test/lab env)"; rc=0; \
+	nsenter --net=/run/netns/klab-node-a --mount=$$LAB_RUN/node-a/ns/mnt -- sh -s $(LAZY_MIB) <test/lab/scripts/lazy-probe.sh || rc=$$?; \
+	echo $$old >/proc/sys/fs/pipe-max-size; exit $$rc
+
 slow-faults: ## the slow fault cases: RabbitMQ restarted during replay (lab)
 	go run ./test/lab up
 	eval "$$(go run ./test/lab env)" && E2E_SLOW_FAULTS=1 go test -tags e2e -count=1 -v -timeout 30m -run 'TestFault' ./test/e2e
