@@ -75,7 +75,16 @@ func setup(t testing.TB) *lab {
 // checks is theirs; one that changes the lab for everyone (stops a daemon,
 // cordons a node, runs node-setup, writes the agents' namespace, pushes the
 // lab's images) or measures rates and times stays serial.
-func concurrent(t *testing.T) { t.Parallel() }
+//
+// On the containerd 2.4 lane a test sets the kubectl-migrate runtime up on
+// every node for itself (restoresSomeWay), which changes the lab for
+// everyone: there it stays serial.
+func concurrent(t *testing.T) {
+	if os.Getenv("LAB_RUNTIME") == "containerd-2.4" {
+		return
+	}
+	t.Parallel()
+}
 
 // plugin is the plugin the tests run, built once per test process: a
 // build per test loaded the machine the benchmarks measure on.
