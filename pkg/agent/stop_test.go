@@ -2,13 +2,10 @@ package agent
 
 import (
 	"context"
-	"net"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 
-	"google.golang.org/grpc"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -63,17 +60,7 @@ func TestStopPodEndsEverySandboxOfThePod(t *testing.T) {
 		ready: []*criv1.PodSandbox{sandbox("a1", "uid-a"), sandbox("b1", "uid-b")},
 		late:  []*criv1.PodSandbox{sandbox("a2", "uid-a")},
 	}
-	socket := filepath.Join(t.TempDir(), "cri.sock")
-	ln, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	criv1.RegisterRuntimeServiceServer(srv, runtime)
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Stop()
-
-	res, err := stopPod(context.Background(), socket, "uid-a")
+	res, err := stopPod(context.Background(), serveRuntime(t, runtime), "uid-a")
 	if err != nil {
 		t.Fatal(err)
 	}
