@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
@@ -292,10 +293,41 @@ func (l *Set) Release(ctx context.Context) {
 	l.stopRenewing()
 	if l.lostErr == nil {
 		for _, lease := range l.held {
-			_ = l.Client.CoordinationV1().Leases(l.Namespace).Delete(ctx, lease.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion}})
+			_ = l.deleteOwn(ctx, lease)
 		}
 	}
 	l.held = nil
+}
+
+// deleteOwn deletes lease while it is still this migration's (its UID, this
+// migration its holder). The held copy can be older than the API server's:
+// a renewal that reached it after the renewer stopped waiting. And a busy
+// API server fails calls that a second try gets through. Either left the
+// lease behind, blocking the pod's next migration for a lease duration.
+func (l *Set) deleteOwn(ctx context.Context, lease *coordinationv1.Lease) error {
+	api := l.Client.CoordinationV1().Leases(l.Namespace)
+	current := lease
+	retriable := func(err error) bool { return ctx.Err() == nil && !apierrors.IsForbidden(err) }
+	return retry.OnError(retry.DefaultBackoff, retriable, func() error {
+		err := api.Delete(ctx, current.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &current.UID, ResourceVersion: &current.ResourceVersion}})
+		if err == nil || apierrors.IsNotFound(err) {
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		fresh, getErr := api.Get(ctx, current.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(getErr):
+			return nil
+		case getErr != nil:
+			return getErr
+		case fresh.UID != lease.UID || ptr.Deref(fresh.Spec.HolderIdentity, "") != l.ID:
+			return nil // another migration's lease now
+		}
+		current = fresh
+		return err
+	})
 }
 
 // Abandon stops renewing and marks the leases as given up, so the next

@@ -161,3 +161,63 @@ func waitFor(t *testing.T, cond func() bool) {
 		t.Fatal(err)
 	}
 }
+
+// TestReleaseDeletesALeaseItsCopyIsBehindOn: a renewal that reached the API
+// server after the renewer stopped waiting leaves the held copy one
+// resourceVersion behind, and a busy API server fails the first delete;
+// Release still removes the lease. A lease another migration took over
+// since (another holder) is left to it.
+func TestReleaseDeletesALeaseItsCopyIsBehindOn(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		takenOver bool
+		wantGone  bool
+	}{
+		{"still ours", false, true},
+		{"another migration's now", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			var deletes atomic.Int32
+			// The fake clientset ignores delete preconditions; the API
+			// server does not.
+			client.PrependReactor("delete", "leases", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+				if deletes.Add(1) == 1 {
+					return true, nil, apierrors.NewServerTimeout(coordinationv1.Resource("leases"), "delete", 1)
+				}
+				del := a.(k8stesting.DeleteActionImpl)
+				cur, err := client.Tracker().Get(coordinationv1.SchemeGroupVersion.WithResource("leases"), del.Namespace, del.Name)
+				if err != nil {
+					return true, nil, err
+				}
+				if rv := del.DeleteOptions.Preconditions.ResourceVersion; rv != nil && *rv != cur.(*coordinationv1.Lease).ResourceVersion {
+					return true, nil, apierrors.NewConflict(coordinationv1.Resource("leases"), del.Name, errors.New("the object has been modified"))
+				}
+				return false, nil, nil
+			})
+			ctx := context.Background()
+			l := &Set{Client: client, Namespace: "default", ID: "abcde"}
+			if err := l.Acquire(ctx, "kubectl-migrate-sts-consumer", "StatefulSet consumer", false, false); err != nil {
+				t.Fatal(err)
+			}
+			// The renewal the holder never saw answered.
+			api := client.CoordinationV1().Leases("default")
+			seen, err := api.Get(ctx, "kubectl-migrate-sts-consumer", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen.ResourceVersion = "7"
+			if tc.takenOver {
+				seen.Spec.HolderIdentity = ptr.To("other")
+			}
+			if _, err := api.Update(ctx, seen, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			l.Release(ctx)
+			_, err = api.Get(ctx, "kubectl-migrate-sts-consumer", metav1.GetOptions{})
+			if gone := apierrors.IsNotFound(err); gone != tc.wantGone {
+				t.Fatalf("lease gone: %t (%v), want %t after %d deletes", gone, err, tc.wantGone, deletes.Load())
+			}
+		})
+	}
+}
