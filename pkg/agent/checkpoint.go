@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -154,7 +155,7 @@ func explainCheckpoint(node string, req CheckpointRequest, err error) error {
 	what := fmt.Sprintf("checkpoint %s/%s on node %s", req.Pod, req.Container, node)
 	detail := err.Error()
 	explained := func(remedy string) error {
-		return &CheckpointError{Finding: what + ": " + truncate(detail), Remedy: remedy, err: err}
+		return &CheckpointError{Finding: what + ": " + kube.ShortAnswer(detail), Remedy: remedy, err: err}
 	}
 	switch {
 	case strings.Contains(detail, "no running container"):
@@ -167,14 +168,4 @@ func explainCheckpoint(node string, req CheckpointRequest, err error) error {
 		return explained("check that the runtime supports checkpointing (CRI-O: enable_criu_support) and CRIU is installed on the node")
 	}
 	return fmt.Errorf("%s: %w", what, err)
-}
-
-// truncate shortens a runtime's error text, keeping its end, where CRI-O
-// puts the cause.
-func truncate(s string) string {
-	const head, tail = 120, 400
-	if len(s) > head+tail {
-		return s[:head] + " … " + s[len(s)-tail:]
-	}
-	return s
 }

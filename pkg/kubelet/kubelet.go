@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -39,12 +40,12 @@ func (c Client) Healthy(ctx context.Context, node string) error {
 			detail = status.Message
 		}
 		if detail != "" {
-			return &kubeletError{fmt.Sprintf("the kubelet on %s does not answer: %s", node, truncate(detail)), err}
+			return &kubeletError{fmt.Sprintf("the kubelet on %s does not answer: %s", node, kube.ShortAnswer(detail)), err}
 		}
 		return fmt.Errorf("the kubelet on %s does not answer: %w", node, err)
 	}
 	if answer := strings.TrimSpace(string(body)); answer != "ok" {
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("the kubelet on %s is not healthy: %s", node, truncate(answer)))
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("the kubelet on %s is not healthy: %s", node, kube.ShortAnswer(answer)))
 	}
 	return nil
 }
@@ -57,12 +58,3 @@ type kubeletError struct {
 
 func (e *kubeletError) Error() string { return e.msg }
 func (e *kubeletError) Unwrap() error { return e.err }
-
-// truncate shortens a kubelet's answer, keeping its end.
-func truncate(s string) string {
-	const head, tail = 120, 400
-	if len(s) > head+tail {
-		return s[:head] + " … " + s[len(s)-tail:]
-	}
-	return s
-}
