@@ -60,19 +60,10 @@ func admissionPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.Val
 func ensureAdmissionPolicy(ctx context.Context, client kubernetes.Interface) error {
 	policy, binding := admissionPolicy()
 	api := client.AdmissionregistrationV1()
-	if old, err := api.ValidatingAdmissionPolicies().Get(ctx, policy.Name, metav1.GetOptions{}); err == nil {
-		policy.ResourceVersion = old.ResourceVersion
-		_, err = api.ValidatingAdmissionPolicies().Update(ctx, policy, metav1.UpdateOptions{})
-		if err != nil {
-			return fmt.Errorf("update ValidatingAdmissionPolicy %s: %w", policy.Name, err)
-		}
-	} else if _, err := api.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create ValidatingAdmissionPolicy %s: %w", policy.Name, err)
+	if err := upsert(ctx, api.ValidatingAdmissionPolicies(), policy, "ValidatingAdmissionPolicy"); err != nil {
+		return err
 	}
-	if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create ValidatingAdmissionPolicyBinding %s: %w", binding.Name, err)
-	}
-	return nil
+	return upsert(ctx, api.ValidatingAdmissionPolicyBindings(), binding, "ValidatingAdmissionPolicyBinding")
 }
 
 // dropAdmissionPolicy removes them with the RuntimeClass.

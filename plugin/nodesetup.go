@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -44,7 +45,11 @@ const nodeSetupExample = `  # What it would do on every node, changing nothing
   kubectl migrate pod consumer --to node-b --restore runtime
 
   # Remove it again: the nodes are as they were
-  kubectl migrate node-setup --all --uninstall`
+  kubectl migrate node-setup --all --uninstall
+
+  # Only the agents' controller, which every migration needs (the CRI
+  # restore path needs no runtime on the nodes)
+  kubectl migrate node-setup --agents-only`
 
 var nodeSetupLong = `Install the kubectl-migrate runtime on nodes, for runtimes that no longer
 restore checkpoints through the CRI (containerd 2.4 removed it; CRI-O can be
@@ -55,9 +60,11 @@ kubectl-migrate handler in a drop-in file of the node's runtime (containerd
 /etc/crio/crio.conf.d), and restarts the runtime (through systemd, or with
 SIGTERM where a supervisor restarts it; running containers keep running),
 then checks that the runtime lists the handler. The node gets the label
-kubectl-migrate.io/runtime, and the RuntimeClass kubectl-migrate selects
-such nodes. --uninstall undoes each step. First it shows the plan and asks
+kubectl-migrate.io/runtime, which the RuntimeClass kubectl-migrate selects.
+--uninstall undoes each step. First it shows the plan and asks
 (--yes: no question, as a script needs; --dry-run: the plan alone).
+It also installs the agents' controller, which builds every migration's
+node agents (--agents-only: it alone; --uninstall leaves it).
 
 More: ` + version.DocsURL("runtime.md")
 
@@ -71,6 +78,8 @@ type NodeSetupOptions struct {
 	AgentNamespace string
 	Yes            bool
 	DryRun         bool
+	AgentsOnly     bool
+	APIServer      string
 
 	nodes []string
 }
@@ -101,18 +110,28 @@ func NewCmdNodeSetup(root *RootOptions) *cobra.Command {
 	f.StringVar(&o.AgentNamespace, "agent-namespace", agent.DefaultNamespace, "namespace the setup pods run in")
 	f.BoolVarP(&o.Yes, "yes", "y", false, "restart the nodes' runtimes without asking")
 	f.BoolVar(&o.DryRun, "dry-run", false, "show the plan and change nothing")
+	f.StringVar(&o.APIServer, "api-server", os.Getenv("KUBECTL_MIGRATE_API_SERVER"), "HOST:PORT (or https://HOST:PORT) where the agents' controller reaches the API server, for clusters whose pods cannot reach the kubernetes Service (default: that Service; $KUBECTL_MIGRATE_API_SERVER)")
+	f.BoolVar(&o.AgentsOnly, "agents-only", false, "install only the agents' controller (every cluster needs it once; node-setup installs it with the runtime too), no runtime on any node")
 	return cmd
 }
 
 // Complete takes the node names.
 func (o *NodeSetupOptions) Complete(args []string) error {
 	o.nodes = args
+	o.APIServer = strings.TrimPrefix(o.APIServer, "https://")
 	return nil
 }
 
 // Validate checks the flags.
 func (o *NodeSetupOptions) Validate() error {
+	if _, _, err := net.SplitHostPort(o.APIServer); o.APIServer != "" && err != nil {
+		return fmt.Errorf("--api-server %q is not HOST:PORT: %v", o.APIServer, err)
+	}
 	switch {
+	case o.AgentsOnly && (o.All || len(o.nodes) > 0 || o.Uninstall):
+		return errors.New("--agents-only installs the agents' controller alone: name no node, and pass neither --all nor --uninstall")
+	case o.AgentsOnly:
+		return nil
 	case o.All && len(o.nodes) > 0:
 		return errors.New("name nodes or pass --all, not both")
 	case !o.All && len(o.nodes) == 0:
@@ -192,6 +211,13 @@ func (o *NodeSetupOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if o.AgentsOnly {
+		if o.DryRun {
+			_, err := fmt.Fprintf(o.Out, "Would install the agents' controller in namespace %s with image %s.\n", o.AgentNamespace, o.AgentImage)
+			return err
+		}
+		return ensureAgentsController(ctx, client, o.AgentNamespace, o.AgentImage, o.APIServer, o.ErrOut)
+	}
 	var nodes []corev1.Node
 	if o.All {
 		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -234,6 +260,9 @@ func (o *NodeSetupOptions) Run(ctx context.Context) error {
 			return err
 		}
 	} else {
+		if err := ensureAgentsController(ctx, client, o.AgentNamespace, o.AgentImage, o.APIServer, o.ErrOut); err != nil {
+			return err
+		}
 		if err := ensureRuntimeClass(ctx, client); err != nil {
 			return err
 		}

@@ -1,5 +1,6 @@
-// Command kubectl-migrate-agent runs on a node in a pod that kubectl-migrate
-// creates. "serve" is the warm agent a migration starts at its beginning:
+// Command kubectl-migrate-agent runs on a node in a pod that the agents'
+// controller ("controller", installed by node-setup) creates for a
+// migration. "serve" is the warm agent a migration starts at its beginning:
 // it packs and removes archives over HTTP as they are asked for. "pack"
 // turns a kubelet checkpoint archive into an OCI checkpoint image, pushes it
 // and deletes the archive; "remove" deletes archives; their result goes to
@@ -18,6 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/nodesetup"
@@ -30,6 +34,7 @@ const usage = `usage:
   kubectl-migrate-agent remove PATH...
   kubectl-migrate-agent install DIR   (copy this static binary into DIR)
   kubectl-migrate-agent node-setup --runtime containerd|cri-o [--uninstall] [--restart auto|systemd|signal]
+  kubectl-migrate-agent controller --image REF [--namespace NS] (the agents' controller: builds the agent pods migrations request)
   kubectl-migrate-agent noop          (exit 0: run from another image to pull it)
   kubectl-migrate-agent fill-volumes SNAPSHOT MOUNTS (a target pod's init container: copy each SNAPSHOT/NAME into MOUNTS/NAME)
   kubectl-migrate-agent canary        (kubectl migrate check's stand-in workload: state on port 8092)`
@@ -73,7 +78,7 @@ func run(ctx context.Context, args []string) (string, error) {
 		if req.Archive == "" || req.Container == "" || req.Image == "" {
 			return "", fmt.Errorf("pack needs --archive, --container and --image\n%s", usage)
 		}
-		res, err := agent.Pack(ctx, req, image.Registry{Insecure: req.Insecure})
+		res, err := agent.PackInScope(ctx, req, image.Registry{Insecure: req.Insecure}, agent.ScopeFromEnv())
 		if err != nil {
 			return "", err
 		}
@@ -109,13 +114,14 @@ func run(ctx context.Context, args []string) (string, error) {
 				return "", err
 			}
 			d.StageDir = *stage
+			d.Scope = agent.ScopeFromEnv()
 			port = agent.DirectPort
 		}
 		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
 		if err != nil {
 			return "", err
 		}
-		return "served", agent.Serve(ctx, ln, *idle, d, os.Getenv(agent.ControlTokenEnv))
+		return "served", agent.Serve(ctx, ln, *idle, d, os.Getenv(agent.ControlTokenEnv), agent.ScopeFromEnv())
 	case "node-setup":
 		fs := flag.NewFlagSet("node-setup", flag.ContinueOnError)
 		o := nodesetup.Options{}
@@ -133,6 +139,27 @@ func run(ctx context.Context, args []string) (string, error) {
 		}
 		o.Self = self
 		return nodesetup.Run(ctx, o)
+	case "controller":
+		fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+		namespace := fs.String("namespace", agent.DefaultNamespace, "the agents' namespace, where requests are made and agents run")
+		img := fs.String("image", "", "the agents' image (this one's)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return "", err
+		}
+		if *img == "" {
+			return "", fmt.Errorf("controller needs --image\n%s", usage)
+		}
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return "", err
+		}
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return "", err
+		}
+		c := agent.Controller{Client: client, Namespace: *namespace, Image: *img,
+			PolicySince: func(ctx context.Context) (time.Time, error) { return agent.PolicySince(ctx, client) }}
+		return "stopped", c.Run(ctx)
 	case "noop":
 		return "ok", nil
 	case "fill-volumes":
@@ -142,7 +169,7 @@ func run(ctx context.Context, args []string) (string, error) {
 		return agent.FillVolumes(args[1], args[2])
 	case "remove":
 		for _, p := range args[1:] {
-			if err := agent.Remove(p); err != nil {
+			if err := agent.RemoveInScope(p, agent.ScopeFromEnv()); err != nil {
 				return "", err
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/image"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/test/testenv"
 )
 
@@ -99,8 +101,34 @@ func runAgentPodsIn(t *testing.T, client *fake.Clientset, ns string, phase corev
 	}()
 }
 
+// serveRequests runs the agents' controller on client's namespace ns, as
+// node-setup installs it, with image agent:1.
+func serveRequests(t *testing.T, client *fake.Clientset, ns string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	c := Controller{Client: client, Namespace: ns, Image: "agent:1",
+		PolicySince: func(context.Context) (time.Time, error) { return time.Time{}, nil }}
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// The fake API server has no garbage collector: play it for the pods
+	// requests own.
+	client.PrependReactor("delete", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		_ = client.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), a.GetNamespace(), a.(k8stesting.DeleteAction).GetName())
+		return false, nil, nil
+	})
+}
+
+func regcred(ns string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "regcred", Namespace: ns},
+		Type:       corev1.SecretTypeDockerConfigJson,
+		Data:       map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`), "other": []byte("not copied")},
+	}
+}
+
 func TestLauncherPack(t *testing.T) {
-	client := fake.NewClientset()
+	client := fake.NewClientset(regcred("ns"))
+	serveRequests(t, client, "ns")
 	want := PackResult{Image: "reg/p@sha256:1", ArchiveBytes: 10}
 	msg, _ := json.Marshal(want)
 	runAgentPods(t, client, corev1.PodSucceeded, string(msg), "")
@@ -127,6 +155,7 @@ func TestLauncherReportsFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset()
+			serveRequests(t, client, "ns")
 			runAgentPods(t, client, tc.phase, "error: push refused", tc.waiting)
 			l := Launcher{Client: client, Image: "agent:1", Namespace: "ns"}
 			_, err := l.Pack(context.Background(), "agent-y-a", "node-a", PackRequest{Archive: CheckpointDir + "/c.tar", Container: "app", Image: "reg/p:x"})
@@ -137,27 +166,66 @@ func TestLauncherReportsFailures(t *testing.T) {
 	}
 }
 
-func TestAgentPodSpec(t *testing.T) {
-	l := Launcher{Image: "agent:1", Namespace: "ns", RegistrySecret: "regcred"}
-	pod := l.PodSpec("agent-z", "node-a", []string{"remove", "/x.tar"})
-	if pod.Spec.NodeName != "node-a" || pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
-		t.Fatal("agent must be pinned to the source node and run once")
+// TestRequestedPod: the controller builds from a request only what the
+// request may name; its tokens reach the pod from the request, never as
+// values anyone reading pods sees.
+func TestRequestedPod(t *testing.T) {
+	req := AgentRequest{Node: "node-a", Image: "agent:1", Command: commandServe, Direct: true, Stage: true, RuntimeSocket: "/run/crio/crio.sock", Volumes: true}
+	s, err := RequestSecret("agent-z", "agents", "shop", map[string]string{"migration": "z"}, req, "control", "push", []byte(`{"auths":{}}`))
+	if err != nil {
+		t.Fatal(err)
 	}
-	c := pod.Spec.Containers[0]
-	var hostPath, secret bool
+	s.UID = "uid-z"
+	parsed, ns, err := ParseRequest(s)
+	if err != nil || ns != "shop" || parsed.Validate("agent:1") != nil {
+		t.Fatalf("parsed %+v %s: %v", parsed, ns, err)
+	}
+	pod := RequestedPod(s, parsed, ns)
+	if pod.Spec.NodeName != "node-a" || pod.Namespace != "agents" || pod.OwnerReferences[0].UID != "uid-z" || !pod.Spec.HostNetwork {
+		t.Fatalf("pod %+v", pod.ObjectMeta)
+	}
+	paths := map[string]bool{}
 	for _, v := range pod.Spec.Volumes {
-		if v.HostPath != nil && v.HostPath.Path == CheckpointDir {
-			hostPath = true
+		if v.HostPath != nil {
+			paths[v.HostPath.Path] = true
 		}
-		if v.Secret != nil && v.Secret.SecretName == "regcred" && v.Secret.Items[0].Key == corev1.DockerConfigJsonKey && v.Secret.Items[0].Path == "config.json" {
-			secret = true
+		if v.Secret != nil && v.Secret.SecretName != "agent-z" {
+			t.Errorf("mounts secret %s", v.Secret.SecretName)
 		}
 	}
-	if !hostPath || !secret {
-		t.Fatalf("volumes %+v", pod.Spec.Volumes)
+	for _, p := range []string{CheckpointDir, "/run/crio/crio.sock", PodsDir, ociruntime.StageDir} {
+		if !paths[p] {
+			t.Errorf("no %s in %v", p, paths)
+		}
 	}
-	if c.Env[0].Name != "DOCKER_CONFIG" || c.Env[0].Value != registryConfigDir {
-		t.Fatalf("env %+v", c.Env)
+	env := map[string]corev1.EnvVar{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		env[e.Name] = e
+	}
+	if env[AppNamespaceEnv].Value != "shop" || env[ControlTokenEnv].Value != "" || env[ControlTokenEnv].ValueFrom.SecretKeyRef.Name != "agent-z" || env[TokenEnv].ValueFrom.SecretKeyRef.Key != directTokenKey {
+		t.Fatalf("env %+v", env)
+	}
+
+	pack := AgentRequest{Node: "node-a", Image: "agent:1", Command: commandPack, Args: []string{"--archive", CheckpointDir + "/c.tar"}}
+	ps, _ := RequestSecret("agent-p", "agents", "shop", nil, pack, "", "", nil)
+	pp := RequestedPod(ps, pack, "shop")
+	if len(pp.Spec.Volumes) != 1 || pp.Spec.HostNetwork || len(pp.Spec.Containers[0].Ports) != 0 {
+		t.Fatalf("a pack gets more than the checkpoint directory: %+v", pp.Spec)
+	}
+
+	for _, bad := range []AgentRequest{
+		{Node: "node-a", Image: "evil:1", Command: commandServe},
+		{Node: "node-a", Image: "agent:1", Command: "node-setup"},
+		{Node: "node-a", Image: "agent:1", Command: commandServe, RuntimeSocket: "/etc/shadow"},
+		{Node: "node-a", Image: "agent:1", Command: commandServe, RuntimeSocket: "/run/../etc/x.sock"},
+		{Node: "node-a", Image: "agent:1", Command: commandPack, Volumes: true},
+		{Node: "node-a", Image: "agent:1", Command: commandPack, Args: []string{"--direct", "/"}},
+		{Node: "node-a", Image: "agent:1", Command: commandServe, Stage: true},
+		{Image: "agent:1", Command: commandServe},
+	} {
+		if bad.Validate("agent:1") == nil {
+			t.Errorf("%+v accepted", bad)
+		}
 	}
 }
 
@@ -181,41 +249,35 @@ func clusterWithNamespaces(t *testing.T, deny bool, objects ...runtime.Object) *
 	return client
 }
 
-// TestAgentsRunInTheirOwnNamespace: the agents run in the agents'
-// namespace, created (Pod Security privileged) when missing, with a copy
-// of the application's registry secret that Release removes again; the
-// pods that pull the application's images run in its namespace with
-// nothing a restricted Pod Security level forbids.
+// TestAgentsRunInTheirOwnNamespace: the launcher creates no agent pod: it
+// requests each in the agents' namespace, with the registry secret's docker
+// config alone, and the controller creates the pod; Release deletes the
+// requests and so the pods. The pods that pull the application's images
+// run in its namespace with nothing a restricted Pod Security level
+// forbids.
 func TestAgentsRunInTheirOwnNamespace(t *testing.T) {
 	ctx := context.Background()
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "regcred", Namespace: "app"},
-		Type:       corev1.SecretTypeDockerConfigJson,
-		Data:       map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`), "other": []byte("not copied")},
-	}
-	client := clusterWithNamespaces(t, false, secret, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "app"}})
+	client := clusterWithNamespaces(t, false, regcred("app"), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "app"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DefaultNamespace}})
+	serveRequests(t, client, DefaultNamespace)
 	msg, _ := json.Marshal(PackResult{Image: "reg/p@sha256:1"})
 	runAgentPodsIn(t, client, DefaultNamespace, corev1.PodSucceeded, string(msg), "")
-	var created []*corev1.Pod
-	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		created = append(created, a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).DeepCopy())
+	var requested *corev1.Secret
+	client.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		requested = a.(k8stesting.CreateAction).GetObject().(*corev1.Secret).DeepCopy()
 		return false, nil, nil
 	})
 	labels := map[string]string{"migration": "abcde"}
-	l := Launcher{Client: client, Image: "agent:1", Namespace: DefaultNamespace, AppNamespace: "app", ID: "abcde", RegistrySecret: "regcred", Labels: labels}
+	l := Launcher{Client: client, Image: "agent:1", Namespace: DefaultNamespace, AppNamespace: "app", ID: "abcde", RegistrySecret: "regcred", Labels: labels, Serving: &Serving{}}
 	if _, err := l.Pack(ctx, "agent-abcde-a", "node-a", PackRequest{Archive: CheckpointDir + "/c.tar", Container: "app", Image: "reg/p:x"}); err != nil {
 		t.Fatal(err)
 	}
-	ns, err := client.CoreV1().Namespaces().Get(ctx, DefaultNamespace, metav1.GetOptions{})
-	if err != nil || ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
-		t.Fatalf("agents' namespace %+v (%v)", ns, err)
+	if requested == nil || requested.Namespace != DefaultNamespace || requested.Type != RequestType || requested.Labels[RequestNamespaceLabel] != "app" ||
+		string(requested.Data[corev1.DockerConfigJsonKey]) != `{"auths":{}}` || requested.Data["other"] != nil || requested.Labels["migration"] != "abcde" {
+		t.Fatalf("request %+v", requested)
 	}
-	staged, err := client.CoreV1().Secrets(DefaultNamespace).Get(ctx, "kubectl-migrate-registry-abcde", metav1.GetOptions{})
-	if err != nil || string(staged.Data[corev1.DockerConfigJsonKey]) != `{"auths":{}}` || len(staged.Data) != 1 || staged.Labels["migration"] != "abcde" {
-		t.Fatalf("the agents' copy of the registry secret: %+v (%v)", staged, err)
-	}
-	if len(created) != 1 || created[0].Namespace != DefaultNamespace || created[0].Spec.Volumes[1].Secret.SecretName != staged.Name {
-		t.Fatalf("agent pods created: %+v", created)
+	if _, err := client.CoreV1().Secrets(DefaultNamespace).Get(ctx, "agent-abcde-a", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the one-shot agent's request outlived it: %v", err)
 	}
 
 	puller := l.PullerSpec("pull-abcde", "node-b", []string{"app:1", "sidecar:2"})
@@ -249,21 +311,18 @@ func TestAgentsRunInTheirOwnNamespace(t *testing.T) {
 			t.Errorf("pods left in %s: %d", ns, len(pods.Items))
 		}
 	}
-	if _, err := client.CoreV1().Secrets(DefaultNamespace).Get(ctx, staged.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the agents' copy of the registry secret outlived the migration: %v", err)
-	}
 	if _, err := client.CoreV1().Secrets("app").Get(ctx, "regcred", metav1.GetOptions{}); err != nil {
 		t.Errorf("the application's own secret: %v", err)
 	}
 }
 
-// TestAMissingAgentNamespaceOneMayNotCreate: the error names who creates
-// it and the flag that picks another.
+// TestAMissingAgentNamespaceOneMayNotCreate: the error names the command
+// that creates it.
 func TestAMissingAgentNamespaceOneMayNotCreate(t *testing.T) {
 	client := clusterWithNamespaces(t, true)
 	l := Launcher{Client: client, Image: "agent:1", Namespace: DefaultNamespace, AppNamespace: "app", Serving: &Serving{}}
 	err := l.Warm(context.Background(), "agent-x", "node-a", WarmOptions{})
-	if err == nil || !strings.Contains(err.Error(), "docs/rbac.yaml") || !strings.Contains(err.Error(), "--agent-namespace") {
+	if err == nil || !strings.Contains(err.Error(), "node-setup") {
 		t.Fatalf("got %v", err)
 	}
 	if pods, _ := client.CoreV1().Pods(DefaultNamespace).List(context.Background(), metav1.ListOptions{}); len(pods.Items) != 0 {

@@ -94,6 +94,9 @@ type Direct struct {
 	// StageDir, if set, is where checkpoints sent for staging
 	// (PackRequest.StageAs) are extracted: ociruntime.StageDir, mounted.
 	StageDir string
+	// Scope is the namespace whose containers staged checkpoints may be
+	// for.
+	Scope Scope
 	// Receive is the listener senders reach (DirectReceivePort on the
 	// node's network); Serve speaks TLS on it with cert.
 	Receive net.Listener
@@ -277,6 +280,10 @@ func (d *Direct) receive(w http.ResponseWriter, r *http.Request, blobs string, p
 		id, err := parseStageQuery(s)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := d.Scope.allowIdentities([]ociruntime.Identity{id}); err != nil {
+			http.Error(w, err.Error(), http.StatusForbidden)
 			return
 		}
 		stageAs = &id

@@ -96,7 +96,7 @@ func TestDirectTransfer(t *testing.T) {
 	if _, err := (image.Registry{Insecure: true}).Pull(ctx, res.Image); !errors.As(err, &refused) || refused.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a read from the node without the pull credential: %v", err)
 	}
-	h, err := Handler(nil, func() {}, direct, nil, "control")
+	h, err := Handler(nil, func() {}, direct, nil, "control", "ns")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func startDirect(ctx context.Context, tb testing.TB) (*Direct, string) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		_ = Serve(ctx, ln, time.Hour, direct, "control")
+		_ = Serve(ctx, ln, time.Hour, direct, "control", "ns")
 	}()
 	tb.Cleanup(func() { <-served }) // the caller's cancel comes first
 	reader := nodeReader(direct)
@@ -500,7 +500,7 @@ func TestExpectTakesCallsOnlyFromItsMigration(t *testing.T) {
 	}
 	direct.Port = ln.Addr().(*net.TCPAddr).Port // where it publishes its probe
 	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, ln, time.Hour, direct, "control") }()
+	go func() { served <- Serve(ctx, ln, time.Hour, direct, "control", "ns") }()
 	defer func() {
 		cancel()
 		if err := <-served; err != nil {
@@ -535,7 +535,7 @@ func TestExpectTakesCallsOnlyFromItsMigration(t *testing.T) {
 func TestReceiveTrafficWithoutTheTokenKeepsNoAgentAlive(t *testing.T) {
 	direct, ln, receive := newDirect(t)
 	done := make(chan error, 1)
-	go func() { done <- Serve(context.Background(), ln, time.Second, direct, "control") }()
+	go func() { done <- Serve(context.Background(), ln, time.Second, direct, "control", "ns") }()
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	url := "https://" + receive.Addr().String() + receivePath + "?repository=ns/p&tag=t&container=app"
 	deadline := time.Now().Add(4 * time.Second) // the attacker keeps sending past the idle time

@@ -9,10 +9,13 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -35,24 +38,26 @@ const (
 // call an agent (nor read the token in its environment).
 const DefaultNamespace = "kubectl-migrate-system"
 
-// Launcher runs the agent in short-lived pods.
+// Launcher runs the agent in short-lived pods, which it requests from the
+// agents' controller (AgentRequest): those who migrate create no pod where
+// agents run.
 type Launcher struct {
 	Client kubernetes.Interface
-	// Image is the agent image; the target nodes must be able to pull it.
+	// Image is the agent image: the controller's (node-setup's
+	// --agent-image), which it checks.
 	Image string
-	// Namespace is where the agents run (DefaultNamespace); created, with
-	// the Pod Security level agents need, when it does not exist.
+	// Namespace is where the agents run (DefaultNamespace), which
+	// node-setup creates with the agents' controller.
 	Namespace string
 	// AppNamespace is the migrated pod's: its RegistrySecret and
 	// PullSecrets live there, and the pods that pull its images run there.
 	// Empty means Namespace.
 	AppNamespace string
-	// ID is the migration's; it names the copy of RegistrySecret the
-	// agents get in Namespace.
+	// ID is the migration's.
 	ID string
 	// RegistrySecret is a kubernetes.io/dockerconfigjson secret in
-	// AppNamespace that the agent pushes with; empty for an anonymous
-	// registry.
+	// AppNamespace that the agent pushes with, copied into each request;
+	// empty for an anonymous registry.
 	RegistrySecret string
 	// PullSecrets are the migrated pod's, for pulling its images.
 	PullSecrets []corev1.LocalObjectReference
@@ -76,14 +81,14 @@ func (l Launcher) Pack(ctx context.Context, podName, node string, req PackReques
 	if req.isDirect() {
 		return PackResult{}, fmt.Errorf("a transfer without a registry needs the warm agent on %s, which is gone; run the migration again", node)
 	}
-	args := []string{"pack", "--archive", req.Archive, "--container", req.Container, "--image", req.Image}
+	args := []string{"--archive", req.Archive, "--container", req.Container, "--image", req.Image}
 	if req.Insecure {
 		args = append(args, "--insecure")
 	}
 	if req.KeepArchive {
 		args = append(args, "--keep-archive")
 	}
-	msg, err := l.run(ctx, podName, node, args)
+	msg, err := l.runRequested(ctx, podName, AgentRequest{Node: node, Image: l.Image, Command: commandPack, Args: args})
 	if err != nil {
 		return PackResult{}, err
 	}
@@ -115,11 +120,8 @@ func (l Launcher) Remove(ctx context.Context, podName, node string, archives []s
 		_, err := l.call(ctx, warm, http.MethodPost, removePath, removeRequest{Archives: archives})
 		return err
 	}
-	pod := l.PodSpec(podName, node, append([]string{"remove"}, archives...))
-	if slices.ContainsFunc(archives, func(a string) bool { _, staged := stagedIdentity(a); return staged }) {
-		mountStage(pod)
-	}
-	_, err := l.runPod(ctx, pod)
+	staged := slices.ContainsFunc(archives, func(a string) bool { _, staged := stagedIdentity(a); return staged })
+	_, err := l.runRequested(ctx, podName, AgentRequest{Node: node, Image: l.Image, Command: commandRemove, Args: archives, MountStage: staged})
 	return err
 }
 
@@ -189,26 +191,6 @@ func Restricted() *corev1.SecurityContext {
 // appNamespace is where the migrated pod lives.
 func (l Launcher) appNamespace() string { return cmp.Or(l.AppNamespace, l.Namespace) }
 
-// stagesSecret reports whether the agents get a copy of RegistrySecret in
-// their own namespace (a pod can mount only its own namespace's secrets).
-func (l Launcher) stagesSecret() bool {
-	return l.RegistrySecret != "" && l.appNamespace() != l.Namespace
-}
-
-// agentSecret is the name of the registry secret the agent pods mount.
-func (l Launcher) agentSecret() string {
-	if l.stagesSecret() {
-		return "kubectl-migrate-registry-" + l.ID
-	}
-	return l.RegistrySecret
-}
-
-// createInAgentNamespace creates obj with create, first creating the
-// agents' namespace if create found it missing.
-func (l Launcher) createInAgentNamespace(ctx context.Context, create func() error) error {
-	return CreateInNamespace(ctx, l.Client, l.Namespace, create)
-}
-
 // CreateInNamespace creates an object in the agents' namespace with
 // create, first creating the namespace if create found it missing.
 func CreateInNamespace(ctx context.Context, client kubernetes.Interface, namespace string, create func() error) error {
@@ -216,59 +198,107 @@ func CreateInNamespace(ctx context.Context, client kubernetes.Interface, namespa
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
+	if nerr := EnsureNamespace(ctx, client, namespace); nerr != nil {
+		return fmt.Errorf("the agents' namespace %s does not exist and creating it failed (%w); have an administrator run kubectl migrate node-setup, which creates it, or pass --agent-namespace", namespace, nerr)
+	}
+	return create()
+}
+
+// EnsureNamespace creates the agents' namespace, labelled as the
+// project's, with the Pod Security level agents need, unless it exists.
+func EnsureNamespace(ctx context.Context, client kubernetes.Interface, namespace string) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: map[string]string{
 		kube.ManagedByLabel: kube.ManagedBy,
 		// Root and host paths: see DefaultNamespace.
 		"pod-security.kubernetes.io/enforce": "privileged",
 	}}}
-	if _, nerr := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); nerr != nil && !apierrors.IsAlreadyExists(nerr) {
-		return fmt.Errorf("the agents' namespace %s does not exist and creating it failed (%w); have an administrator apply docs/rbac.yaml, which creates it, or pass --agent-namespace", namespace, nerr)
+	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
 	}
-	return create()
+	return nil
 }
 
-// stageSecret copies RegistrySecret into the agents' namespace, labelled
-// as the migration's agents are, so that Release removes it with them.
-func (l Launcher) stageSecret(ctx context.Context) error {
-	if !l.stagesSecret() {
+// requestTimeout bounds the wait for the controller to create a requested
+// agent's pod (it takes milliseconds).
+const requestTimeout = 30 * time.Second
+
+// requestAgent asks the agents' controller for the agent pod name that
+// req describes, with a copy of RegistrySecret's docker config, and waits
+// until the pod exists.
+func (l Launcher) requestAgent(ctx context.Context, name string, req AgentRequest, controlToken, directToken string) error {
+	var dockerConfig []byte
+	if l.RegistrySecret != "" {
+		src, err := l.Client.CoreV1().Secrets(l.appNamespace()).Get(ctx, l.RegistrySecret, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("read registry secret %s, which the agents push with: %w", l.RegistrySecret, err)
+		}
+		dockerConfig = src.Data[corev1.DockerConfigJsonKey]
+	}
+	s, err := RequestSecret(name, l.Namespace, l.appNamespace(), l.Labels, req, controlToken, directToken, dockerConfig)
+	if err != nil {
+		return err
+	}
+	if _, err := l.Client.CoreV1().Secrets(l.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("ask for the agent on %s: the agents' namespace %s does not exist; have an administrator run kubectl migrate node-setup, which installs the agents' controller there", req.Node, l.Namespace)
+		}
+		return fmt.Errorf("ask for the agent on %s: %w", req.Node, err)
+	}
+	tries := 0
+	poll, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	err = wait.PollUntilContextCancel(poll, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := l.Client.CoreV1().Pods(l.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			return true, nil
+		}
+		if !apierrors.IsNotFound(err) && poll.Err() == nil {
+			return false, err
+		}
+		if tries++; tries%10 == 0 {
+			return false, l.refusal(ctx, name)
+		}
+		return false, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		if rerr := l.refusal(ctx, name); rerr != nil {
+			err = rerr
+		} else if poll.Err() != nil {
+			err = fmt.Errorf("the agents' controller did not start the agent on %s within %s: have an administrator check it runs (kubectl -n %s logs deployment/%s) or install it (kubectl migrate node-setup --agents-only)", req.Node, requestTimeout, l.Namespace, ControllerName)
+		}
+		_ = l.dropAgent(context.WithoutCancel(ctx), name)
+	}
+	return err
+}
+
+// refusal is the controller's reason for not serving request name, if it
+// gave one.
+func (l Launcher) refusal(ctx context.Context, name string) error {
+	events, err := l.Client.CoreV1().Events(l.Namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+		"involvedObject.kind": "Secret", "involvedObject.name": name, "reason": "Refused",
+	}.String()})
+	if err != nil || len(events.Items) == 0 {
 		return nil
 	}
-	src, err := l.Client.CoreV1().Secrets(l.appNamespace()).Get(ctx, l.RegistrySecret, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("read registry secret %s, which the agents push with: %w", l.RegistrySecret, err)
-	}
-	staged := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: l.agentSecret(), Namespace: l.Namespace, Labels: l.Labels},
-		Type:       corev1.SecretTypeDockerConfigJson,
-		Data:       map[string][]byte{corev1.DockerConfigJsonKey: src.Data[corev1.DockerConfigJsonKey]},
-	}
-	err = l.createInAgentNamespace(ctx, func() error {
-		_, err := l.Client.CoreV1().Secrets(l.Namespace).Create(ctx, staged, metav1.CreateOptions{})
-		return err
-	})
-	if apierrors.IsAlreadyExists(err) {
-		return nil // an earlier agent of this migration staged it
-	}
-	if err != nil {
-		return fmt.Errorf("copy registry secret %s to the agents' namespace %s: %w", l.RegistrySecret, l.Namespace, err)
-	}
-	return nil
+	return fmt.Errorf("the agents' controller refused: %s", events.Items[0].Message)
 }
 
-// createAgent creates an agent pod in the agents' namespace, with what it
-// mounts from there.
-func (l Launcher) createAgent(ctx context.Context, pod *corev1.Pod) error {
-	if err := l.stageSecret(ctx); err != nil {
-		return err
+// dropAgent deletes request name, which deletes its pod, and waits until
+// the pod is gone. A pod that no request owns (node-setup's, which an
+// administrator creates) is deleted by who may.
+func (l Launcher) dropAgent(ctx context.Context, name string) error {
+	err := l.Client.CoreV1().Secrets(l.Namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete agent request %s: %w", name, err)
 	}
-	err := l.createInAgentNamespace(ctx, func() error {
-		_, err := l.Client.CoreV1().Pods(l.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("create agent pod on %s: %w", pod.Spec.NodeName, err)
+	if apierrors.IsNotFound(err) {
+		err := l.Client.CoreV1().Pods(l.Namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+			return fmt.Errorf("delete agent pod %s: %w", name, err)
+		}
 	}
-	return nil
+	_, err = kube.WaitForPod(ctx, l.Client, l.Namespace, name, kube.Gone)
+	return err
 }
 
 // Runtime asks node's warm agent what the node's runtime says of itself.
@@ -335,27 +365,35 @@ func decodeAnswer[T any](node string, out []byte) (T, error) {
 	return res, nil
 }
 
-// run creates the agent pod, waits for it to finish and deletes it, returning
-// its termination message.
-func (l Launcher) run(ctx context.Context, podName, node string, args []string) (string, error) {
-	return l.runPod(ctx, l.PodSpec(podName, node, args))
+// runRequested requests a one-shot agent, waits for it to finish and
+// ends it, returning its termination message.
+func (l Launcher) runRequested(ctx context.Context, name string, req AgentRequest) (string, error) {
+	if err := l.requestAgent(ctx, name, req, "", ""); err != nil {
+		return "", err
+	}
+	// The agent goes away whatever happens, even if ctx was cancelled.
+	defer func() { _ = l.dropAgent(context.WithoutCancel(ctx), name) }()
+	return l.finished(ctx, l.Namespace, name, req.Node)
 }
 
-// runPod creates pod (an agent, or a puller in the application's
-// namespace), waits for it to finish and deletes it.
+// runPod creates pod itself (a puller in the application's namespace, or
+// node-setup's pod, an administrator's), waits for it to finish and
+// deletes it.
 func (l Launcher) runPod(ctx context.Context, pod *corev1.Pod) (string, error) {
 	podName, node, ns := pod.Name, pod.Spec.NodeName, pod.Namespace
-	if ns == l.Namespace {
-		if err := l.createAgent(ctx, pod); err != nil {
-			return "", err
-		}
-	} else if _, err := l.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := l.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("create pod %s on %s: %w", podName, node, err)
 	}
 	// The pod goes away whatever happens, even if ctx was cancelled.
 	defer func() {
 		_ = kube.DeleteAndWait(context.WithoutCancel(ctx), l.Client, ns, podName, ptr.To[int64](0))
 	}()
+	return l.finished(ctx, ns, podName, node)
+}
+
+// finished waits for an agent pod to end and returns its termination
+// message, or why it failed.
+func (l Launcher) finished(ctx context.Context, ns, podName, node string) (string, error) {
 	pod, err := kube.WaitForPod(ctx, l.Client, ns, podName, agentFinished(l.Image))
 	if err != nil {
 		return "", err
@@ -412,47 +450,9 @@ func terminationMessage(pod *corev1.Pod) string {
 	return "no termination message"
 }
 
-// PodSpec returns the agent pod: in the agents' namespace, pinned to node,
-// root, the kubelet's checkpoint directory mounted, the registry secret as
-// a docker config (and to pull the agent image with).
+// PodSpec returns an agent pod that an administrator's command creates
+// itself (node-setup's): in the agents' namespace, pinned to node, root, the
+// kubelet's checkpoint directory mounted.
 func (l Launcher) PodSpec(podName, node string, args []string) *corev1.Pod {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: podName, Namespace: l.Namespace, Labels: l.Labels},
-		Spec: corev1.PodSpec{
-			NodeName:                      node,
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			AutomountServiceAccountToken:  ptr.To(false),
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
-			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers: []corev1.Container{{
-				Name:                     "agent",
-				Image:                    l.Image,
-				Args:                     args,
-				ImagePullPolicy:          corev1.PullIfNotPresent,
-				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-				SecurityContext:          &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)},
-				VolumeMounts:             []corev1.VolumeMount{{Name: checkpointVolume, MountPath: CheckpointDir}},
-			}},
-			Volumes: []corev1.Volume{{
-				Name: checkpointVolume,
-				VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
-					Path: CheckpointDir, Type: ptr.To(corev1.HostPathDirectory),
-				}},
-			}},
-		},
-	}
-	if l.RegistrySecret != "" {
-		pod.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: l.agentSecret()}}
-		c := &pod.Spec.Containers[0]
-		c.Env = append(c.Env, corev1.EnvVar{Name: "DOCKER_CONFIG", Value: registryConfigDir})
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: registryVolume, MountPath: registryConfigDir, ReadOnly: true})
-		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
-			Name: registryVolume,
-			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-				SecretName: l.agentSecret(),
-				Items:      []corev1.KeyToPath{{Key: corev1.DockerConfigJsonKey, Path: "config.json"}},
-			}},
-		})
-	}
-	return pod
+	return basePod(podName, l.Namespace, node, l.Image, args, l.Labels)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -22,10 +23,17 @@ const (
 	AgentsRole = "kubectl-migrate-agents"
 )
 
+// controllerBinding reports whether b is node-setup's: the controller's
+// Role bound to its service account alone.
+func controllerBinding(b rbacv1.RoleBinding, namespace string) bool {
+	return b.RoleRef.Kind == "Role" && b.RoleRef.Name == ControllerName && len(b.Subjects) == 1 &&
+		b.Subjects[0].Kind == rbacv1.ServiceAccountKind && b.Subjects[0].Name == ControllerName && b.Subjects[0].Namespace == namespace
+}
+
 // CheckNamespace refuses an agents' namespace that someone else could own
 // (one a tenant created before the project's, to read what later agents
 // hold): it must carry the project's label, and grant no role but the
-// agents' (AgentsRole) through RoleBindings. A namespace that does not
+// agents' (AgentsRole) and the controller's through RoleBindings. A namespace that does not
 // exist yet passes: the migration creates it, labelled. Cluster-wide
 // grants are the cluster administrator's, and not looked at.
 func CheckNamespace(ctx context.Context, client kubernetes.Interface, namespace string) error {
@@ -45,7 +53,7 @@ func CheckNamespace(ctx context.Context, client kubernetes.Interface, namespace 
 	}
 	var owners []string
 	for _, b := range bindings.Items {
-		if b.RoleRef.Kind == "Role" && b.RoleRef.Name == AgentsRole {
+		if b.RoleRef.Kind == "Role" && b.RoleRef.Name == AgentsRole || controllerBinding(b, namespace) {
 			continue
 		}
 		var who []string

@@ -60,8 +60,9 @@ type removeRequest struct {
 // checkpoints and serves them to its node's runtime. It is healthy once
 // ready is true. Every call but the health check and the direct transfer's
 // (which has its own push token) must carry token, and one that does not
-// is refused before it counts as activity.
-func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direct, ready *atomic.Bool, token string) (http.Handler, error) {
+// is refused before it counts as activity. Whatever a call names, it
+// touches only scope's pods, checkpoints and volumes.
+func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direct, ready *atomic.Bool, token string, scope Scope) (http.Handler, error) {
 	mux := http.NewServeMux()
 	authorized := func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -93,13 +94,22 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 			return DirectInfo{CertSHA256: direct.CertSHA256()}, nil
 		})))
 		mux.Handle("POST "+expectPath, authorized(jsonCall(touch, "expect", func(_ context.Context, req expectRequest) (struct{}, error) {
+			if err := scope.allowIdentities(req.Containers); err != nil {
+				return struct{}{}, err
+			}
 			return struct{}{}, direct.expect(req.Containers)
 		})))
 		mux.Handle("POST "+bindPath, authorized(jsonCall(touch, "bind", func(_ context.Context, req bindRequest) (struct{}, error) {
+			if err := scope.allowIdentities(req.Containers); err != nil {
+				return struct{}{}, err
+			}
 			return struct{}{}, direct.bind(req.Containers)
 		})))
 	}
 	mux.Handle("POST "+packPath, authorized(jsonCall(touch, "pack", func(ctx context.Context, req PackRequest) (PackResult, error) {
+		if err := scope.allowPack(req); err != nil {
+			return PackResult{}, err
+		}
 		return Pack(ctx, req, reg(req.Insecure))
 	})))
 	mux.Handle("POST "+pullPath, authorized(jsonCall(touch, "pull", func(ctx context.Context, req pullRequest) (PullResult, error) {
@@ -122,6 +132,9 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		if err := haveRuntimeSocket(); err != nil {
 			return CheckpointResult{}, err
 		}
+		if err := scope.allow(req.Namespace, "pod "+req.Pod); err != nil {
+			return CheckpointResult{}, err
+		}
 		return checkpointContainer(ctx, runtimeSocketPath, req, wait.Backoff{})
 	})))
 	mux.Handle("POST "+stopPodPath, authorized(jsonCall(touch, "stop pod", func(ctx context.Context, req stopPodRequest) (StopPodResult, error) {
@@ -131,10 +144,19 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		if req.UID == "" {
 			return StopPodResult{}, statusError{http.StatusBadRequest, "stop pod: no pod UID given"}
 		}
+		if err := scope.allowPod(ctx, runtimeSocketPath, req.UID); err != nil {
+			return StopPodResult{}, err
+		}
 		return stopPod(ctx, runtimeSocketPath, req.UID)
 	})))
-	mux.Handle("POST "+volumesPath, authorized(jsonCall(touch, "volumes", func(_ context.Context, req SnapshotRequest) (SnapshotResult, error) {
-		res, err := SnapshotVolumes(req)
+	mux.Handle("POST "+volumesPath, authorized(jsonCall(touch, "volumes", func(ctx context.Context, req SnapshotRequest) (SnapshotResult, error) {
+		if err := haveRuntimeSocket(); err != nil {
+			return SnapshotResult{}, err
+		}
+		if err := scope.allowPod(ctx, runtimeSocketPath, req.PodUID); err != nil {
+			return SnapshotResult{}, err
+		}
+		res, err := SnapshotVolumes(req, string(scope))
 		if errors.Is(err, ErrTooLarge) {
 			return res, statusError{http.StatusRequestEntityTooLarge, err.Error()}
 		}
@@ -143,6 +165,10 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 	mux.Handle("POST "+removePath, authorized(jsonCall(touch, "remove", func(_ context.Context, req removeRequest) (struct{}, error) {
 		var errs []error
 		for _, a := range req.Archives {
+			if err := scope.allowArchive(a); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 			errs = append(errs, Remove(a))
 		}
 		return struct{}{}, errors.Join(errs...)
@@ -199,8 +225,9 @@ func jsonCall[Req, Res any](touch func(), what string, do func(context.Context, 
 // Serve runs the agent's HTTP server on ln until ctx ends or no request
 // came for idle: a warm agent whose migration died ends on its own. With
 // direct it also serves checkpoints to its node (ln must then be on the
-// node's network, port DirectPort). Calls must carry token.
-func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Direct, token string) error {
+// node's network, port DirectPort). Calls must carry token, and touch
+// only scope's pods.
+func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Direct, token string, scope Scope) error {
 	activity := make(chan struct{}, 1)
 	touch := func() {
 		select {
@@ -212,7 +239,7 @@ func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Dir
 	if direct != nil {
 		direct.touch = touch
 	}
-	h, err := Handler(func(insecure bool) image.Registry { return image.Registry{Insecure: insecure} }, touch, direct, &ready, token)
+	h, err := Handler(func(insecure bool) image.Registry { return image.Registry{Insecure: insecure} }, touch, direct, &ready, token, scope)
 	if err != nil {
 		return err
 	}

@@ -38,7 +38,7 @@ func TestServeAnswersAndEndsWhenIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- Serve(context.Background(), ln, 500*time.Millisecond, nil, testToken) }()
+	go func() { done <- Serve(context.Background(), ln, 500*time.Millisecond, nil, testToken, "ns") }()
 	base := "http://" + ln.Addr().String()
 	resp, err := http.Get(base + healthPath)
 	if err != nil || resp.StatusCode != http.StatusOK {
@@ -72,7 +72,7 @@ func TestServeTakesCallsOnlyFromItsMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- Serve(context.Background(), ln, time.Second, nil, testToken) }()
+	go func() { done <- Serve(context.Background(), ln, time.Second, nil, testToken, "ns") }()
 	base := "http://" + ln.Addr().String()
 	calls := map[string]string{packPath: `{}`, pullPath: `{"images":["x"]}`, runtimePath: `{}`, stopPodPath: `{"uid":"u"}`, checkpointPath: `{"namespace":"ns","pod":"p","container":"app"}`, removePath: `{"archives":["/var/lib/kubelet/checkpoints/*"]}`}
 	deadline := time.Now().Add(3 * time.Second) // the attacker keeps calling past the idle time
@@ -105,7 +105,7 @@ func TestServeWithoutATokenTakesNoCalls(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = Serve(ctx, ln, time.Minute, nil, "") }()
+	go func() { _ = Serve(ctx, ln, time.Minute, nil, "", "ns") }()
 	if code := post(t, "http://"+ln.Addr().String()+runtimePath, "", `{}`); code != http.StatusForbidden {
 		t.Fatalf("runtime without a configured token: %d, want 403", code)
 	}

@@ -25,6 +25,7 @@ func TestDirectTransferStagesForTheRuntime(t *testing.T) {
 	defer cancel()
 	direct, addr := startDirect(ctx, t)
 	direct.StageDir = stageDir
+	direct.Scope = "shop"
 
 	var archive bytes.Buffer
 	tw := tar.NewWriter(&archive)

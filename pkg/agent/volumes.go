@@ -59,7 +59,7 @@ var ErrTooLarge = errors.New("emptyDir data over the limit")
 // so a symbolic link the pod planted cannot make this root process read
 // anything outside them: the agent runs as root and must not be talked into
 // reading another pod's files.
-func SnapshotVolumes(req SnapshotRequest) (res SnapshotResult, err error) {
+func SnapshotVolumes(req SnapshotRequest, namespace string) (res SnapshotResult, err error) {
 	if !podUID.MatchString(req.PodUID) {
 		return res, fmt.Errorf("pod UID %q is not a UID", req.PodUID)
 	}
@@ -82,6 +82,12 @@ func SnapshotVolumes(req SnapshotRequest) (res SnapshotResult, err error) {
 		}()
 		tw = tar.NewWriter(f)
 		res.Archive = req.Archive
+		if err := tw.WriteHeader(&tar.Header{Name: NamespaceEntry, Mode: 0o600, Size: int64(len(namespace)), Typeflag: tar.TypeReg}); err != nil {
+			return res, err
+		}
+		if _, err := tw.Write([]byte(namespace)); err != nil {
+			return res, err
+		}
 	}
 	for _, name := range req.Volumes {
 		if !volumeName.MatchString(name) {

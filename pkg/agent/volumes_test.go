@@ -101,7 +101,7 @@ func extract(t *testing.T, archive, root string) {
 func TestEmptyDirSnapshotAndFill(t *testing.T) {
 	volumeFixture(t)
 	archive := filepath.Join(archiveDir, "checkpoint-consumer_default-"+VolumesKey+"-abcde.tar")
-	res, err := SnapshotVolumes(SnapshotRequest{PodUID: testUID, Volumes: []string{"mem", "scratch"}, Archive: archive, MaxBytes: 1 << 20})
+	res, err := SnapshotVolumes(SnapshotRequest{PodUID: testUID, Volumes: []string{"mem", "scratch"}, Archive: archive, MaxBytes: 1 << 20}, "ns")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,13 +143,13 @@ func TestEmptyDirSnapshotAndFill(t *testing.T) {
 func TestEmptyDirSnapshotRefusals(t *testing.T) {
 	volumeFixture(t)
 	archive := filepath.Join(archiveDir, "checkpoint-consumer_default-"+VolumesKey+"-abcde.tar")
-	if _, err := SnapshotVolumes(SnapshotRequest{PodUID: testUID, Volumes: []string{"scratch"}, Archive: archive, MaxBytes: 500}); !errors.Is(err, ErrTooLarge) {
+	if _, err := SnapshotVolumes(SnapshotRequest{PodUID: testUID, Volumes: []string{"scratch"}, Archive: archive, MaxBytes: 500}, "ns"); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("over the bound: %v", err)
 	}
 	if _, err := os.Stat(archive); !os.IsNotExist(err) {
 		t.Fatalf("a refused snapshot left its archive: %v", err)
 	}
-	if res, err := SnapshotVolumes(SnapshotRequest{PodUID: testUID, Volumes: []string{"scratch"}, MaxBytes: 2000}); err != nil || res.Bytes != 1006 || res.Archive != "" {
+	if res, err := SnapshotVolumes(SnapshotRequest{PodUID: testUID, Volumes: []string{"scratch"}, MaxBytes: 2000}, "ns"); err != nil || res.Bytes != 1006 || res.Archive != "" {
 		t.Fatalf("measuring: %+v %v", res, err)
 	}
 	for _, req := range []SnapshotRequest{
@@ -157,7 +157,7 @@ func TestEmptyDirSnapshotRefusals(t *testing.T) {
 		{PodUID: testUID, Volumes: []string{"../../../etc"}},
 		{PodUID: testUID, Volumes: []string{"scratch"}, Archive: "/etc/shadow.tar"},
 	} {
-		if _, err := SnapshotVolumes(req); err == nil {
+		if _, err := SnapshotVolumes(req, "ns"); err == nil {
 			t.Errorf("%+v was not refused", req)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -93,35 +94,13 @@ func (l Launcher) Warm(ctx context.Context, podName, node string, opts WarmOptio
 	if l.Serving == nil {
 		return errors.New("this launcher keeps no warm agents")
 	}
-	pod := l.PodSpec(podName, node, []string{"serve"})
-	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: ControlTokenEnv, Value: l.Serving.controlToken()})
-	port := ServePort
-	if opts.DirectToken != "" {
-		port = DirectPort
-		directPod(pod, opts.DirectToken)
-		if opts.Stage {
-			pod.Spec.Containers[0].Args = append(pod.Spec.Containers[0].Args, "--stage", ociruntime.StageDir)
-			mountStage(pod)
-		}
+	req := AgentRequest{
+		Node: node, Image: l.Image, Command: commandServe,
+		Direct: opts.DirectToken != "", Stage: opts.DirectToken != "" && opts.Stage,
+		RuntimeSocket: opts.RuntimeSocket, Volumes: opts.Volumes,
 	}
-	if opts.RuntimeSocket != "" {
-		c := &pod.Spec.Containers[0]
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "cri", MountPath: runtimeSocketPath})
-		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "cri", VolumeSource: corev1.VolumeSource{
-			HostPath: &corev1.HostPathVolumeSource{Path: opts.RuntimeSocket, Type: ptr.To(corev1.HostPathSocket)},
-		}})
-	}
-	if opts.Volumes {
-		c := &pod.Spec.Containers[0]
-		// HostToContainer: a medium: Memory emptyDir is a tmpfs the kubelet
-		// mounts there, which the agent must see.
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "pods", MountPath: PodsDir, ReadOnly: true, MountPropagation: ptr.To(corev1.MountPropagationHostToContainer)})
-		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "pods", VolumeSource: corev1.VolumeSource{
-			HostPath: &corev1.HostPathVolumeSource{Path: PodsDir, Type: ptr.To(corev1.HostPathDirectory)},
-		}})
-	}
-	pod.Spec.Containers[0].Ports = append(pod.Spec.Containers[0].Ports, corev1.ContainerPort{ContainerPort: int32(port)})
-	if err := l.createAgent(ctx, pod); err != nil {
+	port := req.servePort()
+	if err := l.requestAgent(ctx, podName, req, l.Serving.controlToken(), opts.DirectToken); err != nil {
 		return err
 	}
 	l.Serving.mu.Lock()
@@ -155,12 +134,11 @@ func HoldsReceivePort(pod *corev1.Pod) bool {
 // directPod makes pod a direct transfer's target: on the node's network, so
 // that the node's runtime pulls from it on localhost and the source's agent
 // reaches it at the node's address.
-func directPod(pod *corev1.Pod, token string) {
+func directPod(pod *corev1.Pod) {
 	pod.Spec.HostNetwork = true
 	pod.Spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
 	c := &pod.Spec.Containers[0]
 	c.Args = append(c.Args, "--direct", directDir)
-	c.Env = append(c.Env, corev1.EnvVar{Name: TokenEnv, Value: token})
 	// Declared, so that the scheduler sees the node's port taken.
 	c.Ports = append(c.Ports, corev1.ContainerPort{ContainerPort: DirectReceivePort, HostPort: DirectReceivePort})
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "direct", MountPath: directDir})
@@ -177,13 +155,21 @@ func mountStage(pod *corev1.Pod) {
 	}})
 }
 
-// Release deletes every pod of the launcher's migration (its labels): the
-// agents, warm or left by a process that died, and the pullers in the
-// application's namespace, and waits until they are gone; then the agents'
-// copy of the registry secret.
+// Release ends every agent of the launcher's migration (its labels), warm
+// or left by a process that died, by deleting its request, and deletes the
+// pullers in the application's namespace; it waits until they are gone.
 func (l Launcher) Release(ctx context.Context) error {
 	selector := labels.SelectorFromSet(l.Labels).String()
 	var errs []error
+	agents := map[string]bool{}
+	if l.Serving != nil {
+		l.Serving.mu.Lock()
+		for _, p := range l.Serving.pods {
+			agents[p.pod] = true
+		}
+		l.Serving.pods = nil
+		l.Serving.mu.Unlock()
+	}
 	for _, ns := range slices.Compact([]string{l.Namespace, l.appNamespace()}) {
 		list, err := l.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if apierrors.IsNotFound(err) {
@@ -194,18 +180,15 @@ func (l Launcher) Release(ctx context.Context) error {
 			continue
 		}
 		for _, p := range list.Items {
+			if ns == l.Namespace {
+				agents[p.Name] = true
+				continue
+			}
 			errs = append(errs, kube.DeleteAndWait(ctx, l.Client, ns, p.Name, ptr.To[int64](0)))
 		}
 	}
-	if l.stagesSecret() {
-		if err := kube.DeleteSecret(ctx, l.Client, l.Namespace, l.agentSecret()); err != nil {
-			errs = append(errs, fmt.Errorf("delete the agents' copy of registry secret %s: %w", l.RegistrySecret, err))
-		}
-	}
-	if l.Serving != nil {
-		l.Serving.mu.Lock()
-		l.Serving.pods = nil
-		l.Serving.mu.Unlock()
+	for _, name := range slices.Sorted(maps.Keys(agents)) {
+		errs = append(errs, l.dropAgent(ctx, name))
 	}
 	return errors.Join(errs...)
 }

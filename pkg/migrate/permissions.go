@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 )
 
@@ -49,7 +50,7 @@ var permissions = []permission{
 	{"apps", "get", "replicasets", "", true, "to check a Deployment's pod's ReplicaSet"},
 	{"apps", "get", "deployments", "", true, "to check that a Deployment is not rolling out"},
 	{"", "get", "nodes", "", false, "to check the source and target nodes"},
-	{RestorePermission.Group, RestorePermission.Verb, RestorePermission.Resource, "", true, "to create a pod the kubectl-migrate runtime restores (node-setup's admission policy asks)"},
+	{RestorePermission.Group, RestorePermission.Verb, RestorePermission.Resource, "", true, "to have agents act on the namespace's pods and restore into it (node-setup's admission policies ask)"},
 }
 
 // journalKeyPermissions read (and, the first time, create) the key
@@ -65,11 +66,12 @@ func journalKeyPermissions(agents string) []Permission {
 // migration needs: the applications' control token.
 var ControlTokenPermission = Permission{Verb: "get", Resource: "secrets", Name: protocol.ControlSecret, Namespaced: true, Why: "to read the applications' control token"}
 
-// RestorePermission names no real resource: node-setup's admission policy
-// admits a pod under the kubectl-migrate RuntimeClass only from who holds
-// it in the pod's namespace, so that a pod no migration created cannot
-// be restored into.
-var RestorePermission = struct{ Group, Verb, Resource string }{"kubectl-migrate.io", "create", "restores"}
+// RestorePermission names no real resource: node-setup's admission
+// policies admit an agent request acting on a namespace, and a pod under
+// the kubectl-migrate RuntimeClass, only from who holds it in that
+// namespace, so that no agent works on, and no pod is restored into, a
+// namespace its requester may not migrate in.
+var RestorePermission = agent.MigratePermission
 
 var statefulSetPermissions = []permission{
 	{"apps", "get", "statefulsets", "", true, "to save the StatefulSet's spec"},
@@ -82,8 +84,9 @@ var agentPermissions = []permission{
 	{"", "get", "pods", "", true, "to read the agents"},
 	{"", "list", "pods", "", true, "to find the migration's agents"},
 	{"", "watch", "pods", "", true, "to wait for the agents"},
-	{"", "create", "pods", "", true, "to start the agents"},
-	{"", "delete", "pods", "", true, "to remove the agents"},
+	{"", "create", "secrets", "", true, "to ask the agents' controller for the agents (agent requests)"},
+	{"", "delete", "secrets", "", true, "to end the agents (their requests)"},
+	{"", "list", "events", "", true, "to read why the agents' controller refused a request"},
 	{"", "create", "pods", "proxy", true, "to call the agents"},
 	{"", "get", "pods", "proxy", true, "to ask whether an agent is ready"},
 	{"rbac.authorization.k8s.io", "list", "rolebindings", "", true, "to know who else acts where the agents run (agent.CheckNamespace)"},
@@ -104,11 +107,6 @@ var pullSecretPermissions = []permission{
 	{"", "update", "secrets", "", true, "to renew that secret in a recovery"},
 	{"", "patch", "secrets", "", true, "to make the restored pod that secret's owner"},
 	{"", "delete", "secrets", "", true, "to remove that secret when the restore is undone"},
-}
-
-var agentSecretPermissions = []permission{
-	{"", "create", "secrets", "", true, "to give the agents their copy of the registry secret"},
-	{"", "delete", "secrets", "", true, "to remove the agents' copy of the registry secret"},
 }
 
 func checkPermissions(ctx context.Context, m *Migration) error {
@@ -222,9 +220,6 @@ func NeededPermissions(c Config) []Permission {
 	}
 	if c.RegistrySecret != "" {
 		add(registrySecretPermissions, "")
-		if agents != "" {
-			add(agentSecretPermissions, agents)
-		}
 	}
 	return out
 }

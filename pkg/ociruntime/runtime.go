@@ -273,6 +273,12 @@ func identityOf(cri string, a map[string]string) (Identity, bool) {
 	return Identity{}, false
 }
 
+// IdentityOf is identityOf for callers outside the runtime: the agent
+// reads a checkpoint archive's spec.dump with it.
+func IdentityOf(cri string, annotations map[string]string) (Identity, bool) {
+	return identityOf(cri, annotations)
+}
+
 // Valid refuses an identity whose parts could leave the stage directory.
 func (id Identity) Valid() error {
 	parts := []string{id.Namespace, id.Pod, id.Container}

@@ -86,8 +86,8 @@ func TestClientDryRunOnlyReads(t *testing.T) {
 		t.Fatalf("--dry-run=client: %d access reviews, and wrote %v", reviews, writes)
 	}
 	writes, _ = runAs("server")
-	if !strings.Contains(strings.Join(writes, "\n"), "create /api/v1/namespaces/kubectl-migrate-system/pods") {
-		t.Fatalf("--dry-run=server started no agent pod the audit log shows: %v", writes)
+	if !strings.Contains(strings.Join(writes, "\n"), "create /api/v1/namespaces/kubectl-migrate-system/secrets") {
+		t.Fatalf("--dry-run=server requested no agent the audit log shows: %v", writes)
 	}
 	if st := state(t, w, "consumer"); st.Mode != protocol.ModePrimary {
 		t.Fatalf("the source does not serve: %+v", st)

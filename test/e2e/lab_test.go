@@ -66,7 +66,24 @@ func setup(t testing.TB) *lab {
 	if l.pluginDir, err = buildPlugin(); err != nil {
 		t.Fatal(err)
 	}
+	agentsController.once.Do(func() {
+		out, err := l.kubectlCommand("migrate", "node-setup", "--agents-only", "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab").CombinedOutput()
+		if err != nil {
+			agentsController.err = fmt.Errorf("install the agents' controller: %v\n%s", err, out)
+		}
+	})
+	if agentsController.err != nil {
+		t.Fatal(agentsController.err)
+	}
 	return l
+}
+
+// agentsController is installed once per test process, as an
+// administrator installs it once per cluster: every migration asks it for
+// its agents.
+var agentsController struct {
+	once sync.Once
+	err  error
 }
 
 // concurrent runs t beside the other concurrent tests and the crash

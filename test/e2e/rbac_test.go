@@ -86,7 +86,7 @@ func TestLeastPrivilege(t *testing.T) {
 
 	_, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--kubeconfig", kubeconfig)
 	if err == nil || !strings.Contains(stderr, "missing permissions") || !strings.Contains(stderr, "get nodes") || strings.Contains(stderr, "nodes/proxy") ||
-		!strings.Contains(stderr, "create pods in namespace "+agent.DefaultNamespace) || !strings.Contains(stderr, "create pods/proxy in namespace "+agent.DefaultNamespace) {
+		!strings.Contains(stderr, "create secrets in namespace "+agent.DefaultNamespace) || !strings.Contains(stderr, "create pods/proxy in namespace "+agent.DefaultNamespace) {
 		t.Fatalf("without the nodes and agents roles: %v\n%s", err, stderr)
 	}
 	if records, err := (report.Store{Client: l.client}).List(ctx, w.Namespace); err != nil || len(records) != 0 {

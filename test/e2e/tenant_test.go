@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
@@ -886,4 +887,123 @@ func TestTenantCannotOwnTheAgentsNamespace(t *testing.T) {
 		t.Fatalf("the source was disturbed: %+v", st)
 	}
 	checkConservation(t, w, "consumer")
+}
+
+// TestTenantAgentsActOnlyWhereTheirRequesterMigrates: a migrator bound to
+// docs/rbac.yaml in a namespace of their own, next to a victim's consumer.
+// They cannot create a pod where the agents run; a request for an agent
+// acting on the victim's namespace is refused at admission; a request for
+// more than an agent may be (another command, another image) is refused
+// by the controller, no pod built; their own agent, with their own token,
+// refuses to checkpoint or stop the victim's pod; and they cannot end an
+// agent the victim's migration asked for. The victim conserves every
+// message.
+func TestTenantAgentsActOnlyWhereTheirRequesterMigrates(t *testing.T) {
+	l := setup(t)
+	victim := l.deploy(t, "10")
+	ctx := context.Background()
+	l.applyDocumentedRoles(t)
+	attacker := "attacker-" + fmt.Sprintf("%06x", rand.Uint32()>>8)
+	if _, err := l.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: attacker}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = l.client.CoreV1().Namespaces().Delete(context.Background(), attacker, metav1.DeleteOptions{})
+	})
+	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "migrator", Namespace: attacker}}
+	bindings := []*rbacv1.RoleBinding{
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubectl-migrate", Namespace: attacker}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kubectl-migrate"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubectl-migrate-agents-" + attacker, Namespace: agent.DefaultNamespace}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "kubectl-migrate-agents"}},
+	}
+	for _, b := range bindings {
+		if _, err := l.client.RbacV1().RoleBindings(b.Namespace).Create(ctx, b, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = l.client.RbacV1().RoleBindings(b.Namespace).Delete(context.Background(), b.Name, metav1.DeleteOptions{})
+		})
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.serviceAccountKubeconfig(t, attacker, "migrator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	migrator := kubernetes.NewForConfigOrDie(cfg)
+	before := waitApplied(t, victim, "consumer", 20)
+	source, err := l.client.CoreV1().Pods(victim.Namespace).Get(ctx, "consumer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := l.imagePrefix + "/kubectl-migrate-agent:lab"
+
+	// A pod of one's own where the agents run: RBAC says no.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "root-" + attacker, Namespace: agent.DefaultNamespace},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "x", Image: image}}}}
+	if _, err := migrator.CoreV1().Pods(agent.DefaultNamespace).Create(ctx, pod, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("the migrator created a pod in the agents' namespace: %v", err)
+	}
+	// A request acting on the victim's namespace: admission says no.
+	req := agent.AgentRequest{Node: "node-a", Image: image, Command: "serve"}
+	forged, _ := agent.RequestSecret("forged-"+attacker, agent.DefaultNamespace, victim.Namespace, nil, req, "mine", "", nil)
+	if _, err := migrator.CoreV1().Secrets(agent.DefaultNamespace).Create(ctx, forged, metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may not create restores") {
+		t.Fatalf("a request for the victim's namespace: %v", err)
+	}
+	// A request for their own namespace asking for more than an agent: the
+	// controller builds nothing.
+	greedy := agent.AgentRequest{Node: "node-a", Image: image, Command: "node-setup"}
+	greedySecret, _ := agent.RequestSecret("greedy-"+attacker, agent.DefaultNamespace, attacker, nil, greedy, "mine", "", nil)
+	if _, err := migrator.CoreV1().Secrets(agent.DefaultNamespace).Create(ctx, greedySecret, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a request for one's own namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = l.client.CoreV1().Secrets(agent.DefaultNamespace).Delete(context.Background(), greedySecret.Name, metav1.DeleteOptions{})
+	})
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		events, err := l.client.CoreV1().Events(agent.DefaultNamespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + greedySecret.Name})
+		return err == nil && len(events.Items) > 0 && events.Items[0].Reason == "Refused", nil
+	})
+	if err != nil {
+		t.Fatalf("the controller did not refuse a request for node-setup: %v", err)
+	}
+	if _, err := l.client.CoreV1().Pods(agent.DefaultNamespace).Get(ctx, greedySecret.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the controller built a pod for node-setup: %v", err)
+	}
+
+	// Their own agent, on the victim's node, with their own token.
+	node, err := l.client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := agent.Launcher{Client: migrator, Image: image, Namespace: agent.DefaultNamespace, AppNamespace: attacker,
+		Labels: map[string]string{"e2e": attacker}, Serving: &agent.Serving{}}
+	t.Cleanup(func() { _ = own.Release(context.Background()) })
+	if err := own.Warm(ctx, "agent-"+attacker, "node-a", agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(node.Status.NodeInfo.ContainerRuntimeVersion)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := own.Checkpoint(ctx, "node-a", agent.CheckpointRequest{Namespace: victim.Namespace, Pod: "consumer", UID: string(source.UID), Container: "consumer"}); err == nil || !strings.Contains(err.Error(), "acts for namespace "+attacker+" only") {
+		t.Fatalf("the migrator's agent checkpointed the victim: %v", err)
+	}
+	if _, err := own.StopPod(ctx, "node-a", string(source.UID)); err == nil || !strings.Contains(err.Error(), "acts for namespace "+attacker+" only") {
+		t.Fatalf("the migrator's agent stopped the victim: %v", err)
+	}
+	if _, err := own.Runtime(ctx, "node-a"); err != nil {
+		t.Fatalf("the migrator's agent does not serve its own migration: %v", err)
+	}
+
+	// An agent the victim's migration asked for cannot be ended by them.
+	theirs := agent.Launcher{Client: l.client, Image: image, Namespace: agent.DefaultNamespace, AppNamespace: victim.Namespace,
+		Labels: map[string]string{"e2e": victim.Namespace}, Serving: &agent.Serving{}}
+	t.Cleanup(func() { _ = theirs.Release(context.Background()) })
+	if err := theirs.Warm(ctx, "agent-"+victim.Namespace, "node-b", agent.WarmOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrator.CoreV1().Secrets(agent.DefaultNamespace).Delete(ctx, "agent-"+victim.Namespace, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("the migrator ended the victim's agent: %v", err)
+	}
+
+	if st := waitApplied(t, victim, "consumer", before.LastSeq+20); st.Mode != protocol.ModePrimary {
+		t.Fatalf("the victim's consumer: %+v", st)
+	}
+	checkConservation(t, victim, "consumer")
 }

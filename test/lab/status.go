@@ -103,6 +103,9 @@ func (d dirs) printEnv() error {
 	fmt.Printf("export LAB_BROKER_URL=amqp://guest:guest@%s:%s/\n", labIP, amqpPort)
 	fmt.Printf("export LAB_KUBECTL=%s\n", d.bin("kubectl"))
 	fmt.Printf("export LAB_IMAGE_PREFIX=%s/kubectl-migrate\n", registry)
+	// No kube-proxy: pods reach the API server at its own address, not at
+	// the kubernetes Service's (node-setup's agents' controller).
+	fmt.Printf("export KUBECTL_MIGRATE_API_SERVER=https://%s:%s\n", labIP, apiPort)
 	// Each node's kubelet state is at $LAB_RUN/NODE/kubelet (checkpoint
 	// archives in checkpoints/), for tests that check nothing is left.
 	fmt.Printf("export LAB_RUN=%s\n", d.run)

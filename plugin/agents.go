@@ -1,0 +1,98 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+)
+
+// typedClient is what client-go's typed clients offer for one kind.
+type typedClient[T any] interface {
+	Create(context.Context, T, metav1.CreateOptions) (T, error)
+	Update(context.Context, T, metav1.UpdateOptions) (T, error)
+	Get(context.Context, string, metav1.GetOptions) (T, error)
+}
+
+// upsert creates obj, or updates the existing one to it.
+func upsert[T metav1.Object](ctx context.Context, c typedClient[T], obj T, kind string) error {
+	_, err := c.Create(ctx, obj, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		var old T
+		if old, err = c.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil {
+			obj.SetResourceVersion(old.GetResourceVersion())
+			_, err = c.Update(ctx, obj, metav1.UpdateOptions{})
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("install %s %s: %w", kind, obj.GetName(), err)
+	}
+	return nil
+}
+
+// controllerReadyTimeout bounds the wait for the agents' controller to run
+// (its image pulled on some node).
+const controllerReadyTimeout = 3 * time.Minute
+
+// ensureAgentsController installs, or brings to this version, the agents'
+// namespace, the controller that builds the agent pods migrations request,
+// and the admission policy that vets requests; then waits until the
+// controller runs.
+func ensureAgentsController(ctx context.Context, client kubernetes.Interface, namespace, image, apiServer string, progress io.Writer) error {
+	if err := agent.CheckNamespace(ctx, client, namespace); err != nil {
+		return err
+	}
+	if err := agent.EnsureNamespace(ctx, client, namespace); err != nil {
+		return fmt.Errorf("create the agents' namespace %s: %w", namespace, err)
+	}
+	policy, binding := agent.RequestPolicy(namespace)
+	admission := client.AdmissionregistrationV1()
+	if err := upsert(ctx, admission.ValidatingAdmissionPolicies(), policy, "ValidatingAdmissionPolicy"); err != nil {
+		return err
+	}
+	if err := upsert(ctx, admission.ValidatingAdmissionPolicyBindings(), binding, "ValidatingAdmissionPolicyBinding"); err != nil {
+		return err
+	}
+	sa, role, roleBinding, clusterRole, clusterBinding, deploy := agent.ControllerObjects(namespace, image, apiServer)
+	rbac := client.RbacV1()
+	for _, step := range []func() error{
+		func() error { return upsert(ctx, client.CoreV1().ServiceAccounts(namespace), sa, "ServiceAccount") },
+		func() error { return upsert(ctx, rbac.Roles(namespace), role, "Role") },
+		func() error { return upsert(ctx, rbac.RoleBindings(namespace), roleBinding, "RoleBinding") },
+		func() error { return upsert(ctx, rbac.ClusterRoles(), clusterRole, "ClusterRole") },
+		func() error { return upsert(ctx, rbac.ClusterRoleBindings(), clusterBinding, "ClusterRoleBinding") },
+		func() error { return upsert(ctx, client.AppsV1().Deployments(namespace), deploy, "Deployment") },
+	} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(progress, "agents' controller (%s/%s, %s): ", namespace, agent.ControllerName, image)
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, controllerReadyTimeout, true, func(ctx context.Context) (bool, error) {
+		d, err := client.AppsV1().Deployments(namespace).Get(ctx, agent.ControllerName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return controllerAvailable(d), nil
+	})
+	if err != nil {
+		fmt.Fprintln(progress, "not running")
+		return fmt.Errorf("the agents' controller does not run after %s (kubectl -n %s describe deployment %s tells why; can the nodes pull %s?): %w", controllerReadyTimeout, namespace, agent.ControllerName, image, err)
+	}
+	fmt.Fprintln(progress, "running")
+	return nil
+}
+
+// controllerAvailable holds once the Deployment's current version runs.
+func controllerAvailable(d *appsv1.Deployment) bool {
+	return d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas >= 1 && d.Status.AvailableReplicas >= 1 &&
+		d.Status.Replicas == d.Status.UpdatedReplicas
+}
