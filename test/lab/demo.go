@@ -41,12 +41,21 @@ func (d dirs) demo() error {
 	if _, err := w.WaitApplied(ctx, "consumer", 30, time.Minute); err != nil {
 		return err
 	}
+	env := append(os.Environ(), "KUBECONFIG="+d.kubeconfig(), "PATH="+plugins+string(os.PathListSeparator)+os.Getenv("PATH"),
+		fmt.Sprintf("KUBECTL_MIGRATE_API_SERVER=%s:%s", labIP, apiPort))
+	// Once per cluster, an administrator's step: the agents' controller.
+	logf("$ kubectl migrate node-setup --agents-only")
+	setup := exec.Command(d.bin("kubectl"), "migrate", "node-setup", "--agents-only", "--agent-image", imageRef("kubectl-migrate-agent"))
+	setup.Stdout, setup.Stderr, setup.Env = os.Stdout, os.Stderr, env
+	if err := setup.Run(); err != nil {
+		return fmt.Errorf("kubectl migrate node-setup --agents-only: %w", err)
+	}
 	// The lab's registry takes anonymous pulls.
 	logf("$ kubectl migrate pod consumer --to node-b -n %s --allow-anonymous-checkpoints", ns)
 	cmd := exec.Command(d.bin("kubectl"), "migrate", "pod", "consumer", "--to", "node-b", "-n", ns, "--allow-anonymous-checkpoints",
 		"--agent-image", imageRef("kubectl-migrate-agent"), "--insecure-registry")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.kubeconfig(), "PATH="+plugins+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Env = env
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("migration: %w", err)
 	}
