@@ -129,10 +129,10 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		return runtimeInfo(ctx, runtimeSocketPath)
 	})))
 	mux.Handle("POST "+checkpointPath, authorized(jsonCall(touch, "checkpoint", func(ctx context.Context, req CheckpointRequest) (CheckpointResult, error) {
-		if err := haveRuntimeSocket(); err != nil {
+		if err := scope.allow(req.Namespace, "pod "+req.Pod); err != nil {
 			return CheckpointResult{}, err
 		}
-		if err := scope.allow(req.Namespace, "pod "+req.Pod); err != nil {
+		if err := haveRuntimeSocket(); err != nil {
 			return CheckpointResult{}, err
 		}
 		return checkpointContainer(ctx, runtimeSocketPath, req, wait.Backoff{})
