@@ -8,10 +8,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
 
@@ -21,38 +19,18 @@ import (
 // role holds and a namespace's admin cannot grant). Anyone else's such pod
 // is refused before any node sees it.
 func admissionPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
-	meta := metav1.ObjectMeta{Name: ociruntime.HandlerName + "-runtime-class", Labels: map[string]string{kube.ManagedByLabel: kube.ManagedBy}}
-	p := migrate.RestorePermission
-	policy := &admissionv1.ValidatingAdmissionPolicy{
-		ObjectMeta: meta,
-		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionv1.Fail),
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Create},
-					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
-				},
-			}}},
-			MatchConditions: []admissionv1.MatchCondition{{
-				Name:       "under-the-runtime-class",
-				Expression: fmt.Sprintf("has(object.spec.runtimeClassName) && object.spec.runtimeClassName == %q", ociruntime.HandlerName),
-			}},
-			Validations: []admissionv1.Validation{{
-				Expression: fmt.Sprintf("authorizer.group(%q).resource(%q).namespace(request.namespace).check(%q).allowed()", p.Group, p.Resource, p.Verb),
-				MessageExpression: fmt.Sprintf("'pods under RuntimeClass %s are restored by migrations: ' + request.userInfo.username + ' may not %s %s.%s in namespace ' + request.namespace + ' (docs/rbac.yaml, ClusterRole kubectl-migrate)'",
-					ociruntime.HandlerName, p.Verb, p.Resource, p.Group),
-				Reason: ptr.To(metav1.StatusReasonForbidden),
-			}},
+	match := &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+		RuleWithOperations: admissionv1.RuleWithOperations{
+			Operations: []admissionv1.OperationType{admissionv1.Create},
+			Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
 		},
-	}
-	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: meta,
-		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        meta.Name,
-			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
-		},
-	}
-	return policy, binding
+	}}}
+	conditions := []admissionv1.MatchCondition{{
+		Name:       "under-the-runtime-class",
+		Expression: fmt.Sprintf("has(object.spec.runtimeClassName) && object.spec.runtimeClassName == %q", ociruntime.HandlerName),
+	}}
+	return agent.DenyPolicy(ociruntime.HandlerName+"-runtime-class", match, conditions,
+		agent.MayMigrate("request.namespace", "pods under RuntimeClass "+ociruntime.HandlerName+" are restored by migrations"))
 }
 
 // ensureAdmissionPolicy creates the policy and its binding, or updates

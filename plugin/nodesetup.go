@@ -61,10 +61,9 @@ kubectl-migrate handler in a drop-in file of the node's runtime (containerd
 SIGTERM where a supervisor restarts it; running containers keep running),
 then checks that the runtime lists the handler. The node gets the label
 kubectl-migrate.io/runtime, which the RuntimeClass kubectl-migrate selects.
---uninstall undoes each step. First it shows the plan and asks
-(--yes: no question, as a script needs; --dry-run: the plan alone).
-It also installs the agents' controller, which builds every migration's
-node agents (--agents-only: it alone; --uninstall leaves it).
+--uninstall undoes each step. It shows the plan and asks first (--yes: no
+question; --dry-run: the plan alone). It also installs the agents'
+controller, which builds every migration's node agents (--agents-only).
 
 More: ` + version.DocsURL("runtime.md")
 

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
@@ -115,21 +113,11 @@ func RunCanary(ctx context.Context, port int) error {
 // nothing mounted and nothing privileged, so that it checks the path a
 // plain workload takes.
 func CanaryPod(namespace, podName, node, image string, labels map[string]string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: podName, Namespace: namespace, Labels: labels},
-		Spec: corev1.PodSpec{
-			NodeName:                      node,
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			AutomountServiceAccountToken:  ptr.To(false),
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
-			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers: []corev1.Container{{
-				Name:            "canary",
-				Image:           image,
-				Args:            []string{"canary"},
-				ImagePullPolicy: corev1.PullIfNotPresent,
-				Ports:           []corev1.ContainerPort{{ContainerPort: CanaryPort}},
-			}},
-		},
-	}
+	return nodePod(podName, namespace, node, labels, corev1.Container{
+		Name:            "canary",
+		Image:           image,
+		Args:            []string{"canary"},
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Ports:           []corev1.ContainerPort{{ContainerPort: CanaryPort}},
+	})
 }

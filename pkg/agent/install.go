@@ -33,56 +33,70 @@ const RequestPolicyName = "kubectl-migrate-agent-requests"
 // another's pods nor end another's agents. The namespace a request names
 // never changes.
 func RequestPolicy(agentsNamespace string) (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
-	meta := metav1.ObjectMeta{Name: RequestPolicyName, Labels: map[string]string{kube.ManagedByLabel: kube.ManagedBy}}
-	p := MigratePermission
 	req := "(request.operation == 'DELETE' ? oldObject : object)"
 	label := fmt.Sprintf("%s.metadata.labels[%q]", req, RequestNamespaceLabel)
+	match := &admissionv1.MatchResources{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: agentsNamespace}},
+		ResourceRules: []admissionv1.NamedRuleWithOperations{{
+			RuleWithOperations: admissionv1.RuleWithOperations{
+				Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete},
+				Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"secrets"}},
+			},
+		}},
+	}
+	conditions := []admissionv1.MatchCondition{
+		{Name: "an-agent-request", Expression: fmt.Sprintf("%s.type == %q", req, RequestType)},
+		// The namespace controller empties a namespace being deleted.
+		{Name: "not-the-control-plane", Expression: "!request.userInfo.username.startsWith('system:serviceaccount:kube-system:')"},
+	}
+	return DenyPolicy(RequestPolicyName, match, conditions,
+		admissionv1.Validation{
+			Expression: fmt.Sprintf("has(%s.metadata.labels) && %q in %s.metadata.labels", req, RequestNamespaceLabel, req),
+			Message:    "an agent request names the namespace it acts for in label " + RequestNamespaceLabel,
+			Reason:     ptr.To(metav1.StatusReasonInvalid),
+		},
+		admissionv1.Validation{
+			Expression: fmt.Sprintf("request.operation != 'UPDATE' || (has(oldObject.metadata.labels) && %q in oldObject.metadata.labels && oldObject.metadata.labels[%q] == object.metadata.labels[%q])", RequestNamespaceLabel, RequestNamespaceLabel, RequestNamespaceLabel),
+			Message:    "the namespace an agent request acts for never changes",
+			Reason:     ptr.To(metav1.StatusReasonForbidden),
+		},
+		MayMigrate(label, "agents act on a namespace\\'s pods for who may migrate there"))
+}
+
+// DenyPolicy is a policy named name that refuses, where match and
+// conditions hold, what fails a validation, and its binding.
+func DenyPolicy(name string, match *admissionv1.MatchResources, conditions []admissionv1.MatchCondition, validations ...admissionv1.Validation) (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
+	meta := metav1.ObjectMeta{Name: name, Labels: map[string]string{kube.ManagedByLabel: kube.ManagedBy}}
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: meta,
 		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionv1.Fail),
-			MatchConstraints: &admissionv1.MatchResources{
-				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: agentsNamespace}},
-				ResourceRules: []admissionv1.NamedRuleWithOperations{{
-					RuleWithOperations: admissionv1.RuleWithOperations{
-						Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete},
-						Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"secrets"}},
-					},
-				}},
-			},
-			MatchConditions: []admissionv1.MatchCondition{
-				{Name: "an-agent-request", Expression: fmt.Sprintf("%s.type == %q", req, RequestType)},
-				// The namespace controller empties a namespace being deleted.
-				{Name: "not-the-control-plane", Expression: "!request.userInfo.username.startsWith('system:serviceaccount:kube-system:')"},
-			},
-			Validations: []admissionv1.Validation{
-				{
-					Expression: fmt.Sprintf("has(%s.metadata.labels) && %q in %s.metadata.labels", req, RequestNamespaceLabel, req),
-					Message:    "an agent request names the namespace it acts for in label " + RequestNamespaceLabel,
-					Reason:     ptr.To(metav1.StatusReasonInvalid),
-				},
-				{
-					Expression: fmt.Sprintf("request.operation != 'UPDATE' || (has(oldObject.metadata.labels) && %q in oldObject.metadata.labels && oldObject.metadata.labels[%q] == object.metadata.labels[%q])", RequestNamespaceLabel, RequestNamespaceLabel, RequestNamespaceLabel),
-					Message:    "the namespace an agent request acts for never changes",
-					Reason:     ptr.To(metav1.StatusReasonForbidden),
-				},
-				{
-					Expression: fmt.Sprintf("authorizer.group(%q).resource(%q).namespace(%s).check(%q).allowed()", p.Group, p.Resource, label, p.Verb),
-					MessageExpression: fmt.Sprintf("'agents act on a namespace\\'s pods for who may migrate there: ' + request.userInfo.username + ' may not %s %s.%s in namespace ' + %s + ' (docs/rbac.yaml, ClusterRole kubectl-migrate)'",
-						p.Verb, p.Resource, p.Group, label),
-					Reason: ptr.To(metav1.StatusReasonForbidden),
-				},
-			},
+			FailurePolicy:    ptr.To(admissionv1.Fail),
+			MatchConstraints: match,
+			MatchConditions:  conditions,
+			Validations:      validations,
 		},
 	}
 	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
 		ObjectMeta: meta,
 		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        meta.Name,
+			PolicyName:        name,
 			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
 		},
 	}
 	return policy, binding
+}
+
+// MayMigrate is the validation that the requester holds MigratePermission
+// in the namespace the CEL expression namespace names; why opens its
+// refusal (a CEL string's content).
+func MayMigrate(namespace, why string) admissionv1.Validation {
+	p := MigratePermission
+	return admissionv1.Validation{
+		Expression: fmt.Sprintf("authorizer.group(%q).resource(%q).namespace(%s).check(%q).allowed()", p.Group, p.Resource, namespace, p.Verb),
+		MessageExpression: fmt.Sprintf("'%s: ' + request.userInfo.username + ' may not %s %s.%s in namespace ' + %s + ' (docs/rbac.yaml, ClusterRole kubectl-migrate)'",
+			why, p.Verb, p.Resource, p.Group, namespace),
+		Reason: ptr.To(metav1.StatusReasonForbidden),
+	}
 }
 
 // PolicySince returns when RequestPolicy came into force (its binding's

@@ -132,12 +132,9 @@ func Remove(path string) error {
 	if err := ValidateArchive(path); err != nil {
 		return err
 	}
-	paths := []string{path}
-	if strings.ContainsAny(path, "*?[") {
-		var err error
-		if paths, err = filepath.Glob(path); err != nil {
-			return err
-		}
+	paths, err := expandArchives(path)
+	if err != nil {
+		return err
 	}
 	for _, p := range paths {
 		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
@@ -183,4 +180,13 @@ func imageOf(layer v1.Layer, container string) (v1.Image, error) {
 		return nil, err
 	}
 	return image.VolumeImage(self, layer)
+}
+
+// expandArchives is the archives path names: itself, or those its pattern
+// matches.
+func expandArchives(path string) ([]string, error) {
+	if strings.ContainsAny(path, "*?[") {
+		return filepath.Glob(path)
+	}
+	return []string{path}, nil
 }

@@ -217,6 +217,27 @@ func (r AgentRequest) servePort() int {
 // basePod is every agent pod's: pinned to node, root, the kubelet's
 // checkpoint directory mounted, no service account token.
 func basePod(name, namespace, node, image string, args []string, labels map[string]string) *corev1.Pod {
+	pod := nodePod(name, namespace, node, labels, corev1.Container{
+		Name:                     "agent",
+		Image:                    image,
+		Args:                     args,
+		ImagePullPolicy:          corev1.PullIfNotPresent,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		SecurityContext:          &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)},
+		VolumeMounts:             []corev1.VolumeMount{{Name: checkpointVolume, MountPath: CheckpointDir}},
+	})
+	pod.Spec.Volumes = []corev1.Volume{{
+		Name: checkpointVolume,
+		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+			Path: CheckpointDir, Type: ptr.To(corev1.HostPathDirectory),
+		}},
+	}}
+	return pod
+}
+
+// nodePod runs c once on node, tolerating every taint (a migration goes
+// where its pod is), with no service account token and no grace.
+func nodePod(name, namespace, node string, labels map[string]string, c corev1.Container) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels},
 		Spec: corev1.PodSpec{
@@ -225,21 +246,7 @@ func basePod(name, namespace, node, image string, args []string, labels map[stri
 			AutomountServiceAccountToken:  ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers: []corev1.Container{{
-				Name:                     "agent",
-				Image:                    image,
-				Args:                     args,
-				ImagePullPolicy:          corev1.PullIfNotPresent,
-				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-				SecurityContext:          &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)},
-				VolumeMounts:             []corev1.VolumeMount{{Name: checkpointVolume, MountPath: CheckpointDir}},
-			}},
-			Volumes: []corev1.Volume{{
-				Name: checkpointVolume,
-				VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
-					Path: CheckpointDir, Type: ptr.To(corev1.HostPathDirectory),
-				}},
-			}},
+			Containers:                    []corev1.Container{c},
 		},
 	}
 }

@@ -72,12 +72,9 @@ func (s Scope) allowArchive(path string) error {
 	if id, ok := stagedIdentity(path); ok {
 		return s.allow(id.Namespace, "staged checkpoint")
 	}
-	paths := []string{path}
-	if strings.ContainsAny(path, "*?[") {
-		var err error
-		if paths, err = filepath.Glob(path); err != nil {
-			return err
-		}
+	paths, err := expandArchives(path)
+	if err != nil {
+		return err
 	}
 	for _, p := range paths {
 		ns, err := archiveNamespace(p)
