@@ -102,7 +102,7 @@ func run(ctx context.Context, args []string) (string, error) {
 		port := agent.ServePort
 		var d *agent.Direct
 		if *direct != "" {
-			token := os.Getenv(agent.TokenEnv)
+			token := agent.Token(agent.TokenEnv)
 			if token == "" {
 				return "", fmt.Errorf("--direct needs the push token in $%s", agent.TokenEnv)
 			}
@@ -121,7 +121,7 @@ func run(ctx context.Context, args []string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return "served", agent.Serve(ctx, ln, *idle, d, os.Getenv(agent.ControlTokenEnv), agent.ScopeFromEnv())
+		return "served", agent.Serve(ctx, ln, *idle, d, agent.Token(agent.ControlTokenEnv), agent.ScopeFromEnv())
 	case "node-setup":
 		fs := flag.NewFlagSet("node-setup", flag.ContinueOnError)
 		o := nodesetup.Options{}

@@ -202,8 +202,19 @@ func TestRequestedPod(t *testing.T) {
 	for _, e := range pod.Spec.Containers[0].Env {
 		env[e.Name] = e
 	}
-	if env[AppNamespaceEnv].Value != "shop" || env[ControlTokenEnv].Value != "" || env[ControlTokenEnv].ValueFrom.SecretKeyRef.Name != "agent-z" || env[TokenEnv].ValueFrom.SecretKeyRef.Key != directTokenKey {
+	if env[AppNamespaceEnv].Value != "shop" || len(env) != 2 || env["DOCKER_CONFIG"].Value != registryConfigDir {
 		t.Fatalf("env %+v", env)
+	}
+	var tokens []string
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == "request" {
+			for _, item := range v.Secret.Items {
+				tokens = append(tokens, item.Key)
+			}
+		}
+	}
+	if strings.Join(tokens, ",") != controlTokenKey+","+directTokenKey {
+		t.Fatalf("tokens from the request: %v", tokens)
 	}
 
 	pack := AgentRequest{Node: "node-a", Image: "agent:1", Command: commandPack, Args: []string{"--archive", CheckpointDir + "/c.tar"}}

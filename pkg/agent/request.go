@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -33,6 +34,9 @@ const (
 	// AppNamespaceEnv tells an agent the one namespace whose pods it may
 	// touch, from its request's RequestNamespaceLabel.
 	AppNamespaceEnv = "KUBECTL_MIGRATE_NAMESPACE"
+
+	// RequestDir is where an agent finds its request's tokens.
+	RequestDir = "/var/run/kubectl-migrate/request"
 
 	requestKey      = "request"
 	controlTokenKey = "control-token"
@@ -152,14 +156,21 @@ func RequestedPod(s *corev1.Secret, req AgentRequest, appNamespace string) *core
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
 	}}
 	c := &pod.Spec.Containers[0]
-	fromRequest := func(env, key string) corev1.EnvVar {
-		return corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: s.Name}, Key: key,
-		}}}
-	}
 	c.Env = append(c.Env, corev1.EnvVar{Name: AppNamespaceEnv, Value: appNamespace})
-	if _, ok := s.Data[controlTokenKey]; ok {
-		c.Env = append(c.Env, fromRequest(ControlTokenEnv, controlTokenKey))
+	// The tokens as files of the request, not variables: the kubelet waits
+	// for a volume's secret, where a variable's not yet readable fails the
+	// container.
+	var tokens []corev1.KeyToPath
+	for _, key := range []string{controlTokenKey, directTokenKey} {
+		if _, ok := s.Data[key]; ok {
+			tokens = append(tokens, corev1.KeyToPath{Key: key, Path: key})
+		}
+	}
+	if len(tokens) > 0 {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "request", MountPath: RequestDir, ReadOnly: true})
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "request", VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: s.Name, Items: tokens, DefaultMode: ptr.To[int32](0o400)},
+		}})
 	}
 	if _, ok := s.Data[corev1.DockerConfigJsonKey]; ok {
 		c.Env = append(c.Env, corev1.EnvVar{Name: "DOCKER_CONFIG", Value: registryConfigDir})
@@ -182,7 +193,6 @@ func RequestedPod(s *corev1.Secret, req AgentRequest, appNamespace string) *core
 	if req.Direct {
 		port = DirectPort
 		directPod(pod)
-		c.Env = append(c.Env, fromRequest(TokenEnv, directTokenKey))
 		if req.Stage {
 			c.Args = append(c.Args, "--stage", ociruntime.StageDir)
 			mountStage(pod)
@@ -249,4 +259,18 @@ func nodePod(name, namespace, node string, labels map[string]string, c corev1.Co
 			Containers:                    []corev1.Container{c},
 		},
 	}
+}
+
+// Token is the agent's token that env names (ControlTokenEnv, TokenEnv):
+// the variable if set, else the file of its request that carries it.
+func Token(env string) string {
+	if v := os.Getenv(env); v != "" {
+		return v
+	}
+	key := map[string]string{ControlTokenEnv: controlTokenKey, TokenEnv: directTokenKey}[env]
+	b, err := os.ReadFile(filepath.Join(RequestDir, key))
+	if key == "" || err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
