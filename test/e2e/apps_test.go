@@ -103,8 +103,11 @@ func TestQuickStartAsPrinted(t *testing.T) {
 		for i, a := range args {
 			args[i] = strings.Replace(a, "examples/manifests/", dir+"/", 1)
 		}
-		if len(args) > 1 && args[0] == "migrate" && (args[1] == "check" || args[1] == "pod") {
+		switch {
+		case len(args) > 1 && args[0] == "migrate" && (args[1] == "check" || args[1] == "pod"):
 			args = slices.Insert(args, 2, "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab", "--insecure-registry")
+		case len(args) > 1 && args[0] == "migrate" && args[1] == "node-setup":
+			args = slices.Insert(args, 2, "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab")
 		}
 		out, err := l.kubectlCommand(args...).CombinedOutput()
 		t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)

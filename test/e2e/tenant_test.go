@@ -368,14 +368,9 @@ func TestAnEditorOfTheNamespaceCannotReachTheAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	agentPod := agents[0]
-	token := ""
-	for _, e := range agentPod.Spec.Containers[0].Env {
-		if e.Name == agent.ControlTokenEnv {
-			token = e.Value
-		}
-	}
-	if token == "" {
-		t.Fatalf("agent %s carries no token: the test would prove nothing", agentPod.Name)
+	// The agent's token is in its request, mounted as a file.
+	if !slices.ContainsFunc(agentPod.Spec.Volumes, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == agentPod.Name }) {
+		t.Fatalf("agent %s carries no token from its request: the test would prove nothing", agentPod.Name)
 	}
 	if agentPod.Namespace == w.Namespace {
 		t.Fatalf("agent %s runs in the application's namespace", agentPod.Name)
@@ -383,6 +378,7 @@ func TestAnEditorOfTheNamespaceCannotReachTheAgents(t *testing.T) {
 	attempts := map[string]error{}
 	_, attempts["list the agents"] = editor.CoreV1().Pods(agent.DefaultNamespace).List(ctx, metav1.ListOptions{})
 	_, attempts["read an agent (and its token)"] = editor.CoreV1().Pods(agent.DefaultNamespace).Get(ctx, agentPod.Name, metav1.GetOptions{})
+	_, attempts["read an agent's request (its token)"] = editor.CoreV1().Secrets(agent.DefaultNamespace).Get(ctx, agentPod.Name, metav1.GetOptions{})
 	_, attempts["call an agent through the API server"] = editor.CoreV1().RESTClient().Post().Namespace(agent.DefaultNamespace).Resource("pods").
 		Name(fmt.Sprintf("%s:%d", agentPod.Name, agent.ServePort)).SubResource("proxy").Suffix("runtime").
 		SetHeader(agent.ControlTokenHeader, "guess").Body([]byte("{}")).DoRaw(ctx)
