@@ -81,7 +81,9 @@ func ensureAgentsController(ctx context.Context, client kubernetes.Interface, na
 		if err != nil {
 			return false, err
 		}
-		return controllerAvailable(d), nil
+		// Available is not serving yet: a migration's preflight looks for
+		// the lease the serving replica holds.
+		return controllerAvailable(d) && agent.CheckController(ctx, client, namespace, time.Now()) == nil, nil
 	})
 	if err != nil {
 		fmt.Fprintln(progress, "not running")

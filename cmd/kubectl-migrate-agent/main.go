@@ -157,7 +157,11 @@ func run(ctx context.Context, args []string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		c := agent.Controller{Client: client, Namespace: *namespace, Image: *img,
+		self, err := os.Hostname() // the pod's name
+		if err != nil {
+			return "", err
+		}
+		c := agent.Controller{Client: client, Namespace: *namespace, Image: *img, Identity: self,
 			PolicySince: func(ctx context.Context) (time.Time, error) { return agent.PolicySince(ctx, client) }}
 		return "stopped", c.Run(ctx)
 	case "noop":

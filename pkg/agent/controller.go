@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,8 +20,11 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 )
 
 // ControllerName names the agents' controller: its Deployment, service
@@ -40,10 +44,59 @@ type Controller struct {
 	// request could name any namespace, so none is served, nor one made
 	// before it.
 	PolicySince func(context.Context) (time.Time, error)
+	// Identity names this replica in the controller's lease (its pod;
+	// ControllerName when unset).
+	Identity string
 }
 
-// Run serves requests until ctx ends.
+// leaseDuration is how long the controller's lease holds unrenewed: a
+// second replica takes over after it, and a migration's preflight
+// (CheckController) finds no controller once it has passed.
+const leaseDuration = 15 * time.Second
+
+// Run serves requests while it holds the controller's Lease, until ctx
+// ends. The lease keeps a second replica from serving the same requests
+// and tells migrations that a controller runs before they ask it for
+// anything.
 func (c Controller) Run(ctx context.Context) error {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Name: ControllerName, Namespace: c.Namespace},
+			Client:     c.Client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: cmp.Or(c.Identity, ControllerName)},
+		},
+		Name:            ControllerName,
+		LeaseDuration:   leaseDuration,
+		RenewDeadline:   10 * time.Second,
+		RetryPeriod:     2 * time.Second,
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				if err := c.serveRequests(ctx); err != nil {
+					stop(err)
+				}
+			},
+			OnStoppedLeading: func() {},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	elector.Run(ctx)
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if ctx.Err() == nil {
+		// Restarted, it waits for the lease again.
+		return errors.New("lost the controller's lease")
+	}
+	return nil
+}
+
+// serveRequests serves requests until ctx ends.
+func (c Controller) serveRequests(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(c.Client, 10*time.Minute,
 		informers.WithNamespace(c.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -144,4 +197,30 @@ func (c Controller) serve(ctx context.Context, s *corev1.Secret) error {
 		return nil
 	}
 	return err
+}
+
+// CheckController tells whether the agents' controller serves requests in
+// namespace, from the lease it renews, so that a migration without one
+// stops before it changes anything instead of waiting for agents nobody
+// starts. now is the caller's clock; skew up to a lease's length is
+// forgiven.
+func CheckController(ctx context.Context, client kubernetes.Interface, namespace string, now time.Time) error {
+	lease, err := client.CoordinationV1().Leases(namespace).Get(ctx, ControllerName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("the agents' controller has never run in namespace %s: have an administrator install it with kubectl migrate node-setup --agents-only", namespace)
+	}
+	if err != nil {
+		return fmt.Errorf("read the agents' controller's lease %s/%s: %w", namespace, ControllerName, err)
+	}
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	var renewed time.Time
+	if lease.Spec.RenewTime != nil {
+		renewed = lease.Spec.RenewTime.Time
+	}
+	held := time.Duration(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)) * time.Second
+	if holder == "" || now.After(renewed.Add(held+leaseDuration)) {
+		return fmt.Errorf("the agents' controller in namespace %s is not running (its lease was last renewed %s): have an administrator check it (kubectl -n %s get deployment %s) or install it again (kubectl migrate node-setup --agents-only)",
+			namespace, renewed.UTC().Format(time.RFC3339), namespace, ControllerName)
+	}
+	return nil
 }

@@ -126,7 +126,7 @@ func PolicySince(ctx context.Context, client kubernetes.Interface) (time.Time, e
 // ControllerObjects are what runs the agents' controller in namespace
 // with image, each created (or updated) by node-setup: its service account
 // may read requests and create pods in namespace, and read the request
-// policy, nothing else. apiServer (host:port), if set, is where the
+// policy, and hold its lease, nothing else. apiServer (host:port), if set, is where the
 // controller reaches the API server, for clusters whose pods cannot reach
 // the kubernetes Service (no kube-proxy).
 func ControllerObjects(namespace, image, apiServer string) (*corev1.ServiceAccount, *rbacv1.Role, *rbacv1.RoleBinding, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *appsv1.Deployment) {
@@ -139,6 +139,8 @@ func ControllerObjects(namespace, image, apiServer string) (*corev1.ServiceAccou
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		// Its lease: one replica serves, and migrations see that one does.
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 	}}
 	binding := &rbacv1.RoleBinding{ObjectMeta: meta, Subjects: subject,
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: ControllerName}}

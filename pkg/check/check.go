@@ -220,6 +220,9 @@ func (c *checker) permissions(ctx context.Context) (string, error) {
 			return "", fail("have an administrator delete it and apply docs/rbac.yaml, or pass --agent-namespace", "%v", err)
 		}
 	}
+	if err := agent.CheckController(ctx, c.deps.Client, mc.Agents(), time.Now()); err != nil {
+		return "", fail("have an administrator run kubectl migrate node-setup --agents-only", "%v", err)
+	}
 	return fmt.Sprintf("pods, pods/proxy, configmaps in %s; agents in %s", c.cfg.Namespace, mc.Agents()), nil
 }
 

@@ -342,6 +342,8 @@ func TestPreflightRefusals(t *testing.T) {
 				}, metav1.CreateOptions{})
 			}
 		}, "grants more than Role kubectl-migrate-agents, so others can act where the agents run as root: RoleBinding squatter (ClusterRole admin to User mallory); have an administrator remove them"},
+		{"no agents' controller", func(w *migratetest.World, _ *migrate.Config) { w.ControllerDown = true },
+			"the agents' controller has never run in namespace kubectl-migrate-system: have an administrator install it with kubectl migrate node-setup --agents-only"},
 		{"replay queue exists", func(w *migratetest.World, _ *migrate.Config) { w.Queues["work.ms2m-replay"] = true }, "already exists"},
 		{"app not serving", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Mode = protocol.ModeHold }, "hold mode"},
 		{"checkpoint image pulled without credentials", func(_ *migratetest.World, c *migrate.Config) { c.AllowAnonymousCheckpoints = false }, "pass --registry-secret for a registry that asks for credentials, --transfer direct, or --allow-anonymous-checkpoints"},

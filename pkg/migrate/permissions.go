@@ -215,6 +215,7 @@ func NeededPermissions(c Config) []Permission {
 		out = append(out, Permission{Verb: "get", Resource: "namespaces", Name: agents, Namespaced: true, Namespace: agents, Why: "to know the agents' namespace is kubectl migrate's (agent.CheckNamespace)"})
 	}
 	out = append(out, journalKeyPermissions(c.Agents())...)
+	out = append(out, Permission{Group: "coordination.k8s.io", Verb: "get", Resource: "leases", Name: agent.ControllerName, Namespaced: true, Namespace: c.Agents(), Why: "to know the agents' controller runs"})
 	if c.Transfer == Direct && c.Restore != RestoreRuntime {
 		add(pullSecretPermissions, "")
 	}

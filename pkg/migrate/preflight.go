@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,6 +43,9 @@ func (preflight) Run(ctx context.Context, m *Migration) error {
 		// lacks at once.
 		{"permissions", checkPermissions},
 		{"agents' namespace", checkAgentNamespace},
+		{"agents' controller", func(ctx context.Context, m *Migration) error {
+			return agent.CheckController(ctx, m.deps.Client, m.config.Agents(), time.Now())
+		}},
 		// Who holds the lock is said here; setup takes it.
 		{"lock", func(ctx context.Context, m *Migration) error { return m.checkLeasesFree(ctx) }},
 		{"source pod", checkSourcePod},

@@ -24,7 +24,7 @@ import (
 func stsConfig(s migrate.Strategy, mode migrate.StatefulSetMode) migrate.Config {
 	cfg := testConfig(s)
 	cfg.Pod, cfg.TargetName, cfg.StatefulSet, cfg.Mode = "consumer-0", "consumer-0", "consumer", mode
-	cfg.ReplayTimeout, cfg.PhaseTimeout = 300*time.Millisecond, 2*time.Second
+	cfg.ReplayTimeout, cfg.PhaseTimeout = 3*time.Second, 3*time.Second
 	return cfg
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	authzv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,6 +45,8 @@ type World struct {
 	// every call it makes recorded in apiCalls.
 	engine      *fake.Clientset
 	engineCalls func() []APICall
+	// ControllerDown: no agents' controller runs (none holds its lease).
+	ControllerDown bool
 	// FailAt makes the fake that phase uses fail: every time, or only the
 	// FailNth time (from 1) when set, for phases that run more than once.
 	FailAt  report.PhaseName
@@ -191,6 +194,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 		Data:       map[string][]byte{protocol.TokenKey: []byte(ControlToken)},
 	}, metav1.CreateOptions{})
 	w.versionObjects()
+	w.agentsController()
 	w.recordEngineCalls()
 	w.podsOnDeadKubelets()
 	w.startKubelet()
@@ -272,6 +276,27 @@ func (w *World) Leases() []string {
 		names = append(names, l.Name)
 	}
 	return names
+}
+
+// agentsController answers for the agents' controller's lease as a
+// running controller renews it, unless ControllerDown.
+func (w *World) agentsController() {
+	w.Client.PrependReactor("get", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		get := a.(k8stesting.GetAction)
+		if get.GetName() != agent.ControllerName {
+			return false, nil, nil
+		}
+		w.Mu.Lock()
+		defer w.Mu.Unlock()
+		if w.ControllerDown {
+			return true, nil, apierrors.NewNotFound(coordinationv1.Resource("leases"), agent.ControllerName)
+		}
+		return true, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: agent.ControllerName, Namespace: get.GetNamespace()},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("controller-0"), LeaseDurationSeconds: ptr.To[int32](15),
+				RenewTime: &metav1.MicroTime{Time: time.Now()}},
+		}, nil
+	})
 }
 
 // versionObjects gives leases and ConfigMaps (records) the API server's
