@@ -110,6 +110,9 @@ type Direct struct {
 	registryHandler http.Handler
 	receiveHandler  http.Handler
 	handlersErr     error
+	// publishes are the received archives still being published: Serve
+	// waits for them, so an agent that ends leaves no half-written blob.
+	publishes sync.WaitGroup
 }
 
 // NewDirect makes a direct-transfer target receiving on receive, with a

@@ -56,7 +56,7 @@ func (d *Direct) store(conn net.Conn, buffered *bufio.Reader, size int64, blobs,
 	}
 	published := publishing.begin(ref)
 	received := time.Now()
-	go func() {
+	d.publishes.Go(func() {
 		err := d.publish(f, n, blobs, ref, container)
 		published(err)
 		if err != nil {
@@ -64,7 +64,7 @@ func (d *Direct) store(conn net.Conn, buffered *bufio.Reader, size int64, blobs,
 			return
 		}
 		log.Printf("published %s (%d bytes) %v after its last byte", ref, n, time.Since(received).Round(time.Millisecond))
-	}()
+	})
 	// The node pulls it by tag: that read waits for the publication.
 	return PackResult{Image: d.local(ref), ArchiveBytes: n}, nil
 }

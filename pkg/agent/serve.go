@@ -298,6 +298,9 @@ func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Dir
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	if direct != nil {
+		direct.publishes.Wait()
+	}
 	// A probe cut short by the end of the agent is no failure of it.
 	if err := <-probed; err != nil && parent.Err() == nil {
 		return fmt.Errorf("publish the probe image: %w", err)
