@@ -104,18 +104,19 @@ func runAgentPodsIn(t *testing.T, client *fake.Clientset, ns string, phase corev
 // serveRequests runs the agents' controller on client's namespace ns, as
 // node-setup installs it, with image agent:1.
 func serveRequests(t *testing.T, client *fake.Clientset, ns string) {
+	// The fake API server has no garbage collector: play it for the pods
+	// requests own. Added before the controller runs: the fake's reactor
+	// list is not safe to change while it is called.
+	client.PrependReactor("delete", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		_ = client.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), a.GetNamespace(), a.(k8stesting.DeleteAction).GetName())
+		return false, nil, nil
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	c := Controller{Client: client, Namespace: ns, Image: "agent:1",
 		PolicySince: func(context.Context) (time.Time, error) { return time.Time{}, nil }}
 	go func() { done <- c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	// The fake API server has no garbage collector: play it for the pods
-	// requests own.
-	client.PrependReactor("delete", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		_ = client.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), a.GetNamespace(), a.(k8stesting.DeleteAction).GetName())
-		return false, nil, nil
-	})
 }
 
 func regcred(ns string) *corev1.Secret {
@@ -270,14 +271,14 @@ func TestAgentsRunInTheirOwnNamespace(t *testing.T) {
 	ctx := context.Background()
 	client := clusterWithNamespaces(t, false, regcred("app"), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "app"}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DefaultNamespace}})
-	serveRequests(t, client, DefaultNamespace)
-	msg, _ := json.Marshal(PackResult{Image: "reg/p@sha256:1"})
-	runAgentPodsIn(t, client, DefaultNamespace, corev1.PodSucceeded, string(msg), "")
 	var requested *corev1.Secret
 	client.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		requested = a.(k8stesting.CreateAction).GetObject().(*corev1.Secret).DeepCopy()
 		return false, nil, nil
 	})
+	serveRequests(t, client, DefaultNamespace)
+	msg, _ := json.Marshal(PackResult{Image: "reg/p@sha256:1"})
+	runAgentPodsIn(t, client, DefaultNamespace, corev1.PodSucceeded, string(msg), "")
 	labels := map[string]string{"migration": "abcde"}
 	l := Launcher{Client: client, Image: "agent:1", Namespace: DefaultNamespace, AppNamespace: "app", ID: "abcde", RegistrySecret: "regcred", Labels: labels, Serving: &Serving{}}
 	if _, err := l.Pack(ctx, "agent-abcde-a", "node-a", PackRequest{Archive: CheckpointDir + "/c.tar", Container: "app", Image: "reg/p:x"}); err != nil {
