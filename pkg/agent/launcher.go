@@ -283,6 +283,11 @@ func (l Launcher) refusal(ctx context.Context, name string) error {
 	return fmt.Errorf("the agents' controller refused: %s", events.Items[0].Message)
 }
 
+// End ends agent podName of this launcher's migration, as dropAgent.
+func (l Launcher) End(ctx context.Context, podName string) error {
+	return l.dropAgent(ctx, podName)
+}
+
 // dropAgent deletes request name, which deletes its pod, and waits until
 // the pod is gone. A pod that no request owns (node-setup's, which an
 // administrator creates) is deleted by who may.

@@ -30,6 +30,10 @@ type Packer interface {
 	// Release ends every agent of the migration, warm or left by a process
 	// that died.
 	Release(ctx context.Context) error
+	// End ends one agent of the migration, by its pod's name, for good:
+	// deleting its pod alone would leave its request, from which the
+	// agents' controller could start it again.
+	End(ctx context.Context, podName string) error
 	// Checkpoint has node's warm agent (started with a RuntimeSocket)
 	// checkpoint a container through the node's runtime and returns the
 	// archive's path there.

@@ -14,10 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -250,7 +248,7 @@ func (m *Migration) otherReceiverOn(ctx context.Context, node string) (string, e
 	return "", err
 }
 
-// endLeftReceivers deletes the receivers this migration has on node that
+// endLeftReceivers ends the receivers this migration has on node that
 // this process did not start: a process that died left them holding the
 // node's receive ports, with tokens no one has any more (a recovery's
 // receiver could not start beside them).
@@ -264,7 +262,7 @@ func (m *Migration) endLeftReceivers(ctx context.Context, node string) error {
 			continue
 		}
 		m.progress(report.Image, "ending "+p.Name+", which a process that stopped left receiving on "+node)
-		if err := kube.DeleteAndWait(ctx, m.deps.Client, p.Namespace, p.Name, ptr.To[int64](0)); err != nil {
+		if err := m.deps.Packer.End(ctx, p.Name); err != nil {
 			return fmt.Errorf("end the agent %s left on %s: %w", p.Name, node, err)
 		}
 	}

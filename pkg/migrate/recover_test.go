@@ -158,6 +158,7 @@ func recoverPodAt(t *testing.T, w *migratetest.World, strategy migrate.Strategy,
 	ctx := context.Background()
 	_, srcErr := w.Client.CoreV1().Pods("default").Get(ctx, "consumer", metav1.GetOptions{})
 	_, tgtErr := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-abcde", metav1.GetOptions{})
+	leftRequests := w.AgentRequests()
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
 	if rec.Outcome == report.Succeeded {
@@ -178,6 +179,9 @@ func recoverPodAt(t *testing.T, w *migratetest.World, strategy migrate.Strategy,
 	}
 	if w.Queues["work.ms2m-replay"] || w.Queues["work.ms2m-migration"] || len(w.Archives) > 0 || (rec.Outcome == report.RolledBack && len(w.Images) > 0) || len(w.Staged) > 0 {
 		t.Fatalf("left behind: queues %v archives %v images %v staged %v", w.Queues, w.Archives, w.Images, w.Staged)
+	}
+	if len(leftRequests) > 0 {
+		t.Fatalf("crashed in %s, recovered to %s, left agent requests %v", last.Name, rec.Outcome, leftRequests)
 	}
 }
 
@@ -224,10 +228,14 @@ func recoverStatefulSetAt(t *testing.T, w *migratetest.World, strategy migrate.S
 		node = "node-b"
 	}
 	checkStatefulSet(t, w, node, other)
+	leftRequests := w.AgentRequests()
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
 	if len(w.Staged) > 0 {
 		t.Fatalf("crashed in %s, recovered to %s, left staged %v", last.Name, rec.Outcome, w.Staged)
+	}
+	if len(leftRequests) > 0 {
+		t.Fatalf("crashed in %s, recovered to %s, left agent requests %v", last.Name, rec.Outcome, leftRequests)
 	}
 }
 

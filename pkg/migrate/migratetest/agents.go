@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,6 +30,10 @@ type fakePacker struct {
 	w    *World
 	mu   sync.Mutex
 	warm map[string]bool // by node
+	// started names the agents this process asked for: Release ends them
+	// and those whose pods it finds, as the real launcher does, since
+	// those who migrate may not list the agents' requests.
+	started []string
 	// runtime: the node's warm agent reaches its runtime (RuntimeSocket).
 	runtime map[string]bool
 }
@@ -177,37 +182,45 @@ func (f *fakePacker) Bind(_ context.Context, node string, ids []ociruntime.Ident
 // agentLabels are the labels of the agent pods the fake starts.
 var agentLabels = map[string]string{"app.kubernetes.io/name": "kubectl-migrate-agent"}
 
-// Warm starts a receiving agent (one with a DirectToken) as a pod holding
-// node's receive port, which the kubelet refuses while another pod holds it,
-// and which stays until Release: a process that dies leaves it running.
+// Warm asks for an agent with a request and starts its pod, which stays
+// until Release: a process that dies leaves it running. A receiving agent
+// (one with a DirectToken) holds node's receive port, which the kubelet
+// refuses while another pod holds it.
 func (f *fakePacker) Warm(ctx context.Context, podName, node string, opts agent.WarmOptions) error {
 	w := f.w
 	w.record("warm agent %s on %s (direct %t)", podName, node, opts.DirectToken != "")
-	if opts.DirectToken == "" {
-		f.serve(node, opts.RuntimeSocket != "")
-		return nil
-	}
-	pods, err := w.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for _, p := range pods.Items {
-		if p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning && agent.HoldsReceivePort(&p) {
-			return fmt.Errorf("the agent on %s ended: no termination message (pod %s holds the receive port)", node, p.Name)
-		}
-	}
 	// Its migration's ID is the first word of its stage tag.
 	id, _, _ := strings.Cut(strings.TrimPrefix(podName, "kubectl-migrate-agent-"), "-")
 	labels := maps.Clone(agentLabels)
 	labels[migrate.MigrationLabel] = id
+	// Every agent is asked for with a request, as the real launcher does;
+	// only deleting the request ends the agent for good.
+	request := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: podName, Namespace: "default", Labels: labels}, Type: agent.RequestType}
+	if _, err := w.Client.CoreV1().Secrets("default").Create(ctx, request, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.started = append(f.started, podName)
+	f.mu.Unlock()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: podName, Namespace: "default", Labels: labels},
-		Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, Containers: []corev1.Container{{
-			Name: "agent", Ports: []corev1.ContainerPort{{ContainerPort: agent.DirectReceivePort, HostPort: agent.DirectReceivePort}},
-		}}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "agent"}}},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}
-	if _, err = w.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if opts.DirectToken != "" {
+		pods, err := w.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning && agent.HoldsReceivePort(&p) {
+				return fmt.Errorf("the agent on %s ended: no termination message (pod %s holds the receive port)", node, p.Name)
+			}
+		}
+		pod.Spec.HostNetwork = true
+		pod.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: agent.DirectReceivePort, HostPort: agent.DirectReceivePort}}
+	}
+	if _, err := w.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	f.serve(node, opts.RuntimeSocket != "")
@@ -261,19 +274,54 @@ func (f *fakePacker) serving(node string) bool {
 func (f *fakePacker) Release(ctx context.Context) error {
 	w := f.w
 	w.record("release agents")
+	names := map[string]bool{}
 	f.mu.Lock()
 	f.warm = nil
+	for _, name := range f.started {
+		names[name] = true
+	}
+	f.started = nil
 	f.mu.Unlock()
 	pods, err := w.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(agentLabels).String()})
 	if err != nil {
 		return err
 	}
 	for _, p := range pods.Items {
-		if err := w.Client.CoreV1().Pods("default").Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+		names[p.Name] = true
+	}
+	for name := range names {
+		if err := f.End(ctx, name); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// End ends agent podName by deleting its request and then its pod, as the
+// agents' controller deletes the pods of deleted requests.
+func (f *fakePacker) End(ctx context.Context, podName string) error {
+	f.w.record("end agent %s", podName)
+	if err := f.w.Client.CoreV1().Secrets("default").Delete(ctx, podName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err := f.w.Client.CoreV1().Pods("default").Delete(ctx, podName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// AgentRequests names the agent requests no one has ended: a migration,
+// finished or recovered, leaves none.
+func (w *World) AgentRequests() []string {
+	list, err := w.Client.CoreV1().Secrets("default").List(context.Background(), metav1.ListOptions{LabelSelector: labels.SelectorFromSet(agentLabels).String()})
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var names []string
+	for _, r := range list.Items {
+		names = append(names, r.Name)
+	}
+	return names
 }
 
 // fakeDirectCert is the fingerprint of every fake direct-transfer agent's

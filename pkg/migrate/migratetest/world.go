@@ -246,7 +246,7 @@ func (w *World) Changes() []string {
 	for _, c := range w.Calls {
 		// A dry run's probe queue counts arrivals for seconds and goes.
 		probe := strings.Contains(c, ".ms2m-probe-")
-		if !probe && !strings.HasPrefix(c, "prepull ") && !strings.HasPrefix(c, "ask the runtime ") && !strings.HasPrefix(c, "warm agent ") && !strings.HasPrefix(c, "measure ") && c != "release agents" {
+		if !probe && !strings.HasPrefix(c, "prepull ") && !strings.HasPrefix(c, "ask the runtime ") && !strings.HasPrefix(c, "warm agent ") && !strings.HasPrefix(c, "end agent ") && !strings.HasPrefix(c, "measure ") && c != "release agents" {
 			changes = append(changes, c)
 		}
 	}
