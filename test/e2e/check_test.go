@@ -168,15 +168,15 @@ func TestRestoreOptIn(t *testing.T) {
 }
 
 // refusedBeforeAnyChange deploys the workload and has its migration to
-// node-b refused (exit 3: in preflight, or in setup where only the agents
-// can tell) with one line naming remedy; the source must be undisturbed and
+// node-b (with args) refused (exit 3: in preflight, or in setup where only
+// the agents can tell) with one line naming remedy; the source must be undisturbed and
 // nothing of the migration left. It returns the workload and the source's
 // state before.
-func (l *lab) refusedBeforeAnyChange(t *testing.T, remedy string) (*workload.Workload, protocol.State) {
+func (l *lab) refusedBeforeAnyChange(t *testing.T, remedy string, args ...string) (*workload.Workload, protocol.State) {
 	t.Helper()
 	w := l.deploy(t, "10")
 	before := waitApplied(t, w, "consumer", 10)
-	_, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
+	_, stderr, err := l.migrate(t, w, append([]string{"pod", "consumer", "--to", "node-b"}, args...)...)
 	lines := strings.Split(strings.TrimSpace(stderr), "\n")
 	if last := lines[len(lines)-1]; exitCode(err) != 3 || !strings.Contains(last, remedy) {
 		t.Fatalf("want a refusal (exit 3) with one error line naming %q, got %v:\n%s", remedy, err, stderr)

@@ -93,7 +93,7 @@ func (l *lab) recover(t *testing.T, w *workload.Workload, id string, flags ...st
 
 // noAgentsLeft checks that no migration recorded in namespace left an agent
 // pod (in the agents' namespace), a puller (in namespace) or the agents'
-// copy of a registry secret.
+// copy of a registry secret, and that no agent request acts for namespace.
 func (l *lab) noAgentsLeft(t testing.TB, namespace string) {
 	t.Helper()
 	ctx := context.Background()
@@ -111,6 +111,15 @@ func (l *lab) noAgentsLeft(t testing.TB, namespace string) {
 		if secrets, _ := l.client.CoreV1().Secrets(agent.DefaultNamespace).List(ctx, selector); len(secrets.Items) != 0 {
 			t.Fatalf("migration %s left the agents' copy of its registry secret", r.ID)
 		}
+	}
+	// A migration refused before it journals has no record: its requests
+	// are found by the namespace they act for.
+	requests, err := l.client.CoreV1().Secrets(agent.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: agent.RequestNamespaceLabel + "=" + namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(requests.Items) != 0 {
+		t.Fatalf("%d agent requests acting for %s left, e.g. %s", len(requests.Items), namespace, requests.Items[0].Name)
 	}
 }
 

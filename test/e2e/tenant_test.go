@@ -1003,3 +1003,20 @@ func TestTenantAgentsActOnlyWhereTheirRequesterMigrates(t *testing.T) {
 	}
 	checkConservation(t, victim, "consumer")
 }
+
+// TestAMigrationTheControllerRefusesChangesNothing: a migration asking for
+// agents the agents' controller will not start (an image other than the
+// one the administrator installed) is refused in setup, before any change,
+// with the controller's reason and the remedy on one line; it leaves no
+// agent request behind, and the consumer conserves every message.
+func TestAMigrationTheControllerRefusesChangesNothing(t *testing.T) {
+	concurrent(t)
+	l := setup(t)
+	installed := l.imagePrefix + "/kubectl-migrate-agent:lab"
+	w, before := l.refusedBeforeAnyChange(t, "pass --agent-image "+installed+" or leave it out",
+		"--agent-image", l.imagePrefix+"/kubectl-migrate-agent:not-installed")
+	if st := waitApplied(t, w, "consumer", before.LastSeq+10); st.Mode != protocol.ModePrimary || st.Process != before.Process {
+		t.Fatalf("the consumer after the refusal: %+v", st)
+	}
+	checkConservation(t, w, "consumer")
+}
