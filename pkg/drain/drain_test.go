@@ -85,6 +85,11 @@ func TestPlan(t *testing.T) {
 			p.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}
 		}),
 		pod("huge", "3", func(p *corev1.Pod) { p.Spec.Tolerations = nil }),
+		// What ties a process to its node, or holds state CRIU cannot dump.
+		pod("proxy", "100m", func(p *corev1.Pod) { p.Spec.HostNetwork = true }),
+		pod("trainer", "100m", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+		}),
 		// Already on node-b, taking room there.
 		pod("other", "1", func(p *corev1.Pod) { p.Spec.NodeName = "node-b" }),
 		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "apps"},
@@ -119,6 +124,7 @@ func TestPlan(t *testing.T) {
 	for name, want := range map[string]string{
 		"batch-1": "controlled by Job batch", "logs": "DaemonSet", "plain": "not an MS2M workload",
 		"cache": "hostPath", "gpu-only": "taint gpu=yes:NoSchedule", "huge": "no node fits",
+		"proxy": "hostNetwork", "trainer": "the device nvidia.com/gpu",
 	} {
 		if !strings.Contains(skipped[name].Reason, want) {
 			t.Errorf("%s skipped for %q, want %q", name, skipped[name].Reason, want)
@@ -127,8 +133,8 @@ func TestPlan(t *testing.T) {
 	if skipped["logs"].Evictable || !skipped["batch-1"].Evictable {
 		t.Errorf("evictable: logs %v, batch-1 %v", skipped["logs"].Evictable, skipped["batch-1"].Evictable)
 	}
-	if len(plan.Moves)+len(plan.Skipped) != 11 {
-		t.Errorf("%d moves and %d skipped, want 11 pods in all", len(plan.Moves), len(plan.Skipped))
+	if len(plan.Moves)+len(plan.Skipped) != 13 {
+		t.Errorf("%d moves and %d skipped, want 13 pods in all", len(plan.Moves), len(plan.Skipped))
 	}
 }
 

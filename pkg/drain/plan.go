@@ -150,6 +150,9 @@ func classify(pod *corev1.Pod) (statefulSet, reason string, evictable bool) {
 	case pod.Annotations[migrate.QueueAnnotation] == "":
 		return "", "no " + migrate.QueueAnnotation + " annotation: not an MS2M workload (see the application contract)", true
 	}
+	if why := migrate.Uncheckpointable(pod); why != "" {
+		return "", why, true
+	}
 	for _, v := range pod.Spec.Volumes {
 		switch {
 		case v.HostPath != nil:

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -344,6 +345,16 @@ func TestPreflightRefusals(t *testing.T) {
 		}, "grants more than Role kubectl-migrate-agents, so others can act where the agents run as root: RoleBinding squatter (ClusterRole admin to User mallory); have an administrator remove them"},
 		{"no agents' controller", func(w *migratetest.World, _ *migrate.Config) { w.ControllerDown = true },
 			"the agents' controller has never run in namespace kubectl-migrate-system: have an administrator install it with kubectl migrate node-setup --agents-only"},
+		{"pod on the node's network", func(w *migratetest.World, _ *migrate.Config) {
+			p, _ := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer", metav1.GetOptions{})
+			p.Spec.HostNetwork = true
+			_, _ = w.Client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{})
+		}, "pod consumer cannot be moved by a checkpoint: it runs on the node's network (hostNetwork)"},
+		{"pod holding a GPU", func(w *migratetest.World, _ *migrate.Config) {
+			p, _ := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer", metav1.GetOptions{})
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+			_, _ = w.Client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{})
+		}, "uses the device nvidia.com/gpu: CRIU cannot checkpoint a device's state"},
 		{"replay queue exists", func(w *migratetest.World, _ *migrate.Config) { w.Queues["work.ms2m-replay"] = true }, "already exists"},
 		{"app not serving", func(w *migratetest.World, _ *migrate.Config) { w.Apps["consumer"].Mode = protocol.ModeHold }, "hold mode"},
 		{"checkpoint image pulled without credentials", func(_ *migratetest.World, c *migrate.Config) { c.AllowAnonymousCheckpoints = false }, "pass --registry-secret for a registry that asks for credentials, --transfer direct, or --allow-anonymous-checkpoints"},

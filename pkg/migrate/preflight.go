@@ -94,6 +94,9 @@ func checkSourcePod(ctx context.Context, m *Migration) error {
 			return fmt.Errorf("pod %s is controlled by %s %s, which would replace it on the source node; only bare pods, Deployments' and ReplicaSets' pods migrate with %s pod", m.config.Pod, owner.Kind, owner.Name, version.Command())
 		}
 	}
+	if why := Uncheckpointable(pod); why != "" {
+		return fmt.Errorf("pod %s cannot be moved by a checkpoint: %s", m.config.Pod, why)
+	}
 	names := make([]string, 0, len(pod.Spec.Containers))
 	for _, c := range pod.Spec.Containers {
 		names = append(names, c.Name)
