@@ -266,7 +266,7 @@ func (l Launcher) requestAgent(ctx context.Context, name string, req AgentReques
 		} else if poll.Err() != nil {
 			err = fmt.Errorf("the agents' controller did not start the agent on %s within %s: have an administrator check it runs (kubectl -n %s logs deployment/%s) or install it (kubectl migrate node-setup --agents-only)", req.Node, requestTimeout, l.Namespace, ControllerName)
 		}
-		_ = l.dropAgent(context.WithoutCancel(ctx), name)
+		_ = l.End(context.WithoutCancel(ctx), name)
 	}
 	return err
 }
@@ -283,15 +283,11 @@ func (l Launcher) refusal(ctx context.Context, name string) error {
 	return fmt.Errorf("the agents' controller refused: %s", events.Items[0].Message)
 }
 
-// End ends agent podName of this launcher's migration, as dropAgent.
-func (l Launcher) End(ctx context.Context, podName string) error {
-	return l.dropAgent(ctx, podName)
-}
-
-// dropAgent deletes request name, which deletes its pod, and waits until
-// the pod is gone. A pod that no request owns (node-setup's, which an
-// administrator creates) is deleted by who may.
-func (l Launcher) dropAgent(ctx context.Context, name string) error {
+// End ends agent name of this launcher's migration for good: it deletes
+// request name, which deletes its pod, and waits until the pod is gone. A
+// pod that no request owns (node-setup's, which an administrator creates)
+// is deleted by who may.
+func (l Launcher) End(ctx context.Context, name string) error {
 	err := l.Client.CoreV1().Secrets(l.Namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete agent request %s: %w", name, err)
@@ -377,7 +373,7 @@ func (l Launcher) runRequested(ctx context.Context, name string, req AgentReques
 		return "", err
 	}
 	// The agent goes away whatever happens, even if ctx was cancelled.
-	defer func() { _ = l.dropAgent(context.WithoutCancel(ctx), name) }()
+	defer func() { _ = l.End(context.WithoutCancel(ctx), name) }()
 	return l.finished(ctx, l.Namespace, name, req.Node)
 }
 

@@ -188,7 +188,7 @@ func (l Launcher) Release(ctx context.Context) error {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(agents)) {
-		errs = append(errs, l.dropAgent(ctx, name))
+		errs = append(errs, l.End(ctx, name))
 	}
 	return errors.Join(errs...)
 }

@@ -34,14 +34,10 @@ func Uncheckpointable(pod *corev1.Pod) string {
 	return ""
 }
 
-// device tells whether a resource is a device a plugin hands out (an
-// extended resource such as nvidia.com/gpu) rather than the node's CPU,
-// memory, storage or huge pages, which a checkpoint carries or a target
-// provides afresh.
+// device tells whether a resource is a device a plugin hands out: an
+// extended resource, whose name has a domain (nvidia.com/gpu). The node's
+// CPU, memory, storage and huge pages have none; a checkpoint carries them
+// or a target provides them afresh.
 func device(name corev1.ResourceName) bool {
-	switch name {
-	case corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage, corev1.ResourceStorage:
-		return false
-	}
-	return !strings.HasPrefix(string(name), corev1.ResourceHugePagesPrefix) && strings.Contains(string(name), "/")
+	return strings.Contains(string(name), "/")
 }

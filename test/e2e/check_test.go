@@ -169,9 +169,9 @@ func TestRestoreOptIn(t *testing.T) {
 
 // refusedBeforeAnyChange deploys the workload and has its migration to
 // node-b (with args) refused (exit 3: in preflight, or in setup where only
-// the agents can tell) with one line naming remedy; the source must be undisturbed and
-// nothing of the migration left. It returns the workload and the source's
-// state before.
+// the agents can tell) with one line naming remedy; the source must be
+// undisturbed and nothing of the migration left. It returns the workload
+// and the source's state before.
 func (l *lab) refusedBeforeAnyChange(t *testing.T, remedy string, args ...string) (*workload.Workload, protocol.State) {
 	t.Helper()
 	w := l.deploy(t, "10")
