@@ -63,6 +63,7 @@ type AgentRequest struct {
 	Stage         bool   `json:"stage,omitempty"`
 	RuntimeSocket string `json:"runtimeSocket,omitempty"`
 	Volumes       bool   `json:"volumes,omitempty"`
+	Fence         bool   `json:"fence,omitempty"`
 	// MountStage gives a remove the node's stage (staged checkpoints).
 	MountStage bool `json:"mountStage,omitempty"`
 }
@@ -78,12 +79,14 @@ func (r AgentRequest) Validate(image string) error {
 		return fmt.Errorf("command %q is none of serve, pack, remove", r.Command)
 	case r.Command == commandServe && len(r.Args) > 0:
 		return fmt.Errorf("serve takes no arguments")
-	case r.Command != commandServe && (r.Direct || r.Stage || r.RuntimeSocket != "" || r.Volumes):
+	case r.Command != commandServe && (r.Direct || r.Stage || r.RuntimeSocket != "" || r.Volumes || r.Fence):
 		return fmt.Errorf("only serve takes serving options")
 	case r.Command != commandRemove && r.MountStage:
 		return fmt.Errorf("only remove mounts the stage")
 	case r.Stage && !r.Direct:
 		return fmt.Errorf("stage needs direct")
+	case r.Fence && r.RuntimeSocket == "":
+		return fmt.Errorf("fence needs the runtime socket, which finds a pod's network namespace")
 	case r.RuntimeSocket != "" && (!filepath.IsAbs(r.RuntimeSocket) || filepath.Clean(r.RuntimeSocket) != r.RuntimeSocket || !strings.HasSuffix(r.RuntimeSocket, ".sock")):
 		return fmt.Errorf("runtime socket %q is not an absolute, clean path to a .sock", r.RuntimeSocket)
 	}
@@ -212,8 +215,23 @@ func RequestedPod(s *corev1.Secret, req AgentRequest, appNamespace string) *core
 			HostPath: &corev1.HostPathVolumeSource{Path: PodsDir, Type: ptr.To(corev1.HostPathDirectory)},
 		}})
 	}
+	if req.Fence {
+		fencingPod(pod)
+	}
 	c.Ports = append(c.Ports, corev1.ContainerPort{ContainerPort: int32(port)})
 	return pod
+}
+
+// fencingPod lets pod's agent fence pods (fencePath): it sees the network
+// namespaces the runtime pins, including those pinned after it started,
+// may enter them (SYS_ADMIN) and set their firewall (NET_ADMIN).
+func fencingPod(pod *corev1.Pod) {
+	c := &pod.Spec.Containers[0]
+	c.SecurityContext.Capabilities = &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN", "SYS_ADMIN"}}
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "netns", MountPath: NetnsDir, ReadOnly: true, MountPropagation: ptr.To(corev1.MountPropagationHostToContainer)})
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "netns", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: NetnsDir, Type: ptr.To(corev1.HostPathDirectory)},
+	}})
 }
 
 // servePort is the port a serving agent of req answers on.

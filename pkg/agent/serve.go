@@ -149,6 +149,18 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		}
 		return stopPod(ctx, runtimeSocketPath, req.UID)
 	})))
+	mux.Handle("POST "+fencePath, authorized(jsonCall(touch, "fence", func(ctx context.Context, req fenceRequest) (FenceResult, error) {
+		if err := haveRuntimeSocket(); err != nil {
+			return FenceResult{}, err
+		}
+		if req.UID == "" {
+			return FenceResult{}, statusError{http.StatusBadRequest, "fence: no pod UID given"}
+		}
+		if err := scope.allowPod(ctx, runtimeSocketPath, req.UID); err != nil {
+			return FenceResult{}, err
+		}
+		return fencePod(ctx, runtimeSocketPath, req.UID, req.Lift)
+	})))
 	mux.Handle("POST "+volumesPath, authorized(jsonCall(touch, "volumes", func(ctx context.Context, req SnapshotRequest) (SnapshotResult, error) {
 		if err := haveRuntimeSocket(); err != nil {
 			return SnapshotResult{}, err

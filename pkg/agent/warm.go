@@ -49,6 +49,8 @@ type served struct {
 	port int
 	// runtime: the agent can ask the node's runtime to pull.
 	runtime bool
+	// fences: the agent may cut pods off the network (Fence).
+	fences bool
 }
 
 func (w *Serving) pod(node string) (served, bool) {
@@ -73,6 +75,12 @@ type WarmOptions struct {
 	// can snapshot a migrated pod's emptyDir volumes (SnapshotVolumes); an
 	// agent is given it only for a migration that carries such volumes.
 	Volumes bool
+	// Fence lets the agent, which must reach the runtime, cut a pod of its
+	// namespace off the network (Launcher.Fence): it gets the node's pinned
+	// network namespaces and the capabilities to enter them and set their
+	// firewall. Only a migration of a pod that does not follow the MS2M
+	// contract asks for it.
+	Fence bool
 	// Stage makes a direct transfer's target extract each checkpoint it
 	// receives into the node's ociruntime.StageDir, where the
 	// kubectl-migrate runtime restores it, instead of serving it as an
@@ -97,7 +105,7 @@ func (l Launcher) Warm(ctx context.Context, podName, node string, opts WarmOptio
 	req := AgentRequest{
 		Node: node, Image: l.Image, Command: commandServe,
 		Direct: opts.DirectToken != "", Stage: opts.DirectToken != "" && opts.Stage,
-		RuntimeSocket: opts.RuntimeSocket, Volumes: opts.Volumes,
+		RuntimeSocket: opts.RuntimeSocket, Volumes: opts.Volumes, Fence: opts.Fence,
 	}
 	port := req.servePort()
 	if err := l.requestAgent(ctx, podName, req, l.Serving.controlToken(), opts.DirectToken); err != nil {
@@ -107,7 +115,7 @@ func (l Launcher) Warm(ctx context.Context, podName, node string, opts WarmOptio
 	if l.Serving.pods == nil {
 		l.Serving.pods = map[string]served{}
 	}
-	l.Serving.pods[node] = served{pod: podName, port: port, runtime: opts.RuntimeSocket != ""}
+	l.Serving.pods[node] = served{pod: podName, port: port, runtime: opts.RuntimeSocket != "", fences: opts.Fence}
 	l.Serving.mu.Unlock()
 	if _, err := kube.WaitForPod(ctx, l.Client, l.Namespace, podName, agentRunning(l.Image)); err != nil {
 		return err
