@@ -101,7 +101,9 @@ func (d dirs) nodeMountNamespace(n labNode, rt nodeRuntime) error {
 		// A sysfs mounted from the node's network namespace shows its devices.
 		fmt.Sprintf("mount -t sysfs sysfs %s/sys && mount --rbind /sys/fs/cgroup %s/sys/fs/cgroup", r, r),
 		fmt.Sprintf("mount --rbind /dev %s/dev", r),
-		fmt.Sprintf("mount -t tmpfs tmpfs %s/run && mkdir -p %s/run/netns %s/run/lock", r, r, r),
+		// rshared as on a systemd node: an agent that fences a pod mounts
+		// the network namespaces the runtime pins under /run/netns later.
+		fmt.Sprintf("mount -t tmpfs tmpfs %s/run && mount --make-rshared %s/run && mkdir -p %s/run/netns %s/run/lock", r, r, r, r),
 		fmt.Sprintf("mount -t tmpfs tmpfs %s/tmp", r),
 		"cd " + r,
 		"pivot_root . oldroot",
