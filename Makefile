@@ -52,9 +52,10 @@ e2e: ## live pods migrated on the lab's real two-node cluster, with the whole cr
 
 # The core of e2e again on containerd nodes (2.3.7, restore opted in), and
 # the opt-in itself: a node left at containerd's default is refused, then
-# works once the setting is on. The lab is brought down and up again with
-# LAB_RUNTIME=containerd, and left down.
-E2E_CONTAINERD := ^(TestMS2MMigratesALivePod|TestACheckpointSentDirectRunsOnlyInItsPod|TestACheckpointInAPrivateRegistryRunsOnlyInItsPod|TestStopAndCopyMigratesALivePod|TestStatefulSetSequential|TestFailedMigrationRollsBack|TestCheckPasses|TestCheckUnpullableAgentImage|TestRestoreOptIn)$$
+# works once the setting is on; and the fence, which finds a pod's network
+# namespace in each runtime's own way. The lab is brought down and up again
+# with LAB_RUNTIME=containerd, and left down.
+E2E_CONTAINERD := ^(TestMS2MMigratesALivePod|TestACheckpointSentDirectRunsOnlyInItsPod|TestACheckpointInAPrivateRegistryRunsOnlyInItsPod|TestStopAndCopyMigratesALivePod|TestStatefulSetSequential|TestFailedMigrationRollsBack|TestCheckPasses|TestCheckUnpullableAgentImage|TestRestoreOptIn|TestAFenceCutsAPodOffAndOutlivesItsCheckpoint)$$
 e2e-containerd: ## the core e2e and the restore opt-in on the containerd lane (root)
 	go run ./test/lab down
 	LAB_RUNTIME=containerd go run ./test/lab up
