@@ -38,6 +38,18 @@ func (s Scope) allow(namespace, what string) error {
 	return nil
 }
 
+// allowPodCall refuses a call about the pod with uid that this agent cannot
+// make (no runtime socket, no UID) or may not (a pod of another namespace).
+func (s Scope) allowPodCall(ctx context.Context, call, uid string) error {
+	if err := haveRuntimeSocket(); err != nil {
+		return err
+	}
+	if uid == "" {
+		return statusError{http.StatusBadRequest, call + ": no pod UID given"}
+	}
+	return s.allowPod(ctx, runtimeSocketPath, uid)
+}
+
 // allowPod refuses a pod UID whose sandboxes the node's runtime places in
 // another namespace (the kubelet names each sandbox's namespace).
 func (s Scope) allowPod(ctx context.Context, socket, uid string) error {

@@ -138,25 +138,13 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		return checkpointContainer(ctx, runtimeSocketPath, req, wait.Backoff{})
 	})))
 	mux.Handle("POST "+stopPodPath, authorized(jsonCall(touch, "stop pod", func(ctx context.Context, req stopPodRequest) (StopPodResult, error) {
-		if err := haveRuntimeSocket(); err != nil {
-			return StopPodResult{}, err
-		}
-		if req.UID == "" {
-			return StopPodResult{}, statusError{http.StatusBadRequest, "stop pod: no pod UID given"}
-		}
-		if err := scope.allowPod(ctx, runtimeSocketPath, req.UID); err != nil {
+		if err := scope.allowPodCall(ctx, "stop pod", req.UID); err != nil {
 			return StopPodResult{}, err
 		}
 		return stopPod(ctx, runtimeSocketPath, req.UID)
 	})))
 	mux.Handle("POST "+fencePath, authorized(jsonCall(touch, "fence", func(ctx context.Context, req fenceRequest) (FenceResult, error) {
-		if err := haveRuntimeSocket(); err != nil {
-			return FenceResult{}, err
-		}
-		if req.UID == "" {
-			return FenceResult{}, statusError{http.StatusBadRequest, "fence: no pod UID given"}
-		}
-		if err := scope.allowPod(ctx, runtimeSocketPath, req.UID); err != nil {
+		if err := scope.allowPodCall(ctx, "fence", req.UID); err != nil {
 			return FenceResult{}, err
 		}
 		return fencePod(ctx, runtimeSocketPath, req.UID, req.Lift)

@@ -55,12 +55,7 @@ func TestAFenceCutsAPodOffAndOutlivesItsCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	id := fmt.Sprintf("%06x", rand.Uint32()>>8)
 	ns, other := "e2e-fence-"+id, "attacker-"+id
-	for _, name := range []string{ns, other} {
-		if _, err := l.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	}
+	l.namespaces(t, ns, other)
 	l.waitDefaultServiceAccount(t, ns)
 	server := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "server", Namespace: ns},

@@ -337,6 +337,17 @@ func lastN[T any](s []T, n int) []T { return s[max(0, len(s)-n):] }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
 
+// namespaces creates namespaces of the test's own, deleted when it ends.
+func (l *lab) namespaces(t testing.TB, names ...string) {
+	t.Helper()
+	for _, ns := range names {
+		if _, err := l.client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	}
+}
+
 // waitDefaultServiceAccount waits until namespace's default service account
 // exists: it appears a moment after the namespace, and pods are refused
 // until it does.

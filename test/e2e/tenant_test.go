@@ -282,12 +282,7 @@ func TestAnotherNamespaceCannotDriveAnAgent(t *testing.T) {
 	ctx := context.Background()
 	id := fmt.Sprintf("%06x", rand.Uint32()>>8)
 	victim, attacker := "e2e-agent-"+id, "attacker-"+id
-	for _, ns := range []string{victim, attacker} {
-		if _, err := l.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	}
+	l.namespaces(t, victim, attacker)
 	node, err := l.client.CoreV1().Nodes().Get(ctx, "node-b", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
