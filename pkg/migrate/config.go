@@ -33,10 +33,22 @@ const (
 	// StopAndCopy stops the source first, then checkpoints, transfers and
 	// restores it: the baseline, whose downtime is about its migration time.
 	StopAndCopy Strategy = "stop-and-copy"
+	// CheckpointRestore moves a pod that does not follow the MS2M
+	// contract, whatever its process: the source is cut off the network
+	// (a fence in its network namespace, so that nothing it does after its
+	// checkpoint reaches anyone), checkpointed, restored on the target, and
+	// the copy takes its place. No broker; the downtime is the whole move,
+	// and clients' connections are reset.
+	CheckpointRestore Strategy = "checkpoint-restore"
 )
 
 // Strategies lists the valid strategies.
-var Strategies = []Strategy{MS2M, StopAndCopy}
+var Strategies = []Strategy{MS2M, StopAndCopy, CheckpointRestore}
+
+// Contract reports whether s drives the application through the MS2M
+// contract (its control endpoint and its queues), which CheckpointRestore
+// does not need.
+func (s Strategy) Contract() bool { return s != CheckpointRestore }
 
 // StatefulSetMode is how a StatefulSet pod moves (protocol.Mode is what an application instance is doing).
 type StatefulSetMode string
@@ -199,8 +211,8 @@ func (c Config) Validate() error {
 	if c.Transfer != Direct && c.ImageRepository == "" {
 		errs = append(errs, errors.New("--registry is required (or the ms2m.io/registry annotation): where checkpoint images are pushed; or pass --transfer direct"))
 	}
-	if c.Broker.URL == "" || c.Broker.Exchange == "" || c.Broker.Queue == "" {
-		errs = append(errs, errors.New("broker URL, exchange and queue are required: set --broker-url/--exchange/--queue or the ms2m.io/* annotations on the pod"))
+	if c.Strategy.Contract() && (c.Broker.URL == "" || c.Broker.Exchange == "" || c.Broker.Queue == "") {
+		errs = append(errs, errors.New("broker URL, exchange and queue are required for --strategy "+string(c.Strategy)+": set --broker-url/--exchange/--queue or the ms2m.io/* annotations on the pod; a pod that does not follow the MS2M contract moves with --strategy "+string(CheckpointRestore)+", which needs none"))
 	}
 	if c.StatefulSet != "" {
 		if c.TargetName != c.Pod {
@@ -253,6 +265,9 @@ func (c Config) ValidateChoices() error {
 	}
 	if c.ReplayMax > 0 && c.Cutoff > 0 {
 		errs = append(errs, errors.New("give --replay-max (cutoff from measured rates) or --cutoff (a fixed one), not both"))
+	}
+	if c.StatefulSet != "" && !c.Strategy.Contract() {
+		errs = append(errs, fmt.Errorf("a StatefulSet pod moves only with the MS2M contract (--strategy %s or %s) for now: its source must stop before its copy takes the name", MS2M, StopAndCopy))
 	}
 	if (c.ReplayMax > 0 || c.Cutoff > 0) && c.Strategy != MS2M {
 		errs = append(errs, errors.New("--replay-max and --cutoff only apply to --strategy ms2m, which replays"))

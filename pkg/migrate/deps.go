@@ -61,6 +61,9 @@ type Packer interface {
 	// StopPod stops and removes the sandboxes of the pod with uid through
 	// node's runtime (its warm agent), for when node's kubelet is gone.
 	StopPod(ctx context.Context, node, uid string) (agent.StopPodResult, error)
+	// Fence has node's warm agent (started with WarmOptions.Fence) cut the
+	// pod with uid off the network, or with lift let it back on.
+	Fence(ctx context.Context, node, uid string, lift bool) (agent.FenceResult, error)
 }
 
 // Broker manages queues.

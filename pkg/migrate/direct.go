@@ -132,7 +132,7 @@ func (m *Migration) agentOn(ctx context.Context, node string) error {
 		return fmt.Errorf("get node %s: %w", node, err)
 	}
 	m.progress(report.Image, "starting the agent on "+node)
-	if err := m.deps.Packer.Warm(ctx, m.nextAgentPod(), node, agentOptions(n, len(m.carriedVolumes()) > 0)); err != nil {
+	if err := m.deps.Packer.Warm(ctx, m.nextAgentPod(), node, m.agentOptions(n)); err != nil {
 		return fmt.Errorf("node %s cannot run the agent: %w", node, err)
 	}
 	m.warm.add(node)
@@ -181,7 +181,7 @@ func (m *Migration) receiverOn(ctx context.Context, node string) (Receiver, erro
 	if err != nil {
 		return Receiver{}, fmt.Errorf("get node %s: %w", node, err)
 	}
-	opts, rcv, err := NewReceiver(n, agentOptions(n, len(m.carriedVolumes()) > 0), m.state.RestoreVia == RestoreRuntime)
+	opts, rcv, err := NewReceiver(n, m.agentOptions(n), m.state.RestoreVia == RestoreRuntime)
 	if err != nil {
 		return Receiver{}, err
 	}

@@ -62,6 +62,12 @@ type State struct {
 	// and its emptyDir volumes are taken, so files and memory are of one
 	// moment; set before the stop, cleared once it consumes again.
 	SourcePaused bool `json:"sourcePaused,omitempty"`
+	// SourceIsolated: a source without the MS2M contract
+	// (CheckpointRestore) is cut off the network before its checkpoint, at
+	// IsolatedAt (agent.Launcher.Fence); set before the cut, cleared once
+	// the cut is lifted.
+	SourceIsolated bool      `json:"sourceIsolated,omitempty"`
+	IsolatedAt     time.Time `json:"isolatedAt,omitzero"`
 	// Committed is set before the target is told to take the primary
 	// queue: from then on the migration completes forward and never rolls
 	// back.

@@ -67,6 +67,10 @@ func (stopSource) Describe(s PlanStep) string {
 	return fmt.Sprintf("%sstop %s consuming %s", s.early(), s.Pod, s.queue())
 }
 
+func (isolateSource) Describe(s PlanStep) string {
+	return fmt.Sprintf("%scut %s off the network (in its network namespace, by the agent on %s): from here its clients wait, and their connections are reset when its copy runs", s.early(), s.Pod, s.SourceNode)
+}
+
 func (checkpoint) Describe(s PlanStep) string {
 	return fmt.Sprintf("checkpoint %s of %s on %s through the kubelet", strings.Join(s.Containers, ", "), s.Pod, s.SourceNode)
 }
@@ -126,6 +130,8 @@ func (replay) Describe(s PlanStep) string {
 
 func (sw switchover) Describe(s PlanStep) string {
 	switch {
+	case s.Strategy == CheckpointRestore:
+		return fmt.Sprintf("%s gets %s's labels: its Services and controller select it, and its clients reconnect to it", s.TargetName, s.Pod)
 	case s.Strategy == StopAndCopy:
 		return fmt.Sprintf("%s resumes %s", s.TargetName, s.queue())
 	case s.inPlace():

@@ -41,7 +41,7 @@ type lambdaProbe struct {
 // during setup (shadow mode predicts nothing). A probe that cannot be
 // bound costs the prediction only.
 func (m *Migration) startLambdaProbe(ctx context.Context) {
-	if m.config.Mode == Shadow || (m.config.PredictWindow < 0 && !m.config.DryRun) {
+	if m.config.Mode == Shadow || !m.config.Strategy.Contract() || (m.config.PredictWindow < 0 && !m.config.DryRun) {
 		return
 	}
 	queue := m.config.Broker.Queue + ".ms2m-probe-" + m.config.ID

@@ -3,6 +3,7 @@ package migrate
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -52,10 +53,13 @@ func (preflight) Run(ctx context.Context, m *Migration) error {
 		{"target node", checkTargetNode},
 		{"volumes", checkVolumes},
 		{"target pod name", checkTargetName},
-		{"broker", checkBroker},
 		{"registry", checkRegistry},
-		{"control token", checkControlToken},
-		{"application", checkApp},
+	}
+	if m.config.Strategy.Contract() {
+		checks = append(checks, []struct {
+			what string
+			fn   func(context.Context, *Migration) error
+		}{{"broker", checkBroker}, {"control token", checkControlToken}, {"application", checkApp}}...)
 	}
 	for _, c := range checks {
 		if err := c.fn(ctx, m); err != nil {
@@ -120,6 +124,11 @@ func checkSourcePod(ctx context.Context, m *Migration) error {
 		m.state.Migrated = m.config.Containers
 	}
 	m.Record.SourceNode = m.state.SourceNode
+	if !m.config.Strategy.Contract() {
+		// Until it takes the source's place, nothing selects the copy: no
+		// Service sends it a client the rollback would then cut off.
+		m.state.HiddenLabels = slices.Sorted(maps.Keys(pod.Labels))
+	}
 	return nil
 }
 

@@ -41,8 +41,10 @@ func Recover(ctx context.Context, rec *report.Record, brokerURL string, deps Dep
 	cfg := j.Config
 	cfg.Broker.URL = brokerURL
 	j.State.restorePasswords(brokerURL)
-	if cfg.ControlToken, err = ControlToken(ctx, deps.Client, cfg.Namespace); err != nil {
-		return rec, err // the journal keeps no token
+	if cfg.Strategy.Contract() {
+		if cfg.ControlToken, err = ControlToken(ctx, deps.Client, cfg.Namespace); err != nil {
+			return rec, err // the journal keeps no token
+		}
 	}
 	cfg.DryRun, cfg.KeepOnFailure, cfg.InjectFailure = false, false, ""
 	m := newMigration(cfg, deps, hooks, j.State, rec)
@@ -51,13 +53,15 @@ func Recover(ctx context.Context, rec *report.Record, brokerURL string, deps Dep
 	}
 	defer m.closeBroker()
 	defer m.closeEvents()
-	b, err := deps.DialBroker(ctx, brokerURL)
-	if err != nil {
-		// b may be a typed nil: m.broker stays unset.
-		m.leases.Abandon(context.WithoutCancel(ctx))
-		return rec, fmt.Errorf("%w; pass --broker-url with an address this machine reaches", err)
+	if cfg.Strategy.Contract() { // a migration without the contract has no broker
+		b, err := deps.DialBroker(ctx, brokerURL)
+		if err != nil {
+			// b may be a typed nil: m.broker stays unset.
+			m.leases.Abandon(context.WithoutCancel(ctx))
+			return rec, fmt.Errorf("%w; pass --broker-url with an address this machine reaches", err)
+		}
+		m.broker = b
 	}
-	m.broker = b
 	if m.state.Final != nil {
 		m.startFinalStage(m.state.Final) // after the dial: stages share the broker
 	}

@@ -137,13 +137,17 @@ var restorePaths = []struct {
 func TestRecoverFromACrashAtEveryStep(t *testing.T) {
 	t.Parallel()
 	for _, path := range restorePaths {
-		world := path.world(newWorld)
 		for _, strategy := range migrate.Strategies {
-			steps := crashSteps(t, world, testConfig(strategy))
+			world, cfg := path.world(newWorld), testConfig(strategy)
+			if !strategy.Contract() {
+				world = path.world(func(t *testing.T) *migratetest.World { w, _ := contractless(t); return w })
+				_, cfg = contractless(t)
+			}
+			steps := crashSteps(t, world, cfg)
 			for n := 1; n <= steps; n++ {
 				t.Run(fmt.Sprintf("%s/%s/%d", path.name, strategy, n), func(t *testing.T) {
 					t.Parallel()
-					recoverPodAt(t, world(t), strategy, n)
+					recoverPodAt(t, world(t), cfg, n)
 				})
 			}
 		}
@@ -152,9 +156,9 @@ func TestRecoverFromACrashAtEveryStep(t *testing.T) {
 
 // recoverPodAt crashes a bare pod's migration in w at step n, recovers
 // it, and checks the pod serves where the commit point says, nothing left.
-func recoverPodAt(t *testing.T, w *migratetest.World, strategy migrate.Strategy, n int) {
+func recoverPodAt(t *testing.T, w *migratetest.World, cfg migrate.Config, n int) {
 	t.Helper()
-	last, rec := crashAndRecover(t, w, testConfig(strategy), n)
+	last, rec := crashAndRecover(t, w, cfg, n)
 	ctx := context.Background()
 	_, srcErr := w.Client.CoreV1().Pods("default").Get(ctx, "consumer", metav1.GetOptions{})
 	_, tgtErr := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-abcde", metav1.GetOptions{})
@@ -169,8 +173,8 @@ func recoverPodAt(t *testing.T, w *migratetest.World, strategy migrate.Strategy,
 		if srcErr != nil || !apierrors.IsNotFound(tgtErr) {
 			t.Fatalf("crashed in %s, rolled back, but source %v, target %v", last.Name, srcErr, tgtErr)
 		}
-		if src := w.Apps["consumer"]; src.Mode != protocol.ModePrimary || src.PendingRestore {
-			t.Fatalf("source not serving after recovery: %+v", src)
+		if src := w.Apps["consumer"]; src.Mode != protocol.ModePrimary || src.PendingRestore || w.Isolated["consumer"] {
+			t.Fatalf("source not serving after recovery: %+v (cut off the network: %t)", src, w.Isolated["consumer"])
 		}
 	}
 	// Only a crash past the commit point completes.

@@ -168,14 +168,8 @@ func (m *Migration) handToReplicaSet(ctx context.Context) error {
 	if err := m.patchPod(ctx, m.config.Pod, cost); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("mark source %s the first to go: %w", m.config.Pod, err)
 	}
-	restored := map[string]string{}
-	for _, k := range m.state.HiddenLabels {
-		if v, ok := m.state.Source.Labels[k]; ok {
-			restored[k] = v
-		}
-	}
-	if err := m.patchPod(ctx, m.config.TargetName, map[string]any{"metadata": map[string]any{"labels": restored}}); err != nil {
-		return fmt.Errorf("give %s ReplicaSet %s's labels: %w", m.config.TargetName, m.state.ReplicaSet, err)
+	if err := m.revealLabels(ctx); err != nil {
+		return fmt.Errorf("hand %s to ReplicaSet %s: %w", m.config.TargetName, m.state.ReplicaSet, err)
 	}
 	_, err := kube.WaitForPod(ctx, m.deps.Client, m.config.Namespace, m.config.TargetName, func(pod *corev1.Pod) (bool, error) {
 		if pod == nil {

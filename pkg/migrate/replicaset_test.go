@@ -98,10 +98,11 @@ func TestReplicaSetPodMigrates(t *testing.T) {
 				t.Fatal(err)
 			}
 			order := strings.Join(w.Changes(), "\n")
-			switchover := "control consumer-abcde RESUME"
-			if strategy == migrate.MS2M {
-				switchover = "control consumer-abcde END_REPLAY"
-			}
+			switchover := map[migrate.Strategy]string{
+				migrate.MS2M: "control consumer-abcde END_REPLAY", migrate.StopAndCopy: "control consumer-abcde RESUME",
+				// Nothing to tell the copy: it is adopted after its source was cut off.
+				migrate.CheckpointRestore: "fence consumer on node-a (lift false)",
+			}[strategy]
 			if i, j := strings.Index(order, switchover), strings.Index(order, "replicaset adopted consumer-abcde"); i < 0 || j < i {
 				t.Fatalf("adopted before the switchover:\n%s", order)
 			}

@@ -270,6 +270,21 @@ func (m *Migration) awaitRestored(ctx context.Context, name, node string, step r
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	pod := m.watchRestoredPod(watchCtx, name, node)
+	if !m.config.Strategy.Contract() {
+		// No endpoint to ask: the copy is restored once its containers run
+		// (a checkpoint image, or a checkpoint the runtime was told to
+		// wait for, cannot start afresh).
+		select {
+		case err := <-pod.ended:
+			if err != nil {
+				return protocol.State{}, m.explainRestoreFailure(ctx, node, err)
+			}
+		case err := <-pod.kubeletAway:
+			return protocol.State{}, pod.cannotStart(err)
+		}
+		m.step(step, "", start, 0)
+		return protocol.State{}, nil
+	}
 	select {
 	case <-pod.addressed:
 	case err := <-pod.ended:
@@ -451,6 +466,9 @@ func (restore) Rollback(ctx context.Context, m *Migration) error {
 // nothing: its broker connection died with the checkpoint, and only the
 // engine tells it to consume again.
 func (m *Migration) targetConsumed(ctx context.Context) (why string, fromPrimary bool) {
+	if !m.config.Strategy.Contract() {
+		return "", false // nothing selects the copy before the commit (revealLabels)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st, err := m.deps.App.State(ctx, m.targetApp())

@@ -23,6 +23,8 @@ func Phases(s Strategy, statefulSet bool, mode StatefulSetMode) []Phase {
 		return []Phase{preflight{}, setup{}, prepare{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{}, replay{}, switchover{}, cleanup{}}
 	}
 	switch s {
+	case CheckpointRestore:
+		return []Phase{preflight{}, setup{}, isolateSource{}, checkpoint{}, packImages{}, restore{}, switchover{}, cleanup{}}
 	case StopAndCopy:
 		return []Phase{preflight{}, setup{}, stopSource{}, checkpoint{}, packImages{}, restore{}, switchover{}, cleanup{}}
 	default:

@@ -79,8 +79,14 @@ func (m *Migration) expect(ctx context.Context) {
 // the kubelet's pods directory if volumes are carried (to snapshot them).
 // Any node's agent may checkpoint: a rollback or a move back checkpoints a
 // copy on the target.
-func agentOptions(node *corev1.Node, volumes bool) agent.WarmOptions {
-	return agent.WarmOptions{RuntimeSocket: agent.RuntimeSocket(node.Status.NodeInfo.ContainerRuntimeVersion), Volumes: volumes}
+// The source node's agent may also isolate a source without the MS2M
+// contract (isolateSource).
+func (m *Migration) agentOptions(node *corev1.Node) agent.WarmOptions {
+	return agent.WarmOptions{
+		RuntimeSocket: agent.RuntimeSocket(node.Status.NodeInfo.ContainerRuntimeVersion),
+		Volumes:       len(m.carriedVolumes()) > 0,
+		Fence:         !m.config.Strategy.Contract() && node.Name == m.state.SourceNode,
+	}
 }
 
 // startAgents starts the warm agents on both nodes, proving that their
@@ -94,8 +100,7 @@ func (m *Migration) startAgents(ctx context.Context) error {
 	// With emptyDir volumes to carry, either node's agent may snapshot
 	// them (shadow mode's final stage, and a move back, start on the
 	// target).
-	carries := len(m.carriedVolumes()) > 0
-	sourceOpts, targetOpts := agentOptions(m.nodes.source, carries), agentOptions(m.nodes.target, carries)
+	sourceOpts, targetOpts := m.agentOptions(m.nodes.source), m.agentOptions(m.nodes.target)
 	var toSource, toTarget Receiver
 	if m.config.Transfer == Direct {
 		var err error

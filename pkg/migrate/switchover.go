@@ -32,6 +32,18 @@ func (switchover) Name() report.PhaseName { return report.Switchover }
 func (switchover) traits() traits { return traits{endsTotal: true} }
 
 func (s switchover) Run(ctx context.Context, m *Migration) error {
+	if !m.config.Strategy.Contract() {
+		// The copy runs already; the migration commits, then lets the
+		// source's clients reach the copy (a ReplicaSet's copy, once its
+		// ReplicaSet adopts it in cleanup).
+		if err := m.journaled(ctx, &m.state.Committed, true); err != nil {
+			return err
+		}
+		if m.state.ReplicaSet != "" {
+			return nil
+		}
+		return m.revealLabels(ctx)
+	}
 	handover := protocol.Control{Type: protocol.Resume}
 	if m.config.Strategy == MS2M {
 		if err := m.haltSource(ctx); err != nil {

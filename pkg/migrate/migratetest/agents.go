@@ -17,6 +17,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
@@ -34,8 +35,48 @@ type fakePacker struct {
 	// and those whose pods it finds, as the real launcher does, since
 	// those who migrate may not list the agents' requests.
 	started []string
-	// runtime: the node's warm agent reaches its runtime (RuntimeSocket).
+	// runtime: the node's warm agent reaches its runtime (RuntimeSocket);
+	// fences: it may cut pods off the network (WarmOptions.Fence).
 	runtime map[string]bool
+	fences  map[string]bool
+}
+
+// Fence cuts the pod with uid off the network, or lets it back on, as the
+// node's agent does: only one started to fence can.
+func (f *fakePacker) Fence(ctx context.Context, node, uid string, lift bool) (agent.FenceResult, error) {
+	w := f.w
+	f.mu.Lock()
+	fences := f.fences[node]
+	f.mu.Unlock()
+	if !fences {
+		return agent.FenceResult{}, fmt.Errorf("no agent on %s may fence pods", node)
+	}
+	if !lift {
+		if err := w.fail(report.Stop); err != nil {
+			return agent.FenceResult{}, err
+		}
+	}
+	pods, err := w.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return agent.FenceResult{}, err
+	}
+	var res agent.FenceResult
+	for _, p := range pods.Items {
+		if p.UID != types.UID(uid) || p.Spec.NodeName != node {
+			continue
+		}
+		w.record("fence %s on %s (lift %t)", p.Name, node, lift)
+		w.Mu.Lock()
+		switch {
+		case lift:
+			delete(w.Isolated, p.Name)
+		case !w.IsolationIgnored:
+			w.Isolated[p.Name] = true
+		}
+		w.Mu.Unlock()
+		res.Netns = append(res.Netns, "/run/netns/"+p.Name)
+	}
+	return res, nil
 }
 
 // StopPod ends the application of the pod with uid, as stopping its
@@ -223,18 +264,18 @@ func (f *fakePacker) Warm(ctx context.Context, podName, node string, opts agent.
 	if _, err := w.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	f.serve(node, opts.RuntimeSocket != "")
+	f.serve(node, opts.RuntimeSocket != "", opts.Fence)
 	return nil
 }
 
 // serve keeps node's warm agent for this process's later calls.
-func (f *fakePacker) serve(node string, runtime bool) {
+func (f *fakePacker) serve(node string, runtime, fences bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.warm == nil {
-		f.warm, f.runtime = map[string]bool{}, map[string]bool{}
+		f.warm, f.runtime, f.fences = map[string]bool{}, map[string]bool{}, map[string]bool{}
 	}
-	f.warm[node], f.runtime[node] = true, runtime
+	f.warm[node], f.runtime[node], f.fences[node] = true, runtime, fences
 }
 
 // Checkpoint checkpoints as a node's agent does through the node's
@@ -254,7 +295,16 @@ func (f *fakePacker) Checkpoint(_ context.Context, node string, req agent.Checkp
 	archive := agent.CheckpointDir + "/checkpoint-" + req.Pod + "_" + req.Namespace + "-" + req.Container + "-2026-12-01T09:00:00Z.tar"
 	w.Mu.Lock()
 	w.Archives[archive] = true
-	w.snapshot = *w.Apps[req.Pod]
+	st := w.Apps[req.Pod]
+	w.snapshot = *st
+	if st.Mode == protocol.ModePrimary && !st.PendingRestore && !w.Isolated[req.Pod] {
+		// A process that serves at its checkpoint goes on serving after
+		// it (the kubelet's checkpoint leaves it running): what it
+		// acknowledges then, its checkpoint lacks.
+		st.LastSeq += 10
+		w.published = max(w.published, st.LastSeq)
+		w.acked[st.Process] = st.LastSeq
+	}
 	after := w.AfterCheckpoint
 	w.Mu.Unlock()
 	if after != nil {

@@ -56,6 +56,9 @@ func (w *World) serve(pod string, st *protocol.State) {
 func (w *World) Conservation() error {
 	serving := map[string][]string{}
 	for _, pod := range w.runningPods(func(st *protocol.State, _ bool) bool { return st.Mode != protocol.ModeHold }) {
+		if w.isolated(pod) {
+			continue
+		}
 		w.Mu.Lock()
 		serving[w.Apps[pod].Process] = append(serving[w.Apps[pod].Process], pod)
 		w.Mu.Unlock()
@@ -78,10 +81,25 @@ func (w *World) Conservation() error {
 	return nil
 }
 
+// isolated tells whether pod is cut off the network.
+func (w *World) isolated(pod string) bool {
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	return w.Isolated[pod]
+}
+
 type fakeApp World
 
-// refused is how an application answers a call without its token.
-func refused(t appctl.Target) error {
+// refused is how an application answers a call without its token, or
+// one without the MS2M contract any call.
+func (f *fakeApp) refused(t appctl.Target) error {
+	w := (*World)(f)
+	w.Mu.Lock()
+	noContract := w.NoContract
+	w.Mu.Unlock()
+	if noContract {
+		return fmt.Errorf("%s: connection refused (no MS2M endpoint)", t)
+	}
 	if t.Token == ControlToken {
 		return nil
 	}
@@ -89,7 +107,7 @@ func refused(t appctl.Target) error {
 }
 
 func (f *fakeApp) State(ctx context.Context, t appctl.Target) (protocol.State, error) {
-	if err := refused(t); err != nil {
+	if err := f.refused(t); err != nil {
 		return protocol.State{}, err
 	}
 	w := (*World)(f)
@@ -121,7 +139,7 @@ func (f *fakeApp) State(ctx context.Context, t appctl.Target) (protocol.State, e
 }
 
 func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg protocol.Control) (protocol.State, error) {
-	if err := refused(t); err != nil {
+	if err := f.refused(t); err != nil {
 		return protocol.State{}, err
 	}
 	w := (*World)(f)
@@ -158,7 +176,7 @@ func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg protocol.Contr
 }
 
 func (f *fakeApp) AppliedAfter(_ context.Context, t appctl.Target, p protocol.Position) (protocol.Applied, error) {
-	if err := refused(t); err != nil {
+	if err := f.refused(t); err != nil {
 		return protocol.Applied{}, err
 	}
 	w := (*World)(f)

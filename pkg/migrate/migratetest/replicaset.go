@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
@@ -59,6 +60,7 @@ func NewReplicaSetWorld(t *testing.T) *World {
 	for i, name := range []string{"consumer", "consumer-other"} {
 		pod := SourcePod()
 		pod.Name, pod.Labels = name, map[string]string{"app": "consumer", appsv1.DefaultDeploymentUniqueLabelKey: PodTemplateHash}
+		pod.UID = types.UID("uid-" + name) // each pod its own, as the API server gives
 		pod.CreationTimestamp = metav1.NewTime(time.Now().Add(time.Duration(i-10) * time.Minute))
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 		pod.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}

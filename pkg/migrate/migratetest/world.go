@@ -88,6 +88,14 @@ type World struct {
 	// kubelet's answer: a test's process can die there.
 	AfterCheckpoint func()
 
+	// NoContract: the applications do not follow the MS2M contract; they
+	// have no control endpoint, and a call to one fails.
+	NoContract bool
+
+	// IsolationIgnored makes the agents answer a cut off the network
+	// without making it, so that a test sees what a missing cut costs.
+	IsolationIgnored bool
+
 	Mu       sync.Mutex
 	Calls    []string
 	Queues   map[string]bool
@@ -102,7 +110,10 @@ type World struct {
 	BoundTo map[string]types.UID
 	// Expected are the marks of checkpoints on their way (ExpectedPath):
 	// a pod under the runtime waits for its checkpoint while marked.
-	Expected  map[string]bool
+	Expected map[string]bool
+	// Isolated are the pods cut off the network (agent.Launcher.Fence),
+	// by name: their clients reach them no more, so they serve nothing.
+	Isolated  map[string]bool
 	snapshot  protocol.State // the application's memory at the checkpoint
 	published uint64         // the last sequence published, which replay reaches
 	// Unanswered makes a pod's next state reads fail, as a restarting
@@ -168,7 +179,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 		T: t, Client: fake.NewClientset(objects...),
 		Queues:   map[string]bool{"work": true},
 		Apps:     map[string]*protocol.State{"consumer": {Contract: protocol.ContractVersion, Mode: protocol.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
-		Archives: map[string]bool{}, Images: map[string]bool{}, Staged: map[string]bool{}, BoundTo: map[string]types.UID{}, Expected: map[string]bool{}, reconnecting: map[string]bool{}, Unanswered: map[string]int{}, Stalled: map[string]int{},
+		Archives: map[string]bool{}, Images: map[string]bool{}, Staged: map[string]bool{}, BoundTo: map[string]types.UID{}, Expected: map[string]bool{}, Isolated: map[string]bool{}, reconnecting: map[string]bool{}, Unanswered: map[string]int{}, Stalled: map[string]int{},
 		failed: map[report.PhaseName]int{}, published: 100, deletedSets: map[types.UID]bool{},
 		acked: map[string]uint64{}, restored: map[string]bool{},
 	}
