@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ func TestToConfig(t *testing.T) {
 	}
 	templated := annotated.DeepCopy()
 	templated.Name, templated.Annotations[migrate.QueueAnnotation] = "consumer-1", "work-$(POD_NAME)"
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "redis"}}
 	badPort := annotated.DeepCopy()
 	badPort.Annotations[migrate.ControlPortAnnotation] = "http"
 	// Anyone who may edit the pod can point the operator's client at its
@@ -64,6 +66,18 @@ func TestToConfig(t *testing.T) {
 		}, ""},
 		{"flags alone", &PodOptions{migrationFlags: shared(nil)}, nil, func(c migrate.Config) bool {
 			return c.ControlPort == 8080 && c.Broker == migrate.BrokerConfig{} && c.TargetName == ""
+		}, ""},
+		{"a pod with the contract moves with MS2M by default", &PodOptions{migrationFlags: shared(func(f *migrationFlags) { f.Strategy = "" })}, annotated, func(c migrate.Config) bool {
+			return c.Strategy == migrate.MS2M
+		}, ""},
+		{"any other pod with checkpoint/restore, no broker asked", &PodOptions{migrationFlags: shared(func(f *migrationFlags) { f.Strategy = "" })}, plain, func(c migrate.Config) bool {
+			return c.Strategy == migrate.CheckpointRestore && !strings.Contains(fmt.Sprint(c.Validate()), "broker")
+		}, ""},
+		{"a queue given makes it MS2M", &PodOptions{migrationFlags: shared(func(f *migrationFlags) { f.Strategy, f.Queue = "", "q" })}, plain, func(c migrate.Config) bool {
+			return c.Strategy == migrate.MS2M
+		}, ""},
+		{"--strategy wins", &PodOptions{migrationFlags: shared(func(f *migrationFlags) { f.Strategy = "checkpoint-restore" })}, annotated, func(c migrate.Config) bool {
+			return c.Strategy == migrate.CheckpointRestore
 		}, ""},
 		{"a port annotation that is no port", &PodOptions{migrationFlags: shared(nil)}, badPort, nil, "annotation ms2m.io/control-port=\"http\" is not a port"},
 		{"an annotated broker URL naming local files", &PodOptions{migrationFlags: shared(nil)}, fileURL, nil, "names files on this machine (certfile, keyfile); pass --broker-url"},

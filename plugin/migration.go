@@ -75,7 +75,7 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.To, "to", "", "target node (required)")
 	fs.StringSliceVarP(&f.Containers, "container", "c", nil, "containers to migrate (default: all)")
-	fs.StringVar(&f.Strategy, "strategy", string(migrate.MS2M), "ms2m or stop-and-copy")
+	fs.StringVar(&f.Strategy, "strategy", "", "ms2m (the default for a pod with the MS2M contract: its ms2m.io/queue annotation, or a queue given), stop-and-copy, or checkpoint-restore (the default otherwise: any process CRIU can move, no broker; its clients wait while it moves and reconnect)")
 	fs.StringVar(&f.Registry, "registry", "", "repository for checkpoint images, e.g. registry.example:5000/checkpoints (default: the ms2m.io/registry annotation)")
 	fs.StringVar(&f.RegistrySecret, "registry-secret", "", "dockerconfigjson secret to push and pull with (default: the pod's first imagePullSecret)")
 	fs.BoolVar(&f.InsecureRegistry, "insecure-registry", false, "allow a plain-HTTP or self-signed registry")
@@ -108,7 +108,7 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs.StringVar(&f.InjectCrash, "inject-crash", "", "kill this process (SIGKILL) as this phase starts (e.g. restore, or restore/final), to test recovery")
 	_ = fs.MarkHidden("inject-crash")
 	_ = cmd.RegisterFlagCompletionFunc("to", completeNodes(f.RootOptions))
-	_ = cmd.RegisterFlagCompletionFunc("strategy", cobra.FixedCompletions([]string{"ms2m", "stop-and-copy"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("strategy", cobra.FixedCompletions([]string{"ms2m", "stop-and-copy", "checkpoint-restore"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(append([]string{outputName}, outputCompletions...), cobra.ShellCompDirectiveNoFileComp))
 }
 
@@ -173,7 +173,7 @@ func (f *migrationFlags) toConfig(pod *corev1.Pod, id string) (migrate.Config, e
 		pullSecret = firstPullSecret(pod)
 	}
 	c := migrate.Config{
-		ID: id, Strategy: migrate.Strategy(f.Strategy), Namespace: f.namespace, Pod: f.pod,
+		ID: id, Strategy: f.strategy(pod), Namespace: f.namespace, Pod: f.pod,
 		Containers: f.Containers, TargetNode: f.To,
 		ImageRepository:  strings.TrimSuffix(firstOf(f.Registry, a[migrate.RegistryAnnotation]), "/"),
 		RegistrySecret:   firstOf(f.RegistrySecret, pullSecret),
@@ -215,6 +215,19 @@ func (f *migrationFlags) toConfig(pod *corev1.Pod, id string) (migrate.Config, e
 		}
 	}
 	return c, nil
+}
+
+// strategy is --strategy, or else the pod's: MS2M for a pod that carries
+// the contract (its queue annotated, or given), checkpoint/restore for any
+// other. With pod nil (the flags alone), MS2M's rules are checked.
+func (f *migrationFlags) strategy(pod *corev1.Pod) migrate.Strategy {
+	switch {
+	case f.Strategy != "":
+		return migrate.Strategy(f.Strategy)
+	case pod == nil || f.Queue != "" || pod.Annotations[migrate.QueueAnnotation] != "":
+		return migrate.MS2M
+	}
+	return migrate.CheckpointRestore
 }
 
 // withoutRegistry sends the checkpoint node to node where the

@@ -69,7 +69,7 @@ func TestBadInputTouchesNothing(t *testing.T) {
 	}{
 		{[]string{"pod"}, "give the pod's name"},
 		{[]string{"pod", "consumer"}, "--to NODE is required"},
-		{[]string{"pod", "consumer", "--to", "node-b", "--strategy", "teleport"}, `--strategy must be one of [ms2m stop-and-copy], not "teleport"`},
+		{[]string{"pod", "consumer", "--to", "node-b", "--strategy", "teleport"}, `--strategy must be one of [ms2m stop-and-copy checkpoint-restore], not "teleport"`},
 		{[]string{"pod", "consumer", "--to", "node-b", "-o", "xml"}, "--output must be name, json, yaml, jsonpath=TEMPLATE or go-template=TEMPLATE"},
 		{[]string{"pod", "consumer", "--to", "node-b", "--label", "novalue"}, `--label "novalue" is not key=value`},
 		{[]string{"report", "-o", "table"}, "--output must be csv, name, json, yaml"},
