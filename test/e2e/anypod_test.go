@@ -1,0 +1,182 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+)
+
+// keyValueServer is a process that follows no contract: an in-memory
+// key-value store over HTTP (GET /set?k=K&v=V answers "ok" once stored,
+// /dump all of it with the process's start nonce and PID), with no
+// broker, no annotations and no control endpoint.
+const keyValueServer = `
+import http.server, json, os, threading, urllib.parse, uuid
+store, lock, nonce = {}, threading.Lock(), uuid.uuid4().hex
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        u = urllib.parse.urlparse(self.path); q = urllib.parse.parse_qs(u.query)
+        if u.path == "/set":
+            with lock: store[q["k"][0]] = q["v"][0]
+            body = b"ok"
+        else:
+            with lock: body = json.dumps({"nonce": nonce, "pid": os.getpid(), "store": store}).encode()
+        self.send_response(200); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("", 8080), H).serve_forever()
+`
+
+// kvDump is what keyValueServer's /dump answers.
+type kvDump struct {
+	Nonce string            `json:"nonce"`
+	PID   int               `json:"pid"`
+	Store map[string]string `json:"store"`
+}
+
+// TestCheckpointRestoreMovesAProcessWithoutTheContract: kubectl migrate
+// pod, given no strategy and no broker, moves a pod that follows no
+// contract with checkpoint/restore while a client writes to it without
+// pause: the copy is the same process (its start nonce), holds every write
+// the client saw acknowledged, and has the source's labels; the source is
+// gone and the record names the downtime.
+func TestCheckpointRestoreMovesAProcessWithoutTheContract(t *testing.T) {
+	concurrent(t)
+	l := setup(t)
+	l.restoresSomeWay(t)
+	ctx := context.Background()
+	ns := fmt.Sprintf("e2e-kv-%06x", rand.Uint32()>>8)
+	l.namespaces(t, ns)
+	l.waitDefaultServiceAccount(t, ns)
+	kv := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "kv", Namespace: ns, Labels: map[string]string{"app": "kv"}},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{
+			Name: "kv", Image: l.imagePrefix + "/python-consumer:lab", Command: []string{"/usr/bin/python3", "-u", "-c", keyValueServer},
+		}}},
+	}
+	if _, err := l.client.CoreV1().Pods(ns).Create(ctx, kv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.WaitForPod(ctx, l.client, ns, "kv", func(p *corev1.Pod) (bool, error) {
+		return p != nil && p.Status.Phase == corev1.PodRunning, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(pod, path string, params map[string]string) ([]byte, error) {
+		c, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return l.client.CoreV1().Pods(ns).ProxyGet("http", pod, "8080", path, params).DoRaw(c)
+	}
+	dump := func(pod string) kvDump {
+		t.Helper()
+		var d kvDump
+		body, err := get(pod, "/dump", nil)
+		if err == nil {
+			err = json.Unmarshal(body, &d)
+		}
+		if err != nil {
+			t.Fatalf("dump %s: %v", pod, err)
+		}
+		return d
+	}
+	var before kvDump
+	for range 50 {
+		if body, err := get("kv", "/dump", nil); err == nil && json.Unmarshal(body, &before) == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if before.Nonce == "" {
+		t.Fatal("the key-value server never answered")
+	}
+
+	// The client writes key_i = i without pause, keeping what was
+	// acknowledged, until the migration has ended.
+	var acked []int
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k := strconv.Itoa(i)
+			if body, err := get("kv", "/set", map[string]string{"k": "key_" + k, "v": k}); err == nil && string(body) == "ok" {
+				mu.Lock()
+				acked = append(acked, i)
+				mu.Unlock()
+			}
+		}
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		if n >= 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the client's writes were not acknowledged")
+		}
+	}
+
+	argv := []string{"migrate", "-n", ns, "pod", "kv", "--to", "node-b", "--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab",
+		"--insecure-registry", "--allow-anonymous-checkpoints", "--registry", l.registry + "/checkpoints", "-o", "json"}
+	cmd := l.kubectlCommand(argv...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	close(stop)
+	<-done
+	t.Logf("kubectl %s:\n%s", strings.Join(argv, " "), stderr.String())
+	var rec report.Record
+	if jerr := json.Unmarshal(stdout.Bytes(), &rec); err != nil || jerr != nil || rec.Outcome != report.Succeeded {
+		t.Fatalf("migration: %v %v %s\n%s", err, jerr, rec.Outcome, stdout.String())
+	}
+	if rec.Strategy != "checkpoint-restore" || rec.Downtime == nil || rec.Downtime.Millis <= 0 {
+		t.Fatalf("strategy %s, downtime %+v", rec.Strategy, rec.Downtime)
+	}
+
+	if _, err := l.client.CoreV1().Pods(ns).Get(ctx, "kv", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the source is still there: %v", err)
+	}
+	target, err := l.client.CoreV1().Pods(ns).Get(ctx, rec.TargetPod, metav1.GetOptions{})
+	if err != nil || target.Spec.NodeName != "node-b" || target.Labels["app"] != "kv" {
+		t.Fatalf("the copy %s: %v", rec.TargetPod, err)
+	}
+	after := dump(rec.TargetPod)
+	if after.Nonce != before.Nonce {
+		t.Fatalf("the copy is another process (nonce %s, was %s): started afresh, not restored", after.Nonce, before.Nonce)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var lost []int
+	for _, i := range acked {
+		if after.Store["key_"+strconv.Itoa(i)] != strconv.Itoa(i) {
+			lost = append(lost, i)
+		}
+	}
+	if len(lost) > 0 {
+		t.Fatalf("%d of %d acknowledged writes lost, e.g. %v", len(lost), len(acked), lost[:min(len(lost), 10)])
+	}
+	t.Logf("%d acknowledged writes, all in the copy (%d keys); downtime %d ms", len(acked), len(after.Store), rec.Downtime.Millis)
+}
