@@ -57,6 +57,22 @@ type kvDump struct {
 // gone and the record names the downtime.
 func TestCheckpointRestoreMovesAProcessWithoutTheContract(t *testing.T) {
 	concurrent(t)
+	moveKeyValueServer(t, "")
+}
+
+// TestCheckpointRestoreRollsBackAProcessWithoutTheContract: the same move
+// fails once the copy runs (an injected failure); the rollback deletes the
+// copy and lets the source back on the network, where it takes writes
+// again with every acknowledged one kept.
+func TestCheckpointRestoreRollsBackAProcessWithoutTheContract(t *testing.T) {
+	concurrent(t)
+	moveKeyValueServer(t, "restore")
+}
+
+// moveKeyValueServer moves keyValueServer's pod while a client writes, or
+// with failAt fails the move there, and checks every acknowledged write is
+// where the outcome says.
+func moveKeyValueServer(t *testing.T, failAt string) {
 	l := setup(t)
 	l.restoresSomeWay(t)
 	ctx := context.Background()
@@ -141,6 +157,9 @@ func TestCheckpointRestoreMovesAProcessWithoutTheContract(t *testing.T) {
 
 	argv := []string{"migrate", "-n", ns, "pod", "kv", "--to", "node-b", "--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab",
 		"--insecure-registry", "--allow-anonymous-checkpoints", "--registry", l.registry + "/checkpoints", "-o", "json"}
+	if failAt != "" {
+		argv = append(argv, "--inject-failure", failAt)
+	}
 	cmd := l.kubectlCommand(argv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -149,7 +168,15 @@ func TestCheckpointRestoreMovesAProcessWithoutTheContract(t *testing.T) {
 	<-done
 	t.Logf("kubectl %s:\n%s", strings.Join(argv, " "), stderr.String())
 	var rec report.Record
-	if jerr := json.Unmarshal(stdout.Bytes(), &rec); err != nil || jerr != nil || rec.Outcome != report.Succeeded {
+	jerr := json.Unmarshal(stdout.Bytes(), &rec)
+	if failAt != "" {
+		if err == nil || jerr != nil || rec.Outcome != report.RolledBack {
+			t.Fatalf("migration with a failure in %s: %v %v %s\n%s", failAt, err, jerr, rec.Outcome, stdout.String())
+		}
+		sourceKeepsEveryWrite(t, l, ns, before, acked, get, dump)
+		return
+	}
+	if err != nil || jerr != nil || rec.Outcome != report.Succeeded {
 		t.Fatalf("migration: %v %v %s\n%s", err, jerr, rec.Outcome, stdout.String())
 	}
 	if rec.Strategy != "checkpoint-restore" || rec.Downtime == nil || rec.Downtime.Millis <= 0 {
@@ -167,16 +194,51 @@ func TestCheckpointRestoreMovesAProcessWithoutTheContract(t *testing.T) {
 	if after.Nonce != before.Nonce {
 		t.Fatalf("the copy is another process (nonce %s, was %s): started afresh, not restored", after.Nonce, before.Nonce)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	keepsEveryWrite(t, after, acked)
+	t.Logf("%d acknowledged writes, all in the copy (%d keys); downtime %d ms", len(acked), len(after.Store), rec.Downtime.Millis)
+}
+
+// keepsEveryWrite fails unless d holds every acknowledged write.
+func keepsEveryWrite(t *testing.T, d kvDump, acked []int) {
+	t.Helper()
 	var lost []int
 	for _, i := range acked {
-		if after.Store["key_"+strconv.Itoa(i)] != strconv.Itoa(i) {
+		if d.Store["key_"+strconv.Itoa(i)] != strconv.Itoa(i) {
 			lost = append(lost, i)
 		}
 	}
 	if len(lost) > 0 {
 		t.Fatalf("%d of %d acknowledged writes lost, e.g. %v", len(lost), len(acked), lost[:min(len(lost), 10)])
 	}
-	t.Logf("%d acknowledged writes, all in the copy (%d keys); downtime %d ms", len(acked), len(after.Store), rec.Downtime.Millis)
+}
+
+// sourceKeepsEveryWrite checks, after a rollback, that the copy is gone and
+// the source, the same process, is back on the network (it takes a write)
+// with every acknowledged write.
+func sourceKeepsEveryWrite(t *testing.T, l *lab, ns string, before kvDump, acked []int, get func(string, string, map[string]string) ([]byte, error), dump func(string) kvDump) {
+	t.Helper()
+	pods, err := l.client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(pods.Items) != 1 || pods.Items[0].Name != "kv" || pods.Items[0].Spec.NodeName != "node-a" {
+		t.Fatalf("after the rollback the pods are %v (%v), want kv on node-a alone", podNames(pods), err)
+	}
+	if body, err := get("kv", "/set", map[string]string{"k": "after", "v": "rollback"}); err != nil || string(body) != "ok" {
+		t.Fatalf("the source is still cut off after the rollback: %v", err)
+	}
+	d := dump("kv")
+	if d.Nonce != before.Nonce {
+		t.Fatalf("the source restarted (nonce %s, was %s)", d.Nonce, before.Nonce)
+	}
+	keepsEveryWrite(t, d, acked)
+	t.Logf("rolled back: %d acknowledged writes, all in the source, which takes writes again", len(acked))
+}
+
+func podNames(pods *corev1.PodList) []string {
+	if pods == nil {
+		return nil
+	}
+	var names []string
+	for _, p := range pods.Items {
+		names = append(names, p.Name+"@"+p.Spec.NodeName)
+	}
+	return names
 }
