@@ -92,7 +92,13 @@ func (m *Migration) deletePod(ctx context.Context, phase report.PhaseName, name 
 	defer stop()
 	away := m.kubeletAway(watchCtx, node)
 	gone := make(chan error, 1)
-	go func() { gone <- kube.DeleteAndWait(watchCtx, m.deps.Client, m.config.Namespace, name, nil) }()
+	var grace *int64
+	if !m.config.Strategy.Contract() {
+		// A process without the contract is killed, not asked to end: its
+		// shutdown handler could act on what the other copy serves.
+		grace = ptr.To[int64](0)
+	}
+	go func() { gone <- kube.DeleteAndWait(watchCtx, m.deps.Client, m.config.Namespace, name, grace) }()
 	var awayErr error
 	select {
 	case err := <-gone:
