@@ -29,6 +29,10 @@ const podExample = `  # Move pod consumer to node-b with MS2M; broker and regist
   # The stop-and-copy baseline, for comparison
   kubectl migrate pod consumer --to node-b --strategy stop-and-copy
 
+  # Any other process (no MS2M contract, no broker): checkpoint/restore,
+  # chosen by default for a pod without the ms2m.io/queue annotation
+  kubectl migrate pod redis-0 --to node-b --transfer direct
+
   # Check everything and print the plan without changing anything
   kubectl migrate pod consumer --to node-b --dry-run
 
@@ -45,15 +49,15 @@ const podExample = `  # Move pod consumer to node-b with MS2M; broker and regist
 var podLong = `Live-migrate a running pod's containers to another node: a bare pod, or a
 Deployment's (its ReplicaSet adopts the copy, never starting a cold one).
 
-With --strategy ms2m (the default) the source keeps serving while each
-container is checkpointed, sent to the target (through --registry, or node to
-node with --transfer direct) and restored there; the copy replays what it
-missed and takes over the queue. --replay-max stops the source early when
-messages arrive nearly as fast as the target handles them. On failure or
-Ctrl-C everything is rolled back and the source serves; once the target took
-over, it only completes. Flags default to the pod's ms2m.io/* annotations.
-Checkpoint images hold the process's memory: deleted after success unless
---keep-image.
+With --strategy ms2m (the default for a pod with the ms2m.io/* annotations)
+the source serves while each container is checkpointed, sent (--registry, or
+--transfer direct) and restored; the copy replays what it missed and takes
+over the queue. --replay-max stops the source early when messages arrive
+nearly as fast as the target handles them. Any other pod moves with
+checkpoint-restore: cut off the network, checkpointed, restored, given its
+labels; its clients wait (about 2 s) and reconnect, no broker. On failure or
+Ctrl-C everything is rolled back; once the target took over, it completes.
+Checkpoints hold the process's memory: deleted after success.
 
 More: ` + version.DocsURL("")
 
