@@ -56,15 +56,12 @@ func (f *fakePacker) Fence(ctx context.Context, node, uid string, lift bool) (ag
 			return agent.FenceResult{}, err
 		}
 	}
-	pods, err := w.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	pods, err := w.podsOf(ctx, node, uid)
 	if err != nil {
 		return agent.FenceResult{}, err
 	}
 	var res agent.FenceResult
-	for _, p := range pods.Items {
-		if p.UID != types.UID(uid) || p.Spec.NodeName != node {
-			continue
-		}
+	for _, p := range pods {
 		w.record("fence %s on %s (lift %t)", p.Name, node, lift)
 		w.Mu.Lock()
 		switch {
@@ -79,19 +76,32 @@ func (f *fakePacker) Fence(ctx context.Context, node, uid string, lift bool) (ag
 	return res, nil
 }
 
+// podsOf lists the pods with uid on node: what a node's runtime finds by
+// the kubelet's UID label.
+func (w *World) podsOf(ctx context.Context, node, uid string) ([]corev1.Pod, error) {
+	pods, err := w.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var found []corev1.Pod
+	for _, p := range pods.Items {
+		if p.UID == types.UID(uid) && p.Spec.NodeName == node {
+			found = append(found, p)
+		}
+	}
+	return found, nil
+}
+
 // StopPod ends the application of the pod with uid, as stopping its
 // sandbox through the runtime would.
 func (f *fakePacker) StopPod(ctx context.Context, node, uid string) (agent.StopPodResult, error) {
 	w := f.w
-	pods, err := w.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	pods, err := w.podsOf(ctx, node, uid)
 	if err != nil {
 		return agent.StopPodResult{}, err
 	}
 	var res agent.StopPodResult
-	for _, p := range pods.Items {
-		if p.UID != types.UID(uid) || p.Spec.NodeName != node {
-			continue
-		}
+	for _, p := range pods {
 		w.record("stop pod %s on %s through the runtime", p.Name, node)
 		w.Mu.Lock()
 		if _, ran := w.Apps[p.Name]; ran {
