@@ -3,8 +3,10 @@ package plugin
 import (
 	"context"
 	"encoding/json"
+	goruntime "runtime"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -107,5 +109,52 @@ func TestRecoverADrain(t *testing.T) {
 	}
 	if !strings.Contains(r.errOut.String(), "node-a stays cordoned") {
 		t.Fatalf("stderr:\n%s", r.errOut)
+	}
+}
+
+// A checkpoint/restore migration (no broker) whose process died once its
+// source was cut off the network: recover, given no broker, rolls it back
+// and lets the source back on.
+func TestRecoverAMigrationWithoutABroker(t *testing.T) {
+	w := migratetest.NewWorld(t)
+	w.NoContract = true
+	cfg := migrate.Config{
+		ID: "cr1sh", Strategy: migrate.CheckpointRestore, Namespace: "default", Pod: "consumer", TargetNode: "node-b", TargetName: "consumer-cr1sh",
+		ImageRepository: "registry:5000/ckpt", AgentImage: "agent:1", AllowAnonymousCheckpoints: true, ControlPort: 8080,
+		CheckpointTimeout: time.Second, PhaseTimeout: 5 * time.Second, ReplayTimeout: 5 * time.Second, Timeout: time.Minute, PredictWindow: -1,
+	}
+	died := make(chan struct{})
+	go func() {
+		defer close(died)
+		_, _ = migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{PhaseStarted: func(p report.PhaseTiming) {
+			if p.Name == report.Checkpoint {
+				goruntime.Goexit() // as a SIGKILL ends the process
+			}
+		}})
+	}()
+	<-died
+	w.ExpireLeases()
+	w.Mu.Lock()
+	cut := w.Isolated["consumer"]
+	w.Mu.Unlock()
+	if !cut {
+		t.Fatal("the source was not cut off before the crash")
+	}
+	r := execute(t, w, "recover", "cr1sh", "-o", "json")
+	if r.err != nil {
+		t.Fatalf("%v\n%s", r.err, r.errOut)
+	}
+	saved, err := report.Store{Client: w.Client}.Get(context.Background(), "default", "cr1sh")
+	if err != nil || saved.Outcome != report.RolledBack {
+		t.Fatalf("after recovery %v: %+v", err, saved)
+	}
+	w.Mu.Lock()
+	cut = w.Isolated["consumer"]
+	w.Mu.Unlock()
+	if cut {
+		t.Fatal("the source is still cut off after the recovery")
+	}
+	if err := w.Conservation(); err != nil {
+		t.Fatal(err)
 	}
 }

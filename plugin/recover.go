@@ -136,26 +136,8 @@ func (o *RecoverOptions) recoverOne(ctx context.Context, client kubernetes.Inter
 		}
 		return nil, fmt.Errorf("migration %s (%s) keeps no journal to recover from", rec.ID, rec.Outcome)
 	}
-	url := o.BrokerURL
-	secret := o.BrokerSecret
-	if secret == "" && j.State.Source != nil {
-		secret = j.State.Source.Annotations[migrate.BrokerSecretAnnotation]
-	}
-	if url == "" && (secret != "" || o.getenv(brokerPasswordEnv) != "") {
-		url = j.Config.Broker.URL // without its password, which the secret or the environment gives
-	}
-	if url == "" {
-		// The journal keeps no password: the migration's live pods (or
-		// StatefulSet) still carry it in their annotation.
-		url = migrate.LiveBrokerURL(ctx, client, j)
-		if err := broker.CheckAnnotatedURL(url); err != nil {
-			return nil, fmt.Errorf("pod %s's %s annotation %w; pass --broker-url to use them", rec.Pod, migrate.BrokerURLAnnotation, err)
-		}
-	}
-	if url == "" {
-		return nil, fmt.Errorf("the journal keeps no broker password and no live pod of migration %s has it in its %s annotation; pass --broker-secret, set %s, or pass --broker-url", rec.ID, migrate.BrokerURLAnnotation, brokerPasswordEnv)
-	}
-	if url, err = o.brokerCredentials(ctx, client, rec.Namespace, secret, url); err != nil {
+	url, err := o.recoveryBrokerURL(ctx, client, rec, j)
+	if err != nil {
 		return nil, err
 	}
 	var pullSecrets []corev1.LocalObjectReference
@@ -220,4 +202,34 @@ func (o *RecoverOptions) recoverDrain(ctx context.Context, client kubernetes.Int
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// recoveryBrokerURL is the broker URL, with its password, that recovering
+// migration rec (journal j) talks to: the flag's, or the journal's with the
+// secret's or the environment's password, or a live pod's annotation. A
+// migration without the MS2M contract has no broker.
+func (o *RecoverOptions) recoveryBrokerURL(ctx context.Context, client kubernetes.Interface, rec *report.Record, j migrate.Journal) (string, error) {
+	if !j.Config.Strategy.Contract() {
+		return "", nil
+	}
+	url := o.BrokerURL
+	secret := o.BrokerSecret
+	if secret == "" && j.State.Source != nil {
+		secret = j.State.Source.Annotations[migrate.BrokerSecretAnnotation]
+	}
+	if url == "" && (secret != "" || o.getenv(brokerPasswordEnv) != "") {
+		url = j.Config.Broker.URL // without its password, which the secret or the environment gives
+	}
+	if url == "" {
+		// The journal keeps no password: the migration's live pods (or
+		// StatefulSet) still carry it in their annotation.
+		url = migrate.LiveBrokerURL(ctx, client, j)
+		if err := broker.CheckAnnotatedURL(url); err != nil {
+			return "", fmt.Errorf("pod %s's %s annotation %w; pass --broker-url to use them", rec.Pod, migrate.BrokerURLAnnotation, err)
+		}
+	}
+	if url == "" {
+		return "", fmt.Errorf("the journal keeps no broker password and no live pod of migration %s has it in its %s annotation; pass --broker-secret, set %s, or pass --broker-url", rec.ID, migrate.BrokerURLAnnotation, brokerPasswordEnv)
+	}
+	return o.brokerCredentials(ctx, client, rec.Namespace, secret, url)
 }
