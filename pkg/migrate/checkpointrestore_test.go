@@ -123,6 +123,31 @@ func TestCheckpointRestoreRollsBack(t *testing.T) {
 	}
 }
 
+// TestCheckpointRestoreRefusesAContractPod: a consumer that follows the
+// contract would be restored holding (no migration named its pod), so
+// checkpoint/restore refuses it in preflight, changing nothing.
+func TestCheckpointRestoreRefusesAContractPod(t *testing.T) {
+	t.Parallel()
+	w, cfg := contractless(t)
+	ctx := context.Background()
+	pod, err := w.Client.CoreV1().Pods("default").Get(ctx, "consumer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Annotations = map[string]string{migrate.QueueAnnotation: "work"}
+	if _, err := w.Client.CoreV1().Pods("default").Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	calls := len(w.Changes())
+	_, err = migrate.Run(ctx, cfg, w.Deps(), migrate.Hooks{})
+	if err == nil || !strings.Contains(err.Error(), "follows the MS2M contract") || !strings.Contains(err.Error(), "--strategy ms2m") {
+		t.Fatalf("got %v", err)
+	}
+	if changes := w.Changes()[calls:]; len(changes) != 0 || len(w.Records()) != 0 {
+		t.Fatalf("preflight changed something: %v", changes)
+	}
+}
+
 // TestCheckpointRestoreConfig: no broker needed; the contract's own
 // options and StatefulSet pods are refused with the reason.
 func TestCheckpointRestoreConfig(t *testing.T) {

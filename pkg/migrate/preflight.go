@@ -98,6 +98,11 @@ func checkSourcePod(ctx context.Context, m *Migration) error {
 			return fmt.Errorf("pod %s is controlled by %s %s, which would replace it on the source node; only bare pods, Deployments' and ReplicaSets' pods migrate with %s pod", m.config.Pod, owner.Kind, owner.Name, version.Command())
 		}
 	}
+	if !m.config.Strategy.Contract() && pod.Annotations[QueueAnnotation] != "" {
+		// Its restored copy holds until a migration names its pod, which
+		// only the contract's strategies do: it would consume nothing.
+		return fmt.Errorf("pod %s follows the MS2M contract (%s): its restored copy would hold, consuming nothing, as no MS2M migration named its pod; move it with --strategy %s or %s", m.config.Pod, QueueAnnotation, MS2M, StopAndCopy)
+	}
 	if why := Uncheckpointable(pod); why != "" {
 		return fmt.Errorf("pod %s cannot be moved by a checkpoint: %s", m.config.Pod, why)
 	}

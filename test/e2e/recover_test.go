@@ -172,8 +172,8 @@ func everyStep(chosen []crashCase, statefulSet bool) []crashCase {
 	}
 	for _, mode := range modes {
 		for _, strategy := range migrate.Strategies {
-			if mode == migrate.Shadow && strategy != migrate.MS2M {
-				continue
+			if mode == migrate.Shadow && strategy != migrate.MS2M || !strategy.Contract() {
+				continue // the matrix moves an MS2M consumer, which checkpoint-restore refuses
 			}
 			for _, p := range migrate.Phases(strategy, statefulSet, mode) {
 				if !migrate.Recoverable(p) {
