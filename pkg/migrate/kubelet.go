@@ -77,6 +77,18 @@ func kubeletUnreachable(err error) bool {
 // back. If the pod's kubelet stops answering meanwhile, it would never
 // confirm; then the node's agent stops the pod's sandboxes through the
 // runtime, which proves the processes gone, and the pod is deleted at once.
+// deleteGrace is the grace period the migration deletes a source or a copy
+// with: the pod's own (nil), or none for a process without the contract,
+// which is killed rather than asked to end, since its shutdown handler (a
+// store saving itself to a shared volume) would act on what the other copy
+// serves.
+func (m *Migration) deleteGrace() *int64 {
+	if m.config.Strategy.Contract() {
+		return nil
+	}
+	return ptr.To[int64](0)
+}
+
 func (m *Migration) deletePod(ctx context.Context, phase report.PhaseName, name string) error {
 	pod, err := m.deps.Client.CoreV1().Pods(m.config.Namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
@@ -92,13 +104,7 @@ func (m *Migration) deletePod(ctx context.Context, phase report.PhaseName, name 
 	defer stop()
 	away := m.kubeletAway(watchCtx, node)
 	gone := make(chan error, 1)
-	var grace *int64
-	if !m.config.Strategy.Contract() {
-		// A process without the contract is killed, not asked to end: its
-		// shutdown handler could act on what the other copy serves.
-		grace = ptr.To[int64](0)
-	}
-	go func() { gone <- kube.DeleteAndWait(watchCtx, m.deps.Client, m.config.Namespace, name, grace) }()
+	go func() { gone <- kube.DeleteAndWait(watchCtx, m.deps.Client, m.config.Namespace, name, m.deleteGrace()) }()
 	var awayErr error
 	select {
 	case err := <-gone:

@@ -35,11 +35,14 @@ func (preflight) traits() traits { return traits{unjournaled: true} }
 
 func (preflight) Rollback(context.Context, *Migration) error { return nil }
 
+// preflightCheck is one of preflight's checks, named for its progress line.
+type preflightCheck struct {
+	what string
+	fn   func(context.Context, *Migration) error
+}
+
 func (preflight) Run(ctx context.Context, m *Migration) error {
-	checks := []struct {
-		what string
-		fn   func(context.Context, *Migration) error
-	}{
+	checks := []preflightCheck{
 		// Before anything else: a caller short of a permission hears all it
 		// lacks at once.
 		{"permissions", checkPermissions},
@@ -56,10 +59,7 @@ func (preflight) Run(ctx context.Context, m *Migration) error {
 		{"registry", checkRegistry},
 	}
 	if m.config.Strategy.Contract() {
-		checks = append(checks, []struct {
-			what string
-			fn   func(context.Context, *Migration) error
-		}{{"broker", checkBroker}, {"control token", checkControlToken}, {"application", checkApp}}...)
+		checks = append(checks, preflightCheck{"broker", checkBroker}, preflightCheck{"control token", checkControlToken}, preflightCheck{"application", checkApp})
 	}
 	for _, c := range checks {
 		if err := c.fn(ctx, m); err != nil {

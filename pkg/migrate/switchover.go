@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
@@ -104,14 +103,7 @@ func (cleanup) Run(ctx context.Context, m *Migration) error {
 	}
 	if m.config.Pod != m.config.TargetName { // a source that held its name is gone already
 		m.progress(report.Cleanup, "deleting source pod "+m.config.Pod)
-		// A source without the contract is killed, not asked to end: its
-		// state lives on in the copy, and a shutdown handler (a store
-		// saving itself to a shared volume) would act behind the copy's back.
-		var grace *int64
-		if !m.config.Strategy.Contract() {
-			grace = ptr.To[int64](0)
-		}
-		if err := kube.DeleteAndWait(ctx, m.deps.Client, m.config.Namespace, m.config.Pod, grace); err != nil {
+		if err := kube.DeleteAndWait(ctx, m.deps.Client, m.config.Namespace, m.config.Pod, m.deleteGrace()); err != nil {
 			errs = append(errs, err)
 		}
 	}
