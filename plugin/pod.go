@@ -55,7 +55,7 @@ the source serves while each container is checkpointed, sent (--registry, or
 over the queue. --replay-max stops the source early when messages arrive
 nearly as fast as the target handles them. Any other pod moves with
 checkpoint-restore: cut off the network, checkpointed, restored, given its
-labels; its clients wait (about 2 s) and reconnect, no broker. On failure or
+labels; its clients wait for the whole move and reconnect, no broker. On failure or
 Ctrl-C everything is rolled back; once the target took over, it completes.
 Checkpoints hold the process's memory: deleted after success.
 
