@@ -70,7 +70,7 @@ var artifacts = []artifact{
 			"-o", filepath.Join(d.cache, "bin", "containerd-"+containerd24Version)+"/",
 			"github.com/containerd/containerd/v2/cmd/containerd", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2")
 	}, "containerd-2.4"},
-	{"python", "python-trixie-pika", func(d dirs, repo string) error {
+	{"python", "python-trixie-pika-redis", func(d dirs, repo string) error {
 		return script(repo, "python-rootfs.sh", d.pythonBase())
 	}, ""},
 	{"runc-wrapper", "runc-wrapper-1", func(d dirs, repo string) error {
