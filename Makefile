@@ -66,7 +66,7 @@ e2e-containerd: ## the core e2e and the restore opt-in on the containerd lane (r
 # after it, migrations restore through the kubectl-migrate runtime; after
 # --uninstall the nodes are as before. Brought up with
 # LAB_RUNTIME=containerd-2.4 and left down.
-E2E_CONTAINERD24 := ^(TestTheRuntimeRestoresWhereContainerdCannot|TestRuntimeRestore|TestEveryMoveThroughTheRuntime|TestTenantCannotClaimAStagedCheckpoint|TestTenantCannotSteerAnotherNamespacesConsumer|TestTenantCannotSteerARecoveryByItsJournal|TestTenantCannotOwnTheAgentsNamespace|TestTenantAgentsActOnlyWhereTheirRequesterMigrates|TestCheckpointRestoreMovesAProcessWithoutTheContract|TestCheckpointRestoreRollsBackAProcessWithoutTheContract)$$
+E2E_CONTAINERD24 := ^(TestTheRuntimeRestoresWhereContainerdCannot|TestRuntimeRestore|TestEveryMoveThroughTheRuntime|TestTenantCannotClaimAStagedCheckpoint|TestTenantCannotSteerAnotherNamespacesConsumer|TestTenantCannotSteerARecoveryByItsJournal|TestTenantCannotOwnTheAgentsNamespace|TestTenantAgentsActOnlyWhereTheirRequesterMigrates|TestCheckpointRestoreMovesAProcessWithoutTheContract|TestCheckpointRestoreRollsBackAProcessWithoutTheContract|TestCheckpointRestoreMovesRedis)$$
 e2e-containerd24: ## the runtime-level restore on containerd 2.4 nodes (root)
 	go run ./test/lab down
 	LAB_RUNTIME=containerd-2.4 go run ./test/lab up
