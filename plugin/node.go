@@ -240,12 +240,12 @@ func (o *NodeOptions) printDrainPlan(plan drain.Plan) error {
 		w = o.Out
 	}
 	var b strings.Builder
-	how := string(o.Strategy)
-	fmt.Fprintf(&b, "Drain of %s: %d pod(s) to migrate (%s, StatefulSet pods %s, %d at once), %d left.\n", plan.Node, len(plan.Moves), how, o.Mode, o.Parallel, len(plan.Skipped))
+	fmt.Fprintf(&b, "Drain of %s: %d pod(s) to migrate (StatefulSet pods %s, %d at once), %d left.\n", plan.Node, len(plan.Moves), o.Mode, o.Parallel, len(plan.Skipped))
 	for _, mv := range plan.Moves {
-		kind := "pod"
+		// Each pod's own strategy: --strategy, or the one its annotations choose.
+		kind := "pod, " + string(o.strategy(mv.Pod))
 		if mv.StatefulSet != "" {
-			kind = "sts " + mv.StatefulSet
+			kind = "sts " + mv.StatefulSet + ", " + string(o.strategy(mv.Pod))
 		}
 		extra := ""
 		if len(mv.Budgets) > 0 {

@@ -34,7 +34,7 @@ func TestNodeDryRunPrintsThePlanAndChangesNothing(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("%v\n%s", r.err, r.errOut)
 	}
-	for _, want := range []string{"migrate default/consumer → node-b  [pod]", "leave   default/plain: no ms2m.io/queue annotation", "Nothing was changed"} {
+	for _, want := range []string{"migrate default/consumer → node-b  [pod, ms2m]", "leave   default/plain: no ms2m.io/queue annotation", "Nothing was changed"} {
 		if !strings.Contains(r.out.String(), want) {
 			t.Errorf("plan lacks %q:\n%s", want, r.out)
 		}
