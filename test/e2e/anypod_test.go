@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,23 +77,7 @@ func moveKeyValueServer(t *testing.T, failAt string) {
 	l := setup(t)
 	l.restoresSomeWay(t)
 	ctx := context.Background()
-	ns := fmt.Sprintf("e2e-kv-%06x", rand.Uint32()>>8)
-	l.namespaces(t, ns)
-	l.waitDefaultServiceAccount(t, ns)
-	kv := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "kv", Namespace: ns, Labels: map[string]string{"app": "kv"}},
-		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{
-			Name: "kv", Image: l.imagePrefix + "/python-consumer:lab", Command: []string{"/usr/bin/python3", "-u", "-c", keyValueServer},
-		}}},
-	}
-	if _, err := l.client.CoreV1().Pods(ns).Create(ctx, kv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kube.WaitForPod(ctx, l.client, ns, "kv", func(p *corev1.Pod) (bool, error) {
-		return p != nil && p.Status.Phase == corev1.PodRunning, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	ns := l.startAnyPod(t, "kv", "/usr/bin/python3", "-u", "-c", keyValueServer)
 	get := func(pod, path string, params map[string]string) ([]byte, error) {
 		c, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
@@ -123,61 +108,29 @@ func moveKeyValueServer(t *testing.T, failAt string) {
 
 	// The client writes key_i = i without pause, keeping what was
 	// acknowledged, until the migration has ended.
-	var acked []int
-	var mu sync.Mutex
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			k := strconv.Itoa(i)
-			if body, err := get("kv", "/set", map[string]string{"k": "key_" + k, "v": k}); err == nil && string(body) == "ok" {
-				mu.Lock()
-				acked = append(acked, i)
-				mu.Unlock()
-			}
-		}
-	}()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		mu.Lock()
-		n := len(acked)
-		mu.Unlock()
-		if n >= 20 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the client's writes were not acknowledged")
-		}
+	var log ackLog
+	stopWriting := log.writeWithoutPause(func(i int) bool {
+		k := strconv.Itoa(i)
+		body, err := get("kv", "/set", map[string]string{"k": "key_" + k, "v": k})
+		return err == nil && string(body) == "ok"
+	})
+	if !log.waitBeyond(20, 30*time.Second) {
+		stopWriting()
+		t.Fatal("the client's writes were not acknowledged")
 	}
 
-	argv := []string{"migrate", "-n", ns, "pod", "kv", "--to", "node-b", "--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab",
-		"--insecure-registry", "--allow-anonymous-checkpoints", "--registry", l.registry + "/checkpoints", "-o", "json"}
-	if failAt != "" {
-		argv = append(argv, "--inject-failure", failAt)
-	}
-	cmd := l.kubectlCommand(argv...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	close(stop)
-	<-done
-	t.Logf("kubectl %s:\n%s", strings.Join(argv, " "), stderr.String())
-	var rec report.Record
-	jerr := json.Unmarshal(stdout.Bytes(), &rec)
+	rec, err, jerr := l.migrateAnyPod(t, ns, "kv", failAt)
+	stopWriting()
+	acked := log.all()
 	if failAt != "" {
 		if err == nil || jerr != nil || rec.Outcome != report.RolledBack {
-			t.Fatalf("migration with a failure in %s: %v %v %s\n%s", failAt, err, jerr, rec.Outcome, stdout.String())
+			t.Fatalf("migration with a failure in %s: %v %v %s", failAt, err, jerr, rec.Outcome)
 		}
 		sourceKeepsEveryWrite(t, l, ns, before, acked, get, dump)
 		return
 	}
 	if err != nil || jerr != nil || rec.Outcome != report.Succeeded {
-		t.Fatalf("migration: %v %v %s\n%s", err, jerr, rec.Outcome, stdout.String())
+		t.Fatalf("migration: %v %v %s", err, jerr, rec.Outcome)
 	}
 	if rec.Strategy != "checkpoint-restore" || rec.Downtime == nil || rec.Downtime.Millis <= 0 {
 		t.Fatalf("strategy %s, downtime %+v", rec.Strategy, rec.Downtime)
@@ -196,6 +149,105 @@ func moveKeyValueServer(t *testing.T, failAt string) {
 	}
 	keepsEveryWrite(t, after, acked)
 	t.Logf("%d acknowledged writes, all in the copy (%d keys); downtime %d ms", len(acked), len(after.Store), rec.Downtime.Millis)
+}
+
+// startAnyPod runs a pod called name (labelled app=name) on node-a in a
+// namespace of its own, with the lab's Debian image (python3, pika,
+// redis-server) running command, and returns the namespace once the pod
+// runs with an IP.
+func (l *lab) startAnyPod(t *testing.T, name string, command ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	ns := fmt.Sprintf("e2e-%s-%06x", name, rand.Uint32()>>8)
+	l.namespaces(t, ns)
+	l.waitDefaultServiceAccount(t, ns)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{
+			Name: name, Image: l.imagePrefix + "/python-consumer:lab", Command: command,
+		}}},
+	}
+	if _, err := l.client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.WaitForPod(ctx, l.client, ns, name, func(p *corev1.Pod) (bool, error) {
+		return p != nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// ackLog is a client's log of the writes key_i = i it saw acknowledged.
+type ackLog struct {
+	mu    sync.Mutex
+	acked []int
+}
+
+func (a *ackLog) add(i int) {
+	a.mu.Lock()
+	a.acked = append(a.acked, i)
+	a.mu.Unlock()
+}
+
+func (a *ackLog) all() []int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.acked)
+}
+
+// writeWithoutPause calls write(i) for i = 0, 1, … one after another,
+// logging each i it reports acknowledged, until the stop it returns is
+// called; stop returns once the write in flight has ended.
+func (a *ackLog) writeWithoutPause(write func(i int) bool) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			if write(i) {
+				a.add(i)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(quit); <-done }) }
+}
+
+// waitBeyond waits until more than n writes were acknowledged, or timeout
+// has passed (false).
+func (a *ackLog) waitBeyond(n int, timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if len(a.all()) > n {
+			return true
+		}
+	}
+	return false
+}
+
+// migrateAnyPod runs kubectl migrate pod on pod, given no strategy and no
+// broker, to node-b (with failAt, failing it there), and returns its record,
+// the command's error and the record's decoding error.
+func (l *lab) migrateAnyPod(t *testing.T, ns, pod, failAt string) (rec report.Record, err, jerr error) {
+	t.Helper()
+	argv := []string{"migrate", "-n", ns, "pod", pod, "--to", "node-b", "--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab",
+		"--insecure-registry", "--allow-anonymous-checkpoints", "--registry", l.registry + "/checkpoints", "-o", "json"}
+	if failAt != "" {
+		argv = append(argv, "--inject-failure", failAt)
+	}
+	cmd := l.kubectlCommand(argv...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	t.Logf("kubectl %s:\n%s", strings.Join(argv, " "), stderr.String())
+	if jerr = json.Unmarshal(stdout.Bytes(), &rec); jerr != nil {
+		jerr = fmt.Errorf("%w:\n%s", jerr, stdout.String())
+	}
+	return rec, err, jerr
 }
 
 // keepsEveryWrite fails unless d holds every acknowledged write.

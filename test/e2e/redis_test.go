@@ -3,12 +3,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -22,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -39,24 +35,7 @@ func TestCheckpointRestoreMovesRedis(t *testing.T) {
 	l := setup(t)
 	l.restoresSomeWay(t)
 	ctx := context.Background()
-	ns := fmt.Sprintf("e2e-redis-%06x", rand.Uint32()>>8)
-	l.namespaces(t, ns)
-	l.waitDefaultServiceAccount(t, ns)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "redis", Namespace: ns, Labels: map[string]string{"app": "redis"}},
-		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{
-			Name: "redis", Image: l.imagePrefix + "/python-consumer:lab",
-			Command: []string{"/usr/bin/redis-server", "--port", "6379", "--protected-mode", "no", "--save", "", "--appendonly", "no"},
-		}}},
-	}
-	if _, err := l.client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kube.WaitForPod(ctx, l.client, ns, "redis", func(p *corev1.Pod) (bool, error) {
-		return p != nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	ns := l.startAnyPod(t, "redis", "/usr/bin/redis-server", "--port", "6379", "--protected-mode", "no", "--save", "", "--appendonly", "no")
 
 	dials := &labelDialer{l: l, ns: ns, selector: "app=redis"}
 	client := redis.NewClient(&redis.Options{
@@ -75,78 +54,40 @@ func TestCheckpointRestoreMovesRedis(t *testing.T) {
 		}
 	}
 
-	var acked []int
-	var mu sync.Mutex
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			c, cancel := context.WithTimeout(ctx, 2*time.Second)
-			err := client.Set(c, "key_"+strconv.Itoa(i), i, 0).Err()
-			cancel()
-			if err != nil {
-				time.Sleep(20 * time.Millisecond) // the server is away: no busy loop while it moves
-				continue
-			}
-			mu.Lock()
-			acked = append(acked, i)
-			mu.Unlock()
+	var log ackLog
+	stopWriting := log.writeWithoutPause(func(i int) bool {
+		c, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if err := client.Set(c, "key_"+strconv.Itoa(i), i, 0).Err(); err != nil {
+			time.Sleep(20 * time.Millisecond) // the server is away: no busy loop while it moves
+			return false
 		}
-	}()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		mu.Lock()
-		n := len(acked)
-		mu.Unlock()
-		if n >= 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			close(stop)
-			t.Fatal("redis acknowledged no writes")
-		}
+		return true
+	})
+	if !log.waitBeyond(200, 30*time.Second) {
+		stopWriting()
+		t.Fatal("redis acknowledged no writes")
 	}
 
-	argv := []string{"migrate", "-n", ns, "pod", "redis", "--to", "node-b", "--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab",
-		"--insecure-registry", "--allow-anonymous-checkpoints", "--registry", l.registry + "/checkpoints", "-o", "json"}
-	cmd := l.kubectlCommand(argv...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	t.Logf("kubectl %s:\n%s", strings.Join(argv, " "), stderr.String())
-	var rec report.Record
-	if jerr := json.Unmarshal(stdout.Bytes(), &rec); err != nil || jerr != nil || rec.Outcome != report.Succeeded {
-		close(stop)
-		t.Fatalf("migration: %v %v %s\n%s", err, jerr, rec.Outcome, stdout.String())
+	rec, err, jerr := l.migrateAnyPod(t, ns, "redis", "")
+	if err != nil || jerr != nil || rec.Outcome != report.Succeeded {
+		stopWriting()
+		t.Fatalf("migration: %v %v %s", err, jerr, rec.Outcome)
 	}
-	// Writes go on until one lands on the copy, so the log holds writes
-	// from before, during and after the move.
 	target, err := l.client.CoreV1().Pods(ns).Get(ctx, rec.TargetPod, metav1.GetOptions{})
 	if err != nil || target.Spec.NodeName != "node-b" || target.Labels["app"] != "redis" {
-		close(stop)
+		stopWriting()
 		t.Fatalf("the copy %s: %v", rec.TargetPod, err)
 	}
-	mu.Lock()
-	atMigrated := len(acked)
-	mu.Unlock()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		mu.Lock()
-		n := len(acked)
-		mu.Unlock()
-		if n > atMigrated+50 {
-			break
-		}
-		if time.Now().After(deadline) {
-			close(stop)
-			t.Fatalf("the client never wrote to the copy (dials: %v)", dials.log())
-		}
+	// Writes go on until some land on the copy, so the log holds writes
+	// from before, during and after the move.
+	atMigrated := len(log.all())
+	if !log.waitBeyond(atMigrated+50, 60*time.Second) {
+		stopWriting()
+		t.Fatalf("the client never wrote to the copy (dials: %v)", dials.log())
 	}
-	close(stop)
-	<-done
+	stopWriting()
+	acked := log.all()
 
 	if rec.Strategy != "checkpoint-restore" || rec.Downtime == nil || rec.Downtime.Millis <= 0 {
 		t.Fatalf("strategy %s, downtime %+v", rec.Strategy, rec.Downtime)
