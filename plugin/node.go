@@ -243,9 +243,10 @@ func (o *NodeOptions) printDrainPlan(plan drain.Plan) error {
 	fmt.Fprintf(&b, "Drain of %s: %d pod(s) to migrate (StatefulSet pods %s, %d at once), %d left.\n", plan.Node, len(plan.Moves), o.Mode, o.Parallel, len(plan.Skipped))
 	for _, mv := range plan.Moves {
 		// Each pod's own strategy: --strategy, or the one its annotations choose.
-		kind := "pod, " + string(o.strategy(mv.Pod))
+		how := string(o.strategy(mv.Pod))
+		kind := "pod, " + how
 		if mv.StatefulSet != "" {
-			kind = "sts " + mv.StatefulSet + ", " + string(o.strategy(mv.Pod))
+			kind = "sts " + mv.StatefulSet + ", " + how
 		}
 		extra := ""
 		if len(mv.Budgets) > 0 {
