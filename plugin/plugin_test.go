@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
@@ -534,16 +535,20 @@ func TestCheckPodsSaysWhatCanMove(t *testing.T) {
 	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "node-a"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	source := migratetest.SourcePod()
 	source.Annotations = map[string]string{migrate.QueueAnnotation: "work"}
-	w := migratetest.NewWorld(t, migratetest.Node("node-a", "cri-o://1.34.0"), migratetest.Node("node-b", "cri-o://1.34.0"), source, plain)
+	member := plain.DeepCopy()
+	member.Name = "cache-0"
+	member.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "cache", UID: "cache", Controller: ptr.To(true)}}
+	w := migratetest.NewWorld(t, migratetest.Node("node-a", "cri-o://1.34.0"), migratetest.Node("node-b", "cri-o://1.34.0"), source, plain, member)
 	w.Client.ClearActions()
 	table := execute(t, w, "check", "--pods")
 	out := table.out.String()
 	if table.err != nil || !regexp.MustCompile(`consumer\s+node-a\s+yes\s+kubectl migrate pod consumer: MS2M`).MatchString(out) ||
-		!regexp.MustCompile(`plain\s+node-a\s+no\s+no ms2m.io/queue annotation`).MatchString(out) {
+		!regexp.MustCompile(`plain\s+node-a\s+yes\s+kubectl migrate pod plain: checkpoint/restore \(no MS2M contract\): .*connections are reset`).MatchString(out) ||
+		!regexp.MustCompile(`cache-0\s+node-a\s+no\s+a StatefulSet pod without the MS2M contract`).MatchString(out) {
 		t.Fatalf("check --pods: %v\n%s", table.err, out)
 	}
 	onlyReads(t, w.Client.Actions())
-	if names := execute(t, w, "check", "--pods", "-o", "name"); names.out.String() != "pod/consumer\n" {
+	if names := execute(t, w, "check", "--pods", "-o", "name"); names.out.String() != "pod/consumer\npod/plain\n" {
 		t.Fatalf("check --pods -o name: %q", names.out)
 	}
 	data := execute(t, w, "check", "--pods", "--node", "node-b", "-o", "json")

@@ -10,8 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Movability is whether and how a pod can be migrated, by the rules a
-// drain applies (kubectl migrate check --pods lists it for every pod).
+// Movability is whether and how a pod can be migrated (kubectl migrate
+// check --pods lists it for every pod); a drain moves those that follow
+// the MS2M contract.
 type Movability struct {
 	Namespace string `json:"namespace"`
 	Pod       string `json:"pod"`
@@ -29,7 +30,12 @@ type Movability struct {
 func Movable(pod *corev1.Pod) Movability {
 	m := Movability{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName}
 	sts, reason, _ := classify(pod)
-	if reason != "" {
+	owner := metav1.GetControllerOf(pod)
+	switch {
+	case reason == withoutContract && owner != nil && owner.Kind == "StatefulSet":
+		m.Why = "a StatefulSet pod without the MS2M contract (no " + migrate.QueueAnnotation + " annotation): checkpoint/restore does not move StatefulSet pods yet"
+		return m
+	case reason != "" && reason != withoutContract:
 		m.Why = reason
 		return m
 	}
@@ -39,8 +45,10 @@ func Movable(pod *corev1.Pod) Movability {
 		containers = append(containers, c.Name)
 	}
 	m.Volumes = migrate.CarriedVolumes(pod, containers)
-	owner := metav1.GetControllerOf(pod)
 	switch {
+	case reason == withoutContract:
+		// What its clients see, since nothing tells it that it moves.
+		m.How = fmt.Sprintf("%s pod %s: checkpoint/restore (no MS2M contract): cut off the network while it moves, its connections are reset and its clients reconnect; a drain leaves it", version.Command(), pod.Name)
 	case sts != "":
 		m.How = fmt.Sprintf("%s sts %s: MS2M, keeping its name, ordinal and volume claims (StatefulSet %s)", version.Command(), pod.Name, sts)
 	case owner != nil && owner.Kind == "ReplicaSet":

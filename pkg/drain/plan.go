@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
 // Move is one pod the drain migrates.
@@ -124,7 +125,7 @@ func MakePlan(ctx context.Context, client kubernetes.Interface, node string, o P
 	return plan, nil
 }
 
-// classify says how pod moves (its StatefulSet, or "" for a bare pod), or
+// classify says how a drain moves pod (its StatefulSet, or "" for a bare pod), or
 // why it does not; evictable tells whether the eviction API may take it.
 func classify(pod *corev1.Pod) (statefulSet, reason string, evictable bool) {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
@@ -147,8 +148,6 @@ func classify(pod *corev1.Pod) (statefulSet, reason string, evictable bool) {
 		return "", fmt.Sprintf("controlled by %s %s, which would replace it on the node; only bare pods and StatefulSets', Deployments' and ReplicaSets' pods migrate", owner.Kind, owner.Name), true
 	case pod.Status.Phase != corev1.PodRunning:
 		return "", "not running (" + string(pod.Status.Phase) + "); only running pods can be checkpointed", true
-	case pod.Annotations[migrate.QueueAnnotation] == "":
-		return "", "no " + migrate.QueueAnnotation + " annotation: not an MS2M workload (see the application contract)", true
 	}
 	if why := migrate.Uncheckpointable(pod); why != "" {
 		return "", why, true
@@ -159,11 +158,20 @@ func classify(pod *corev1.Pod) (statefulSet, reason string, evictable bool) {
 			return "", "volume " + v.Name + " is a hostPath, whose data stays on the node", true
 		}
 	}
+	if pod.Annotations[migrate.QueueAnnotation] == "" {
+		return "", withoutContract, true
+	}
 	if owner != nil && owner.Kind == "StatefulSet" {
 		return owner.Name, "", false
 	}
 	return "", "", false
 }
+
+// withoutContract is why a drain leaves a pod that CRIU could move but that
+// does not follow the MS2M contract: kubectl migrate pod moves it with
+// checkpoint/restore, which drains do not run yet.
+var withoutContract = "no " + migrate.QueueAnnotation + " annotation: not an MS2M workload, which a drain moves; " +
+	version.Command() + " pod moves it with checkpoint/restore"
 
 // targetNode is a node pods may move to, with the room left on it.
 type targetNode struct {
