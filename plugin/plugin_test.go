@@ -544,11 +544,11 @@ func TestCheckPodsSaysWhatCanMove(t *testing.T) {
 	out := table.out.String()
 	if table.err != nil || !regexp.MustCompile(`consumer\s+node-a\s+yes\s+kubectl migrate pod consumer: MS2M`).MatchString(out) ||
 		!regexp.MustCompile(`plain\s+node-a\s+yes\s+kubectl migrate pod plain: checkpoint/restore \(no MS2M contract\): .*connections are reset`).MatchString(out) ||
-		!regexp.MustCompile(`cache-0\s+node-a\s+no\s+a StatefulSet pod without the MS2M contract`).MatchString(out) {
+		!regexp.MustCompile(`cache-0\s+node-a\s+yes\s+kubectl migrate sts cache-0: checkpoint/restore \(no MS2M contract\), keeping its name`).MatchString(out) {
 		t.Fatalf("check --pods: %v\n%s", table.err, out)
 	}
 	onlyReads(t, w.Client.Actions())
-	if names := execute(t, w, "check", "--pods", "-o", "name"); names.out.String() != "pod/consumer\npod/plain\n" {
+	if names := execute(t, w, "check", "--pods", "-o", "name"); names.out.String() != "pod/cache-0\npod/consumer\npod/plain\n" {
 		t.Fatalf("check --pods -o name: %q", names.out)
 	}
 	data := execute(t, w, "check", "--pods", "--node", "node-b", "-o", "json")

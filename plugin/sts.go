@@ -25,6 +25,9 @@ const stsExample = `  # Move ordinal 0 of StatefulSet consumer to node-b, keepin
   # The stop-and-copy baseline
   kubectl migrate sts consumer-0 --to node-b --strategy stop-and-copy
 
+  # A StatefulSet of software without the MS2M contract (checkpoint/restore)
+  kubectl migrate sts redis-0 --to node-b
+
   # Nodes whose runtime cannot restore (containerd 2.4): set up the
   # kubectl-migrate runtime on both, as a rollback restores on the source
   kubectl migrate node-setup node-a node-b
@@ -35,8 +38,9 @@ ordinal, labels and volume claims. While the name changes hands the
 StatefulSet is deleted with its pods orphaned and created again from its
 saved spec, which adopts the moved pod: its spec ends exactly as before.
 
---mode sequential (the default) stops the source after its checkpoint and
-restores it under the same name on the target. --mode shadow (MS2M only)
+--mode sequential (the default) stops the source after its checkpoint (cuts
+it off the network, for a pod without the MS2M contract, such as a Redis)
+and restores it under the same name on the target. --mode shadow (MS2M only)
 moves it first into NAME-ORDINAL-shadow on the target while it serves, then
 into its own name: two switchovers of milliseconds (a claim then needs a
 ReadWriteMany volume). A node-local volume is refused before any change. On

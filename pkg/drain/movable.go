@@ -31,11 +31,7 @@ func Movable(pod *corev1.Pod) Movability {
 	m := Movability{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName}
 	sts, reason, _ := classify(pod)
 	owner := metav1.GetControllerOf(pod)
-	switch {
-	case reason == withoutContract && owner != nil && owner.Kind == "StatefulSet":
-		m.Why = "a StatefulSet pod without the MS2M contract (no " + migrate.QueueAnnotation + " annotation): checkpoint/restore does not move StatefulSet pods yet"
-		return m
-	case reason != "" && reason != withoutContract:
+	if reason != "" && reason != withoutContract {
 		m.Why = reason
 		return m
 	}
@@ -45,10 +41,14 @@ func Movable(pod *corev1.Pod) Movability {
 		containers = append(containers, c.Name)
 	}
 	m.Volumes = migrate.CarriedVolumes(pod, containers)
+	// What the clients of a pod without the contract see, since nothing
+	// tells it that it moves.
+	const clientsSee = "cut off the network while it moves, its connections are reset and its clients reconnect; a drain leaves it"
 	switch {
+	case reason == withoutContract && owner != nil && owner.Kind == "StatefulSet":
+		m.How = fmt.Sprintf("%s sts %s: checkpoint/restore (no MS2M contract), keeping its name, ordinal and volume claims (StatefulSet %s): %s", version.Command(), pod.Name, owner.Name, clientsSee)
 	case reason == withoutContract:
-		// What its clients see, since nothing tells it that it moves.
-		m.How = fmt.Sprintf("%s pod %s: checkpoint/restore (no MS2M contract): cut off the network while it moves, its connections are reset and its clients reconnect; a drain leaves it", version.Command(), pod.Name)
+		m.How = fmt.Sprintf("%s pod %s: checkpoint/restore (no MS2M contract): %s", version.Command(), pod.Name, clientsSee)
 	case sts != "":
 		m.How = fmt.Sprintf("%s sts %s: MS2M, keeping its name, ordinal and volume claims (StatefulSet %s)", version.Command(), pod.Name, sts)
 	case owner != nil && owner.Kind == "ReplicaSet":

@@ -149,7 +149,7 @@ func TestCheckpointRestoreRefusesAContractPod(t *testing.T) {
 }
 
 // TestCheckpointRestoreConfig: no broker needed; the contract's own
-// options and StatefulSet pods are refused with the reason.
+// options and a shadow copy (which replays) are refused with the reason.
 func TestCheckpointRestoreConfig(t *testing.T) {
 	cfg := testConfig(migrate.CheckpointRestore)
 	cfg.Broker = migrate.BrokerConfig{}
@@ -163,8 +163,12 @@ func TestCheckpointRestoreConfig(t *testing.T) {
 	}
 	sts := cfg
 	sts.StatefulSet, sts.TargetName, sts.Mode = "web", "consumer", migrate.Sequential
-	if err := sts.Validate(); err == nil || !strings.Contains(err.Error(), "StatefulSet") {
-		t.Fatalf("a StatefulSet pod without the contract: %v", err)
+	if err := sts.Validate(); err != nil {
+		t.Fatalf("a StatefulSet pod without the contract, sequential: %v", err)
+	}
+	sts.Mode = migrate.Shadow
+	if err := sts.Validate(); err == nil || !strings.Contains(err.Error(), "needs --strategy ms2m") {
+		t.Fatalf("a StatefulSet pod without the contract, through a shadow: %v", err)
 	}
 	cut := cfg
 	cut.Cutoff = 1

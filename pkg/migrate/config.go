@@ -266,9 +266,6 @@ func (c Config) ValidateChoices() error {
 	if c.ReplayMax > 0 && c.Cutoff > 0 {
 		errs = append(errs, errors.New("give --replay-max (cutoff from measured rates) or --cutoff (a fixed one), not both"))
 	}
-	if c.StatefulSet != "" && !c.Strategy.Contract() {
-		errs = append(errs, fmt.Errorf("a StatefulSet pod moves only with the MS2M contract (--strategy %s or %s) for now: its source must stop before its copy takes the name", MS2M, StopAndCopy))
-	}
 	if (c.ReplayMax > 0 || c.Cutoff > 0) && c.Strategy != MS2M {
 		errs = append(errs, errors.New("--replay-max and --cutoff only apply to --strategy ms2m, which replays"))
 	}

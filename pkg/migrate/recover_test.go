@@ -196,9 +196,9 @@ func TestRecoverStatefulSetFromACrashAtEveryStep(t *testing.T) {
 	for _, tc := range []struct {
 		strategy migrate.Strategy
 		mode     migrate.StatefulSetMode
-	}{{migrate.MS2M, migrate.Sequential}, {migrate.StopAndCopy, migrate.Sequential}, {migrate.MS2M, migrate.Shadow}} {
+	}{{migrate.MS2M, migrate.Sequential}, {migrate.StopAndCopy, migrate.Sequential}, {migrate.CheckpointRestore, migrate.Sequential}, {migrate.MS2M, migrate.Shadow}} {
 		for _, path := range restorePaths {
-			world := path.world(migratetest.NewStatefulSetWorld)
+			world := path.world(func(t *testing.T) *migratetest.World { w, _ := stsWorld(t, tc.strategy, tc.mode); return w })
 			steps := crashSteps(t, world, crashStatefulSetConfig(tc.strategy, tc.mode))
 			for n := 1; n <= steps; n++ {
 				t.Run(fmt.Sprintf("%s/%s/%s/%d", path.name, tc.strategy, tc.mode, n), func(t *testing.T) {

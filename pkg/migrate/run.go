@@ -17,7 +17,10 @@ func Phases(s Strategy, statefulSet bool, mode StatefulSetMode) []Phase {
 		return shadowPhases()
 	}
 	if statefulSet {
-		if s == StopAndCopy {
+		switch s {
+		case CheckpointRestore:
+			return []Phase{preflight{}, setup{}, isolateSource{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{}, switchover{}, cleanup{}}
+		case StopAndCopy:
 			return []Phase{preflight{}, setup{}, stopSource{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{}, switchover{}, cleanup{}}
 		}
 		return []Phase{preflight{}, setup{}, prepare{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{}, replay{}, switchover{}, cleanup{}}

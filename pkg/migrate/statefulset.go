@@ -48,7 +48,7 @@ func (detach) Name() report.PhaseName { return report.Detach }
 
 func (detach) Run(ctx context.Context, m *Migration) error {
 	inPlace := m.config.Pod == m.config.TargetName
-	if inPlace { // stop-and-copy stopped it at the start already
+	if inPlace && m.config.Strategy.Contract() { // stop-and-copy stopped it at the start already; checkpoint/restore cut it off
 		if err := m.haltSource(ctx); err != nil {
 			return err
 		}
@@ -116,6 +116,12 @@ func (m *Migration) restoreSourceInPlace(ctx context.Context) error {
 	}
 	if _, _, err := m.restoreAs(ctx, m.config.Pod, m.state.SourceNode); err != nil {
 		return err
+	}
+	if !m.config.Strategy.Contract() {
+		// It runs from its checkpoint, in a pod of its own that no cut
+		// holds: what it acknowledged before the cut is in it.
+		m.state.SourceDeleted, m.state.SourceIsolated = false, false
+		return nil
 	}
 	if err := m.resumeRestored(ctx, m.sourceApp(), m.state.ReplayQueue, m.state.SourceFinal.Position()); err != nil {
 		return err

@@ -25,7 +25,23 @@ func stsConfig(s migrate.Strategy, mode migrate.StatefulSetMode) migrate.Config 
 	cfg := testConfig(s)
 	cfg.Pod, cfg.TargetName, cfg.StatefulSet, cfg.Mode = "consumer-0", "consumer-0", "consumer", mode
 	cfg.ReplayTimeout, cfg.PhaseTimeout = 3*time.Second, 3*time.Second
+	if !s.Contract() {
+		cfg.Broker = migrate.BrokerConfig{}
+	}
 	return cfg
+}
+
+// stsWorld is a StatefulSet world and a migration of consumer-0 in it;
+// for checkpoint/restore its applications follow no contract.
+func stsWorld(t *testing.T, s migrate.Strategy, mode migrate.StatefulSetMode) (*migratetest.World, migrate.Config) {
+	w, cfg := migratetest.NewStatefulSetWorld(t), stsConfig(s, mode)
+	if !s.Contract() {
+		w.NoContract = true
+		if err := w.Client.CoreV1().Secrets("default").Delete(context.Background(), protocol.ControlSecret, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w, cfg
 }
 
 // checkStatefulSet checks that consumer-0 runs on node with the original
@@ -101,13 +117,14 @@ func TestStatefulSetModes(t *testing.T) {
 	}{
 		{migrate.MS2M, migrate.Sequential, "preflight setup prepare checkpoint image detach restore adopt replay switchover cleanup"},
 		{migrate.StopAndCopy, migrate.Sequential, "preflight setup stop checkpoint image detach restore adopt switchover cleanup"},
+		{migrate.CheckpointRestore, migrate.Sequential, "preflight setup stop checkpoint image detach restore adopt switchover cleanup"},
 		{migrate.MS2M, migrate.Shadow, "preflight setup prepare/shadow checkpoint/shadow image/shadow restore/shadow replay/shadow switchover/shadow " +
 			"prepare/final checkpoint/final image/final detach/final restore/final adopt/final replay/final switchover/final cleanup/final"},
 	} {
 		t.Run(string(tc.strategy)+"/"+string(tc.mode), func(t *testing.T) {
-			w := migratetest.NewStatefulSetWorld(t)
+			w, cfg := stsWorld(t, tc.strategy, tc.mode)
 			other := consumer1(t, w)
-			rec, err := migrate.Run(context.Background(), stsConfig(tc.strategy, tc.mode), w.Deps(), migrate.Hooks{})
+			rec, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,6 +178,7 @@ func TestStatefulSetRollbackAtEveryPhase(t *testing.T) {
 			{report.Prepare, 0}, {report.Checkpoint, 0}, {report.Image, 0}, {report.Detach, 0},
 			{report.Restore, 1}, {report.Adopt, 0}, {report.Replay, 1}, {report.Switchover, 1}}},
 		{migrate.StopAndCopy, migrate.Sequential, []failure{{report.Checkpoint, 0}, {report.Restore, 1}, {report.Adopt, 0}}},
+		{migrate.CheckpointRestore, migrate.Sequential, []failure{{report.Stop, 0}, {report.Checkpoint, 0}, {report.Image, 0}, {report.Detach, 0}, {report.Restore, 1}, {report.Adopt, 0}}},
 		{migrate.MS2M, migrate.Shadow, []failure{
 			{report.Prepare, 1}, {report.Checkpoint, 1}, {report.Image, 1}, {report.Restore, 1}, {report.Replay, 1}, {report.Switchover, 1},
 			{report.Prepare, 2}, {report.Checkpoint, 2}, {report.Image, 2}, {report.Detach, 1}, {report.Restore, 2},
@@ -168,10 +186,10 @@ func TestStatefulSetRollbackAtEveryPhase(t *testing.T) {
 	} {
 		for _, f := range tc.failures {
 			t.Run(fmt.Sprintf("%s/%s/%s#%d", tc.strategy, tc.mode, f.phase, f.nth), func(t *testing.T) {
-				w := migratetest.NewStatefulSetWorld(t)
+				w, cfg := stsWorld(t, tc.strategy, tc.mode)
 				w.FailOn(f.phase, f.nth)
 				other := consumer1(t, w)
-				rec, err := migrate.Run(context.Background(), stsConfig(tc.strategy, tc.mode), w.Deps(), migrate.Hooks{})
+				rec, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{})
 				if err == nil || rec.Outcome != report.RolledBack {
 					t.Fatalf("want a rolled-back migration, got %v (%s)", err, rec.Outcome)
 				}

@@ -189,6 +189,9 @@ func (w *World) podsOnDeadKubelets() {
 		down := w.KubeletDown[pod.Spec.NodeName]
 		w.Mu.Unlock()
 		if grace := del.GetDeleteOptions().GracePeriodSeconds; !down || grace != nil && *grace == 0 {
+			w.Mu.Lock()
+			delete(w.Isolated, pod.Name) // a cut holds the pod's network, which goes with it
+			w.Mu.Unlock()
 			return false, nil, nil
 		}
 		if pod.DeletionTimestamp == nil {

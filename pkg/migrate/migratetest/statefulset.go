@@ -49,6 +49,9 @@ func NewStatefulSetWorld(t *testing.T) *World {
 	for i := range 2 {
 		pod := SourcePod()
 		pod.Name = fmt.Sprintf("consumer-%d", i)
+		if i > 0 {
+			pod.UID = types.UID(fmt.Sprintf("source-uid-%d", i)) // each member its own, as the API server gives
+		}
 		pod.Labels[appsv1.StatefulSetPodNameLabel] = pod.Name
 		pod.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(sts, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))}
 		objects = append(objects, pod)
