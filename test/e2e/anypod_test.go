@@ -234,7 +234,13 @@ func (a *ackLog) waitBeyond(n int, timeout time.Duration) bool {
 // the command's error and the record's decoding error.
 func (l *lab) migrateAnyPod(t *testing.T, ns, pod, failAt string) (rec report.Record, err, jerr error) {
 	t.Helper()
-	argv := []string{"migrate", "-n", ns, "pod", pod, "--to", "node-b", "--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab",
+	return l.migrateWithoutContract(t, "pod", ns, pod, failAt)
+}
+
+// migrateWithoutContract is migrateAnyPod with the command (pod or sts).
+func (l *lab) migrateWithoutContract(t *testing.T, command, ns, pod, failAt string) (rec report.Record, err, jerr error) {
+	t.Helper()
+	argv := []string{"migrate", "-n", ns, command, pod, "--to", "node-b", "--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab",
 		"--insecure-registry", "--allow-anonymous-checkpoints", "--registry", l.registry + "/checkpoints", "-o", "json"}
 	if failAt != "" {
 		argv = append(argv, "--inject-failure", failAt)

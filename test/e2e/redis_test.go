@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -15,12 +16,18 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
+
+// redisServerCommand runs Debian's redis-server in memory only.
+var redisServerCommand = []string{"/usr/bin/redis-server", "--port", "6379", "--protected-mode", "no", "--save", "", "--appendonly", "no"}
 
 // TestCheckpointRestoreMovesRedis: kubectl migrate pod, given no strategy
 // and no broker, moves Debian's redis-server while a client writes SET
@@ -34,10 +41,91 @@ func TestCheckpointRestoreMovesRedis(t *testing.T) {
 	concurrent(t)
 	l := setup(t)
 	l.restoresSomeWay(t)
-	ctx := context.Background()
-	ns := l.startAnyPod(t, "redis", "/usr/bin/redis-server", "--port", "6379", "--protected-mode", "no", "--save", "", "--appendonly", "no")
+	ns := l.startAnyPod(t, "redis", redisServerCommand...)
+	moveRedis(t, l, "pod", ns, "redis", "app=redis")
+}
 
-	dials := &labelDialer{l: l, ns: ns, selector: "app=redis"}
+// TestCheckpointRestoreMovesARedisStatefulSet: kubectl migrate sts moves
+// ordinal 0 of a StatefulSet of redis-server (no contract, so
+// checkpoint/restore) while a client writes to it without pause, as
+// TestCheckpointRestoreMovesRedis checks; the pod keeps its name and
+// ordinal, its StatefulSet (created again from its spec) owns it on the
+// target node, and ordinal 1 was not touched.
+func TestCheckpointRestoreMovesARedisStatefulSet(t *testing.T) {
+	concurrent(t)
+	l := setup(t)
+	l.restoresSomeWay(t)
+	ctx := context.Background()
+	ns := l.startRedisStatefulSet(t)
+	other, err := l.client.CoreV1().Pods(ns).Get(ctx, "redis-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moveRedis(t, l, "sts", ns, "redis-0", appsv1.StatefulSetPodNameLabel+"=redis-0")
+	pod, err := l.client.CoreV1().Pods(ns).Get(ctx, "redis-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts, err := l.client.AppsV1().StatefulSets(ns).Get(ctx, "redis", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the StatefulSet is gone: %v", err)
+	}
+	if owner := metav1.GetControllerOf(pod); owner == nil || owner.UID != sts.UID || pod.Spec.NodeName != "node-b" {
+		t.Fatalf("redis-0 on %s owned by %+v, want node-b owned by StatefulSet redis (%s)", pod.Spec.NodeName, owner, sts.UID)
+	}
+	if *sts.Spec.Replicas != 2 {
+		t.Fatalf("the StatefulSet's spec changed: %d replicas", *sts.Spec.Replicas)
+	}
+	if now, err := l.client.CoreV1().Pods(ns).Get(ctx, "redis-1", metav1.GetOptions{}); err != nil || now.UID != other.UID || now.Spec.NodeName != "node-a" {
+		t.Fatalf("redis-1 was touched: %v", err)
+	}
+}
+
+// startRedisStatefulSet creates StatefulSet redis, two ordinals of
+// redis-server on node-a, in a namespace of its own, and returns the
+// namespace once both run with an IP.
+func (l *lab) startRedisStatefulSet(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	ns := fmt.Sprintf("e2e-redis-sts-%06x", rand.Uint32()>>8)
+	l.namespaces(t, ns)
+	l.waitDefaultServiceAccount(t, ns)
+	labels := map[string]string{"app": "redis"}
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "redis", Namespace: ns},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To[int32](2), ServiceName: "redis", PodManagementPolicy: appsv1.ParallelPodManagement,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"kubernetes.io/hostname": "node-a"},
+					Containers:   []corev1.Container{{Name: "redis", Image: l.imagePrefix + "/python-consumer:lab", Command: redisServerCommand}},
+				},
+			},
+		},
+	}
+	if _, err := l.client.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"redis-0", "redis-1"} {
+		if _, err := kube.WaitForPod(ctx, l.client, ns, name, func(p *corev1.Pod) (bool, error) {
+			return p != nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
+		}); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	return ns
+}
+
+// moveRedis moves the redis-server pod (with command, pod or sts) while a
+// client that dials whichever pod carries selector writes without pause,
+// and checks the copy is the same server, holds every acknowledged write,
+// and took the client's reconnection.
+func moveRedis(t *testing.T, l *lab, command, ns, pod, selector string) {
+	t.Helper()
+	ctx := context.Background()
+	dials := &labelDialer{l: l, ns: ns, selector: selector}
 	client := redis.NewClient(&redis.Options{
 		Dialer: dials.dial, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
 		MaxRetries: -1, PoolSize: 1, Protocol: 2, DisableIdentity: true,
@@ -69,7 +157,7 @@ func TestCheckpointRestoreMovesRedis(t *testing.T) {
 		t.Fatal("redis acknowledged no writes")
 	}
 
-	rec, err, jerr := l.migrateAnyPod(t, ns, "redis", "")
+	rec, err, jerr := l.migrateWithoutContract(t, command, ns, pod, "")
 	if err != nil || jerr != nil || rec.Outcome != report.Succeeded {
 		stopWriting()
 		t.Fatalf("migration: %v %v %s", err, jerr, rec.Outcome)
@@ -92,8 +180,10 @@ func TestCheckpointRestoreMovesRedis(t *testing.T) {
 	if rec.Strategy != "checkpoint-restore" || rec.Downtime == nil || rec.Downtime.Millis <= 0 {
 		t.Fatalf("strategy %s, downtime %+v", rec.Strategy, rec.Downtime)
 	}
-	if _, err := l.client.CoreV1().Pods(ns).Get(ctx, "redis", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("the source is still there: %v", err)
+	if rec.TargetPod != pod {
+		if _, err := l.client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("the source is still there: %v", err)
+		}
 	}
 	after, err := serverInfo(ctx, client)
 	if err != nil {
