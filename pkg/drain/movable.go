@@ -30,7 +30,6 @@ type Movability struct {
 func Movable(pod *corev1.Pod) Movability {
 	m := Movability{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName}
 	sts, reason, _ := classify(pod)
-	owner := metav1.GetControllerOf(pod)
 	if reason != "" && reason != withoutContract {
 		m.Why = reason
 		return m
@@ -41,20 +40,22 @@ func Movable(pod *corev1.Pod) Movability {
 		containers = append(containers, c.Name)
 	}
 	m.Volumes = migrate.CarriedVolumes(pod, containers)
-	// What the clients of a pod without the contract see, since nothing
-	// tells it that it moves.
-	const clientsSee = "cut off the network while it moves, its connections are reset and its clients reconnect; a drain leaves it"
+	strategy := "MS2M"
+	if reason == withoutContract {
+		strategy = "checkpoint/restore (no MS2M contract)"
+	}
+	owner := metav1.GetControllerOf(pod)
 	switch {
-	case reason == withoutContract && owner != nil && owner.Kind == "StatefulSet":
-		m.How = fmt.Sprintf("%s sts %s: checkpoint/restore (no MS2M contract), keeping its name, ordinal and volume claims (StatefulSet %s): %s", version.Command(), pod.Name, owner.Name, clientsSee)
-	case reason == withoutContract:
-		m.How = fmt.Sprintf("%s pod %s: checkpoint/restore (no MS2M contract): %s", version.Command(), pod.Name, clientsSee)
 	case sts != "":
-		m.How = fmt.Sprintf("%s sts %s: MS2M, keeping its name, ordinal and volume claims (StatefulSet %s)", version.Command(), pod.Name, sts)
+		m.How = fmt.Sprintf("%s sts %s: %s, keeping its name, ordinal and volume claims (StatefulSet %s)", version.Command(), pod.Name, strategy, sts)
 	case owner != nil && owner.Kind == "ReplicaSet":
-		m.How = fmt.Sprintf("%s pod %s: MS2M; the copy joins ReplicaSet %s", version.Command(), pod.Name, owner.Name)
+		m.How = fmt.Sprintf("%s pod %s: %s; the copy joins ReplicaSet %s", version.Command(), pod.Name, strategy, owner.Name)
 	default:
-		m.How = fmt.Sprintf("%s pod %s: MS2M", version.Command(), pod.Name)
+		m.How = fmt.Sprintf("%s pod %s: %s", version.Command(), pod.Name, strategy)
+	}
+	if reason == withoutContract {
+		// What its clients see, since nothing tells it that it moves.
+		m.How += ": cut off the network while it moves, its connections are reset and its clients reconnect; a drain leaves it"
 	}
 	if len(m.Volumes) > 0 {
 		m.How += "; emptyDir " + strings.Join(m.Volumes, ", ") + " move with it"

@@ -126,7 +126,8 @@ func MakePlan(ctx context.Context, client kubernetes.Interface, node string, o P
 }
 
 // classify says how a drain moves pod (its StatefulSet, or "" for a bare pod), or
-// why it does not; evictable tells whether the eviction API may take it.
+// why it does not (withoutContract: a drain does not, kubectl migrate does);
+// evictable tells whether the eviction API may take it.
 func classify(pod *corev1.Pod) (statefulSet, reason string, evictable bool) {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return "", "it has ended (" + string(pod.Status.Phase) + ")", false
@@ -158,13 +159,13 @@ func classify(pod *corev1.Pod) (statefulSet, reason string, evictable bool) {
 			return "", "volume " + v.Name + " is a hostPath, whose data stays on the node", true
 		}
 	}
-	if pod.Annotations[migrate.QueueAnnotation] == "" {
-		return "", withoutContract, true
-	}
 	if owner != nil && owner.Kind == "StatefulSet" {
-		return owner.Name, "", false
+		statefulSet = owner.Name
 	}
-	return "", "", false
+	if pod.Annotations[migrate.QueueAnnotation] == "" {
+		return statefulSet, withoutContract, true
+	}
+	return statefulSet, "", false
 }
 
 // withoutContract is why a drain leaves a pod that CRIU could move but that

@@ -20,13 +20,19 @@ import (
 // of it, which names no broker.
 func contractless(t *testing.T) (*migratetest.World, migrate.Config) {
 	w := migratetest.NewWorld(t)
+	dropContract(t, w)
+	cfg := testConfig(migrate.CheckpointRestore)
+	cfg.Broker = migrate.BrokerConfig{}
+	return w, cfg
+}
+
+// dropContract makes w's applications follow no contract: no control
+// endpoint, no control token.
+func dropContract(t *testing.T, w *migratetest.World) {
 	w.NoContract = true
 	if err := w.Client.CoreV1().Secrets("default").Delete(context.Background(), protocol.ControlSecret, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := testConfig(migrate.CheckpointRestore)
-	cfg.Broker = migrate.BrokerConfig{}
-	return w, cfg
 }
 
 // TestCheckpointRestoreMovesAnyProcess: a pod without the MS2M contract

@@ -36,10 +36,7 @@ func stsConfig(s migrate.Strategy, mode migrate.StatefulSetMode) migrate.Config 
 func stsWorld(t *testing.T, s migrate.Strategy, mode migrate.StatefulSetMode) (*migratetest.World, migrate.Config) {
 	w, cfg := migratetest.NewStatefulSetWorld(t), stsConfig(s, mode)
 	if !s.Contract() {
-		w.NoContract = true
-		if err := w.Client.CoreV1().Secrets("default").Delete(context.Background(), protocol.ControlSecret, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		dropContract(t, w)
 	}
 	return w, cfg
 }

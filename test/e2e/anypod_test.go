@@ -79,9 +79,7 @@ func moveKeyValueServer(t *testing.T, failAt string) {
 	ctx := context.Background()
 	ns := l.startAnyPod(t, "kv", "/usr/bin/python3", "-u", "-c", keyValueServer)
 	get := func(pod, path string, params map[string]string) ([]byte, error) {
-		c, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		return l.client.CoreV1().Pods(ns).ProxyGet("http", pod, "8080", path, params).DoRaw(c)
+		return l.podGet(ctx, ns, pod, path, params)
 	}
 	dump := func(pod string) kvDump {
 		t.Helper()
@@ -176,6 +174,14 @@ func (l *lab) startAnyPod(t *testing.T, name string, command ...string) string {
 		t.Fatal(err)
 	}
 	return ns
+}
+
+// podGet asks pod's port 8080 for path through the API server's proxy
+// (the lab has no kube-proxy), giving it two seconds.
+func (l *lab) podGet(ctx context.Context, ns, pod, path string, params map[string]string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return l.client.CoreV1().Pods(ns).ProxyGet("http", pod, "8080", path, params).DoRaw(ctx)
 }
 
 // ackLog is a client's log of the writes key_i = i it saw acknowledged.

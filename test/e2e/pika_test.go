@@ -102,10 +102,8 @@ func TestCheckpointRestoreMovesAConsumerWithoutTheContract(t *testing.T) {
 
 	ns := l.startAnyPod(t, "pika", "/usr/bin/python3", "-u", "-c", plainPikaConsumer, l.brokerURL, queue)
 	dump := func(pod string) (pikaDump, error) {
-		c, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
 		var d pikaDump
-		body, err := l.client.CoreV1().Pods(ns).ProxyGet("http", pod, "8080", "/dump", nil).DoRaw(c)
+		body, err := l.podGet(ctx, ns, pod, "/dump", nil)
 		if err == nil {
 			err = json.Unmarshal(body, &d)
 		}
