@@ -183,6 +183,7 @@ func TestStatefulSetRollbackAtEveryPhase(t *testing.T) {
 	} {
 		for _, f := range tc.failures {
 			t.Run(fmt.Sprintf("%s/%s/%s#%d", tc.strategy, tc.mode, f.phase, f.nth), func(t *testing.T) {
+				t.Parallel() // each mostly waits on the engine's polls, not the CPU
 				w, cfg := stsWorld(t, tc.strategy, tc.mode)
 				w.FailOn(f.phase, f.nth)
 				other := consumer1(t, w)
@@ -392,6 +393,7 @@ func TestStatefulSetRuntimeRestore(t *testing.T) {
 	} {
 		name := string(tc.strategy) + "/" + string(tc.mode)
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			w := migratetest.NewStatefulSetWorld(t)
 			runtimeOn(w, "node-a", "node-b")
 			other := consumer1(t, w)
@@ -414,6 +416,7 @@ func TestStatefulSetRuntimeRestore(t *testing.T) {
 		})
 		for _, failed := range tc.failures {
 			t.Run(name+"/rollback/"+string(failed), func(t *testing.T) {
+				t.Parallel()
 				w := migratetest.NewStatefulSetWorld(t)
 				runtimeOn(w, "node-a", "node-b")
 				nth := 1

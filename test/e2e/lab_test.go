@@ -91,15 +91,11 @@ var agentsController struct {
 // test calls it when all it makes lives in namespaces of its own and all it
 // checks is theirs; one that changes the lab for everyone (stops a daemon,
 // cordons a node, runs node-setup, writes the agents' namespace, pushes the
-// lab's images) or measures rates and times stays serial.
-//
-// On the containerd 2.4 lane a test sets the kubectl-migrate runtime up on
-// every node for itself (restoresSomeWay), which changes the lab for
-// everyone: there it stays serial.
+// lab's images) or measures rates and times stays serial. Concurrent tests
+// that need the kubectl-migrate runtime share one installation
+// (restoresSomeWay); only serial tests install and uninstall it for
+// themselves.
 func concurrent(t *testing.T) {
-	if os.Getenv("LAB_RUNTIME") == "containerd-2.4" {
-		return
-	}
 	t.Parallel()
 }
 

@@ -81,6 +81,46 @@ func nodeFiles(t testing.TB, node string) []string {
 // nodes' files are as before.
 func (l *lab) setUpRuntime(t testing.TB) (uninstall func()) {
 	t.Helper()
+	undo := l.installRuntime(t)
+	var once sync.Once
+	uninstall = func() { once.Do(func() { undo(t) }) }
+	t.Cleanup(uninstall)
+	return uninstall
+}
+
+// sharedRuntime is the kubectl-migrate runtime the concurrent tests of a
+// lane share: the first to need it installs it, the last to end uninstalls
+// it (and checks the nodes' files), so they run side by side instead of
+// each installing it for itself, one at a time.
+var sharedRuntime struct {
+	sync.Mutex
+	users int
+	undo  func(testing.TB)
+}
+
+// shareRuntime makes sure the runtime is installed until t ends.
+func (l *lab) shareRuntime(t *testing.T) {
+	t.Helper()
+	sharedRuntime.Lock()
+	defer sharedRuntime.Unlock()
+	if sharedRuntime.users == 0 {
+		sharedRuntime.undo = l.installRuntime(t)
+	}
+	sharedRuntime.users++
+	t.Cleanup(func() {
+		sharedRuntime.Lock()
+		defer sharedRuntime.Unlock()
+		if sharedRuntime.users--; sharedRuntime.users == 0 {
+			sharedRuntime.undo(t)
+		}
+	})
+}
+
+// installRuntime runs node-setup on both nodes and checks the runtime is
+// there; the function it returns runs node-setup --uninstall and checks
+// the nodes' files are as they were.
+func (l *lab) installRuntime(t testing.TB) (undo func(testing.TB)) {
+	t.Helper()
 	ctx := context.Background()
 	before := map[string][]string{}
 	for _, n := range []string{"node-a", "node-b"} {
@@ -98,30 +138,25 @@ func (l *lab) setUpRuntime(t testing.TB) (uninstall func()) {
 	if _, err := l.client.NodeV1().RuntimeClasses().Get(ctx, ociruntime.HandlerName, metav1.GetOptions{}); err != nil {
 		t.Fatalf("RuntimeClass: %v", err)
 	}
-	var once sync.Once
-	uninstall = func() {
-		once.Do(func() {
-			out := l.kubectlMigrate(t, "node-setup", "--all", "--uninstall", "--yes", "--agent-image", agentImage)
-			t.Logf("node-setup --uninstall:\n%s", out)
-			if _, err := l.client.NodeV1().RuntimeClasses().Get(ctx, ociruntime.HandlerName, metav1.GetOptions{}); !isNotFound(err) {
-				t.Errorf("RuntimeClass left: %v", err)
+	return func(t testing.TB) {
+		out := l.kubectlMigrate(t, "node-setup", "--all", "--uninstall", "--yes", "--agent-image", agentImage)
+		t.Logf("node-setup --uninstall:\n%s", out)
+		if _, err := l.client.NodeV1().RuntimeClasses().Get(ctx, ociruntime.HandlerName, metav1.GetOptions{}); !isNotFound(err) {
+			t.Errorf("RuntimeClass left: %v", err)
+		}
+		for _, n := range []string{"node-a", "node-b"} {
+			node, err := l.client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
 			}
-			for _, n := range []string{"node-a", "node-b"} {
-				node, err := l.client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, ok := node.Labels[ociruntime.NodeLabel]; ok {
-					t.Errorf("node %s keeps the label", n)
-				}
-				if after := nodeFiles(t, n); !slices.Equal(after, before[n]) {
-					t.Errorf("node %s's files differ after uninstall:\nbefore %v\nafter  %v", n, before[n], after)
-				}
+			if _, ok := node.Labels[ociruntime.NodeLabel]; ok {
+				t.Errorf("node %s keeps the label", n)
 			}
-		})
+			if after := nodeFiles(t, n); !slices.Equal(after, before[n]) {
+				t.Errorf("node %s's files differ after uninstall:\nbefore %v\nafter  %v", n, before[n], after)
+			}
+		}
 	}
-	t.Cleanup(uninstall)
-	return uninstall
 }
 
 // TestRuntimeRestore sets the runtime up with node-setup, migrates the

@@ -816,12 +816,13 @@ print("codes", *codes)
 `, strings.Join(list, ", "), literal(base), literal(header))
 }
 
-// restoresSomeWay sets the kubectl-migrate runtime up on lanes whose
-// container runtime cannot restore (containerd 2.4), for tests that run on
-// every lane.
+// restoresSomeWay makes sure the kubectl-migrate runtime is installed
+// until t ends on lanes whose container runtime cannot restore (containerd
+// 2.4), for tests that run on every lane; concurrent tests share one
+// installation.
 func (l *lab) restoresSomeWay(t *testing.T) {
 	if os.Getenv("LAB_RUNTIME") == "containerd-2.4" {
-		l.setUpRuntime(t)
+		l.shareRuntime(t)
 	}
 }
 

@@ -78,13 +78,9 @@ var artifacts = []artifact{
 	}, ""},
 }
 
-// ensureBuilds builds what the lab's runtime lane is missing, in order
-// (CRI-O builds in the rootfs).
-func (d dirs) ensureBuilds(repo string, logf func(string, ...any)) error {
-	rt, err := d.runtime()
-	if err != nil {
-		return err
-	}
+// ensureBuilds builds what runtime lane rt is missing, in order (CRI-O
+// builds in the rootfs).
+func (d dirs) ensureBuilds(repo string, rt nodeRuntime, logf func(string, ...any)) error {
 	if err := os.MkdirAll(filepath.Join(d.cache, "bin"), 0o755); err != nil {
 		return err
 	}

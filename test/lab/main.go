@@ -50,8 +50,15 @@ func main() {
 			err = d.setRestore(os.Args[2], os.Args[3])
 		}
 	case "build":
+		// A lane's builds only add to the cache: they may run while
+		// another lane is up (make test builds the containerd lanes
+		// beside the CRI-O e2e).
 		t0 := time.Now()
-		if err = d.ensureBuilds(".", logf); err == nil {
+		var rt nodeRuntime
+		if rt, err = runtimeNamed(os.Getenv("LAB_RUNTIME")); err == nil {
+			err = d.ensureBuilds(".", rt, logf)
+		}
+		if err == nil {
 			logf("builds ready after %s", time.Since(t0).Round(time.Second))
 		}
 	case "demo":
@@ -113,7 +120,7 @@ func (d dirs) up() error {
 	if err := checkSubnetFree(); err != nil {
 		return err
 	}
-	if err := d.ensureBuilds(repo, logf); err != nil {
+	if err := d.ensureBuilds(repo, rt, logf); err != nil {
 		return err
 	}
 	built := time.Now()

@@ -55,6 +55,12 @@ func (d dirs) runtime() (nodeRuntime, error) {
 		}
 		name = up
 	}
+	return runtimeNamed(name)
+}
+
+// runtimeNamed is LAB_RUNTIME's lane; CRI-O's if name is empty.
+func runtimeNamed(name string) (nodeRuntime, error) {
+	name = strings.TrimSpace(name)
 	if name == "" {
 		name = "crio"
 	}
