@@ -9,7 +9,7 @@ KUBECTL   := $(LAB_CACHE)/bin/kubectl
 # (cold, each compile of client-go and its tree costs minutes).
 export GOFLAGS += -trimpath
 
-.PHONY: help build lint unit integration e2e e2e-containerd e2e-containerd24 bench-restore bench-size eval-quick bench eval eval-figures slow-faults lazy-probe soak crash-matrix test demo bench-transfer lab-up lab-down services-up services-down release-check krew-manifest python-image
+.PHONY: help build lint unit integration e2e e2e-containerd e2e-containerd24 bench-restore bench-size bench-anypod eval-quick bench eval eval-figures slow-faults lazy-probe soak crash-matrix test demo bench-transfer lab-up lab-down services-up services-down release-check krew-manifest python-image
 
 # The linter, pinned, installed from the module proxy into GOPATH's bin
 # under a versioned name, so every clone on a machine shares one build.
@@ -93,29 +93,39 @@ bench: ## the lab benchmarks: strategies, StatefulSet modes, state size, into do
 	cat docs/bench/lab.txt
 BENCH ?= .
 
+# lab-bench NAME,REGEX,TIMEOUT,FILE: brings the lab up, runs the lab
+# benchmarks matching REGEX once (each loops its own rounds), keeps the whole
+# log in bin/NAME.log (ignored) and distils the medians into the generated
+# FILE, headed by the command, date, commit, CPUs and runtime.
+define lab-bench
+	go run ./test/lab up
+	mkdir -p bin docs/bench
+	(eval "$$(go run ./test/lab env)" && go test -tags e2e -run '^$$' -bench '$(2)' -benchtime 1x -timeout $(3) -v ./test/e2e 2>&1; echo $$? > bin/$(1).rc) | tee bin/$(1).log; exit $$(cat bin/$(1).rc)
+	{ echo "# make $(1), $$(date -u +%Y-%m-%d), commit $$(git rev-parse --short HEAD), $$(nproc) CPUs, $$(go run ./test/lab env | sed -n 's/^export LAB_RUNTIME=//p'); medians in ms unless the name says ratio"; \
+	  awk -f test/bench/distil.awk bin/$(1).log; } > $(4)
+	cat $(4)
+endef
+
 # The restore through the container runtime (registry, direct) beside the
 # kubectl-migrate runtime's, MS2M and stop-and-copy at 10 msg/s, medians of
 # 5 alternated rounds (CRI-O lane; node-setup installs and removes the
 # runtime); a generated file.
 bench-restore: ## the restore paths side by side, into docs/bench/restore-paths.txt (lab, ~15 min)
-	go run ./test/lab up
-	mkdir -p bin docs/bench
-	(eval "$$(go run ./test/lab env)" && go test -tags e2e -run '^$$' -bench 'RestorePaths' -benchtime 1x -timeout 60m -v ./test/e2e 2>&1; echo $$? > bin/bench-restore.rc) | tee bin/bench-restore.log; exit $$(cat bin/bench-restore.rc)
-	{ echo "# make bench-restore, $$(date -u +%Y-%m-%d), commit $$(git rev-parse --short HEAD), $$(nproc) CPUs, $$(go run ./test/lab env | sed -n 's/^export LAB_RUNTIME=//p'); medians in ms unless the name says ratio"; \
-	  awk -f test/bench/distil.awk bin/bench-restore.log; } > docs/bench/restore-paths.txt
-	cat docs/bench/restore-paths.txt
+	$(call lab-bench,bench-restore,RestorePaths,60m,docs/bench/restore-paths.txt)
 
 # The kubectl-migrate runtime's restore of 512 MiB of state beside the
 # container runtime's, against a plain node-to-node file copy plus the
 # restore itself, medians of 5 alternated rounds (CRI-O lane); a generated
 # file.
 bench-size: ## 512 MiB restored through each path, into docs/bench/restore-at-size.txt (lab, ~30 min)
-	go run ./test/lab up
-	mkdir -p bin docs/bench
-	(eval "$$(go run ./test/lab env)" && go test -tags e2e -run '^$$' -bench 'RestoreAtSize' -benchtime 1x -timeout 90m -v ./test/e2e 2>&1; echo $$? > bin/bench-size.rc) | tee bin/bench-size.log; exit $$(cat bin/bench-size.rc)
-	{ echo "# make bench-size, $$(date -u +%Y-%m-%d), commit $$(git rev-parse --short HEAD), $$(nproc) CPUs, $$(go run ./test/lab env | sed -n 's/^export LAB_RUNTIME=//p'); medians in ms unless the name says ratio"; \
-	  awk -f test/bench/distil.awk bin/bench-size.log; } > docs/bench/restore-at-size.txt
-	cat docs/bench/restore-at-size.txt
+	$(call lab-bench,bench-size,RestoreAtSize,90m,docs/bench/restore-at-size.txt)
+
+# The freeze of a pod without the MS2M contract (checkpoint/restore):
+# Debian's redis-server idle and holding 256 MiB, through the container
+# runtime's restore and the kubectl-migrate runtime's, medians of 5
+# alternated rounds (CRI-O lane); a generated file.
+bench-anypod: ## Redis idle and holding 256 MiB moved with checkpoint/restore through each path, into docs/bench/any-pod-freeze.txt (lab, ~15 min)
+	$(call lab-bench,bench-anypod,AnyPodFreeze,60m,docs/bench/any-pod-freeze.txt)
 
 # The direct transfer's stream (TLS) beside a plain file → TCP → file copy,
 # 512 MiB over loopback, alternated, three times; a generated file.

@@ -58,18 +58,19 @@ func NewCmdNode(root *RootOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node NODE [--to NODE | --to-selector LABELS]",
 		Short: "Drain a node by live-migrating what can move",
-		Long: `Drain a node the way kubectl drain does, but move the stateful consumers
-alive instead of evicting them: the node is cordoned and every migratable pod
-on it is migrated with its state (bare and Deployment pods as kubectl migrate
-pod does, StatefulSet pods as kubectl migrate sts does), each with its own
-ms2m.io/* annotations, to the fitting node (of --to or --to-selector) with the
-most CPU left. --parallel moves run at once, never two of one StatefulSet or
-ReplicaSet nor more of a PodDisruptionBudget than it allows. Pods that cannot move are listed with
-the reason and left (--evict-rest evicts them afterwards). A failed move is
-rolled back and the drain goes on (--fail-fast stops it); a drain that stops
-early uncordons the node unless --keep-cordoned. --dry-run prints the plan.
-Pods of every namespace, or of -n NAMESPACE; the drain's record and lease are
-kept in the current namespace. Every access it needs is checked first.
+		Long: `Drain a node the way kubectl drain does, but move its pods alive instead
+of evicting them: the node is cordoned and every pod on it that CRIU can
+checkpoint is migrated with its state (bare and Deployment pods as kubectl
+migrate pod does, StatefulSet pods as kubectl migrate sts does), each with its
+own strategy (MS2M for a pod with the contract's ms2m.io/* annotations,
+checkpoint/restore, connections reset, for any other; --strategy for all), to
+the fitting node (of --to or --to-selector) with the most CPU left. --parallel
+moves run at once, never two of one StatefulSet or ReplicaSet nor more of a
+PodDisruptionBudget than it allows. What cannot move is listed with the reason
+and left (--evict-rest evicts it afterwards). A failed move is rolled back and
+the drain goes on (--fail-fast stops it; a drain stopped early uncordons the
+node unless --keep-cordoned). --dry-run prints the plan. Pods of every
+namespace, or of -n; the record and lease stay in the current namespace.
 
 More: ` + version.DocsURL("drain.md"),
 
@@ -175,6 +176,7 @@ func (o *NodeOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	plan = o.leaveWhatTheFlagsCannotMove(plan)
 	id := rand.String(5)
 	dcfg := drain.Config{
 		ID: id, Namespace: o.namespace, Parallel: o.Parallel, FailFast: o.FailFast,
@@ -230,6 +232,29 @@ func (o *NodeOptions) Run(ctx context.Context) error {
 		err = printErr
 	}
 	return err
+}
+
+// leaveWhatTheFlagsCannotMove moves to the plan's left pods those whose
+// migration the engine would refuse with these flags (--strategy ms2m for
+// a pod without the contract, shadow mode for one, no registry for a
+// checkpoint image), with the engine's reason, so the drain says so before
+// it cordons the node instead of failing those moves one by one.
+func (o *NodeOptions) leaveWhatTheFlagsCannotMove(plan drain.Plan) drain.Plan {
+	moves := plan.Moves[:0:0]
+	for _, mv := range plan.Moves {
+		c, err := o.configFor(mv, "plan")
+		if err == nil {
+			err = c.Validate()
+		}
+		if err != nil {
+			reason := strings.ReplaceAll(err.Error(), "\n", "; ")
+			plan.Skipped = append(plan.Skipped, drain.Skip{Namespace: mv.Pod.Namespace, Pod: mv.Pod.Name, Reason: reason, Evictable: true})
+			continue
+		}
+		moves = append(moves, mv)
+	}
+	plan.Moves = moves
+	return plan
 }
 
 // printDrainPlan writes which pod goes where and what stays (on stdout for

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -25,19 +26,28 @@ func drainWorld(t *testing.T) *migratetest.World {
 	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"},
 		Spec:   corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "c"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-	return migratetest.NewWorld(t, []runtime.Object{migratetest.Node("node-a", "cri-o://1.34.0"), migratetest.Node("node-b", "cri-o://1.34.0"), consumer, plain}...)
+	w := migratetest.NewWorld(t, []runtime.Object{migratetest.Node("node-a", "cri-o://1.34.0"), migratetest.Node("node-b", "cri-o://1.34.0"), consumer, plain}...)
+	w.Apps["plain"] = &protocol.State{Process: "plain-1"} // its process, which its checkpoint carries
+	return w
 }
 
 func TestNodeDryRunPrintsThePlanAndChangesNothing(t *testing.T) {
 	w := drainWorld(t)
-	r := execute(t, w, "node", "node-a", "--to", "node-b", "--dry-run")
+	flags := []string{"node", "node-a", "--to", "node-b", "--dry-run", "--registry", "reg:5000/ckpt"}
+	r := execute(t, w, append(flags, "--broker-url", "amqp://x", "--exchange", "ex")...)
 	if r.err != nil {
 		t.Fatalf("%v\n%s", r.err, r.errOut)
 	}
-	for _, want := range []string{"migrate default/consumer → node-b  [pod, ms2m]", "leave   default/plain: no ms2m.io/queue annotation", "Nothing was changed"} {
+	for _, want := range []string{"migrate default/consumer → node-b  [pod, ms2m]", "migrate default/plain → node-b  [pod, checkpoint-restore]", "Nothing was changed"} {
 		if !strings.Contains(r.out.String(), want) {
 			t.Errorf("plan lacks %q:\n%s", want, r.out)
 		}
+	}
+	// A strategy that needs the contract leaves the pod without it, with
+	// the engine's reason, before anything changes.
+	r = execute(t, w, append(flags, "--strategy", "ms2m")...)
+	if want := "leave   default/plain: broker URL, exchange and queue are required for --strategy ms2m"; r.err != nil || !strings.Contains(r.out.String(), want) {
+		t.Errorf("%v: plan lacks %q:\n%s%s", r.err, want, r.out, r.errOut)
 	}
 	n, _ := w.Client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
 	if n.Spec.Unschedulable || len(w.Changes()) != 0 || len(w.Records()) != 0 {
@@ -45,8 +55,9 @@ func TestNodeDryRunPrintsThePlanAndChangesNothing(t *testing.T) {
 	}
 }
 
-// The drain migrates the consumer through the engine (with the pod's and
-// the flags' settings), leaves the other pod, and records both.
+// The drain migrates the consumer (MS2M) and the pod without the contract
+// (checkpoint/restore) through the engine, with the pod's and the flags'
+// settings, and records both.
 func TestNodeDrainsThroughTheEngine(t *testing.T) {
 	w := drainWorld(t)
 	r := execute(t, w, "node", "node-a", "--to", "node-b", "-o", "json", "--registry", "reg:5000/ckpt", "--allow-anonymous-checkpoints", "--broker-url", "amqp://x", "--exchange", "ex")
@@ -57,17 +68,24 @@ func TestNodeDrainsThroughTheEngine(t *testing.T) {
 	if err := json.Unmarshal(r.out.Bytes(), &rec); err != nil || rec.Drain == nil {
 		t.Fatalf("not a drain record: %v\n%s", err, r.out)
 	}
-	if len(rec.Drain.Moves) != 1 || rec.Drain.Moves[0].Outcome != report.Succeeded || len(rec.Drain.Skipped) != 1 || rec.Outcome != report.Succeeded {
+	if len(rec.Drain.Moves) != 2 || len(rec.Drain.Skipped) != 0 || rec.Outcome != report.Succeeded {
 		t.Fatalf("drain %+v", rec.Drain)
 	}
-	var migration *report.Record
-	for _, saved := range w.Records() {
-		if saved.ID == rec.Drain.Moves[0].Migration {
-			migration = saved
+	strategies := map[string]string{}
+	for _, mv := range rec.Drain.Moves {
+		var migration *report.Record
+		for _, saved := range w.Records() {
+			if saved.ID == mv.Migration {
+				migration = saved
+			}
 		}
+		if mv.Outcome != report.Succeeded || migration == nil || migration.Outcome != report.Succeeded || migration.Labels["drain"] != rec.ID || migration.TargetNode != "node-b" {
+			t.Fatalf("%s's own record: %+v", mv.Pod, migration)
+		}
+		strategies[mv.Pod] = string(migration.Strategy)
 	}
-	if migration == nil || migration.Outcome != report.Succeeded || migration.Labels["drain"] != rec.ID || migration.TargetNode != "node-b" {
-		t.Fatalf("the pod's own record: %+v", migration)
+	if strategies["consumer"] != string(migrate.MS2M) || strategies["plain"] != string(migrate.CheckpointRestore) {
+		t.Fatalf("strategies %v", strategies)
 	}
 	n, _ := w.Client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
 	if !n.Spec.Unschedulable {
@@ -78,7 +96,7 @@ func TestNodeDrainsThroughTheEngine(t *testing.T) {
 		t.Fatalf("report does not list the drain:\n%s", list.out)
 	}
 	detail := execute(t, w, "report", rec.ID)
-	if !strings.Contains(detail.out.String(), "default/consumer") || !strings.Contains(detail.out.String(), "left on node-a (1)") {
+	if !strings.Contains(detail.out.String(), "default/consumer") || !strings.Contains(detail.out.String(), "default/plain") {
 		t.Fatalf("report of the drain:\n%s", detail.out)
 	}
 }

@@ -70,7 +70,11 @@ func TestPlan(t *testing.T) {
 		}),
 		pod("batch-1", "100m", ownedBy("Job", "batch")),
 		pod("logs", "100m", ownedBy("DaemonSet", "logs")),
-		pod("plain", "100m", func(p *corev1.Pod) { p.Annotations = nil }),
+		// Without the MS2M contract: it moves with checkpoint/restore.
+		pod("plain", "100m", func(p *corev1.Pod) {
+			p.Annotations = nil
+			p.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}
+		}),
 		pod("cache", "100m", func(p *corev1.Pod) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "cache", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/cache"}}}}
 		}),
@@ -106,7 +110,7 @@ func TestPlan(t *testing.T) {
 	// node-b has 1 CPU left, node-c (tainted) 8: bare and db-0 fit only on
 	// node-b, 500m each; gpu-ok and a Deployment's web-1 go to node-c; huge
 	// fits nowhere.
-	for name, want := range map[string]string{"bare": "node-b", "db-0": "node-b", "gpu-ok": "node-c", "web-1": "node-c"} {
+	for name, want := range map[string]string{"bare": "node-b", "db-0": "node-b", "gpu-ok": "node-c", "web-1": "node-c", "plain": "node-c"} {
 		if moves[name].Target != want {
 			t.Errorf("%s → %q, want %s", name, moves[name].Target, want)
 		}
@@ -122,7 +126,7 @@ func TestPlan(t *testing.T) {
 		skipped[s.Pod] = s
 	}
 	for name, want := range map[string]string{
-		"batch-1": "controlled by Job batch", "logs": "DaemonSet", "plain": "not an MS2M workload",
+		"batch-1": "controlled by Job batch", "logs": "DaemonSet",
 		"cache": "hostPath", "gpu-only": "taint gpu=yes:NoSchedule", "huge": "no node fits",
 		"proxy": "hostNetwork", "trainer": "the device nvidia.com/gpu",
 	} {

@@ -11,8 +11,7 @@ import (
 )
 
 // Movability is whether and how a pod can be migrated (kubectl migrate
-// check --pods lists it for every pod); a drain moves those that follow
-// the MS2M contract.
+// check --pods lists it for every pod); a drain moves every pod that can.
 type Movability struct {
 	Namespace string `json:"namespace"`
 	Pod       string `json:"pod"`
@@ -30,7 +29,7 @@ type Movability struct {
 func Movable(pod *corev1.Pod) Movability {
 	m := Movability{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName}
 	sts, reason, _ := classify(pod)
-	if reason != "" && reason != withoutContract {
+	if reason != "" {
 		m.Why = reason
 		return m
 	}
@@ -40,8 +39,9 @@ func Movable(pod *corev1.Pod) Movability {
 		containers = append(containers, c.Name)
 	}
 	m.Volumes = migrate.CarriedVolumes(pod, containers)
+	contract := pod.Annotations[migrate.QueueAnnotation] != ""
 	strategy := "MS2M"
-	if reason == withoutContract {
+	if !contract {
 		strategy = "checkpoint/restore (no MS2M contract)"
 	}
 	owner := metav1.GetControllerOf(pod)
@@ -53,9 +53,9 @@ func Movable(pod *corev1.Pod) Movability {
 	default:
 		m.How = fmt.Sprintf("%s pod %s: %s", version.Command(), pod.Name, strategy)
 	}
-	if reason == withoutContract {
+	if !contract {
 		// What its clients see, since nothing tells it that it moves.
-		m.How += ": cut off the network while it moves, its connections are reset and its clients reconnect; a drain leaves it"
+		m.How += ": cut off the network while it moves, its connections are reset and its clients reconnect"
 	}
 	if len(m.Volumes) > 0 {
 		m.How += "; emptyDir " + strings.Join(m.Volumes, ", ") + " move with it"

@@ -1,8 +1,10 @@
-// Package drain empties a node by live-migrating what can move: bare MS2M
-// pods and Deployments' with the pod migration, StatefulSet pods with the StatefulSet one,
-// each to a node picked the way the scheduler would (node selector, required
-// affinity, taints, room for its requests), a few at once within the limits
-// of StatefulSets and PodDisruptionBudgets. What cannot move is listed with
+// Package drain empties a node by live-migrating what can move: every
+// running pod CRIU can checkpoint (MS2M for those that carry its contract,
+// checkpoint/restore for any other), bare and Deployments' pods with the
+// pod migration, StatefulSet pods with the StatefulSet one, each to a node
+// picked the way the scheduler would (node selector, required affinity,
+// taints, room for its requests), a few at once within the limits of
+// StatefulSets and PodDisruptionBudgets. What cannot move is listed with
 // the reason before anything changes.
 package drain
 
@@ -27,7 +29,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
 // Move is one pod the drain migrates.
@@ -125,9 +126,9 @@ func MakePlan(ctx context.Context, client kubernetes.Interface, node string, o P
 	return plan, nil
 }
 
-// classify says how a drain moves pod (its StatefulSet, or "" for a bare pod), or
-// why it does not (withoutContract: a drain does not, kubectl migrate does);
-// evictable tells whether the eviction API may take it.
+// classify says how a drain moves pod (its StatefulSet, or "" for a bare
+// pod), or why it does not; evictable tells whether the eviction API may
+// take it.
 func classify(pod *corev1.Pod) (statefulSet, reason string, evictable bool) {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return "", "it has ended (" + string(pod.Status.Phase) + ")", false
@@ -162,17 +163,8 @@ func classify(pod *corev1.Pod) (statefulSet, reason string, evictable bool) {
 	if owner != nil && owner.Kind == "StatefulSet" {
 		statefulSet = owner.Name
 	}
-	if pod.Annotations[migrate.QueueAnnotation] == "" {
-		return statefulSet, withoutContract, true
-	}
 	return statefulSet, "", false
 }
-
-// withoutContract is why a drain leaves a pod that CRIU could move but that
-// does not follow the MS2M contract: kubectl migrate pod moves it with
-// checkpoint/restore, which drains do not run yet.
-var withoutContract = "no " + migrate.QueueAnnotation + " annotation: not an MS2M workload, which a drain moves; " +
-	version.Command() + " pod moves it with checkpoint/restore"
 
 // targetNode is a node pods may move to, with the room left on it.
 type targetNode struct {

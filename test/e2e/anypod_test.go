@@ -21,6 +21,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
 
 // keyValueServer is a process that follows no contract: an in-memory
@@ -58,7 +59,13 @@ type kvDump struct {
 // gone and the record names the downtime.
 func TestCheckpointRestoreMovesAProcessWithoutTheContract(t *testing.T) {
 	concurrent(t)
-	moveKeyValueServer(t, "")
+	moveKeyValueServer(t, func(l *lab, ns string) report.Record {
+		rec, err, jerr := l.migrateAnyPod(t, ns, "kv", "")
+		if err != nil || jerr != nil {
+			t.Fatalf("migration: %v %v %s", err, jerr, rec.Outcome)
+		}
+		return rec
+	})
 }
 
 // TestCheckpointRestoreRollsBackAProcessWithoutTheContract: the same move
@@ -67,13 +74,39 @@ func TestCheckpointRestoreMovesAProcessWithoutTheContract(t *testing.T) {
 // again with every acknowledged one kept.
 func TestCheckpointRestoreRollsBackAProcessWithoutTheContract(t *testing.T) {
 	concurrent(t)
-	moveKeyValueServer(t, "restore")
+	moveKeyValueServer(t, func(l *lab, ns string) report.Record {
+		rec, err, jerr := l.migrateAnyPod(t, ns, "kv", "restore")
+		if err == nil || jerr != nil || rec.Outcome != report.RolledBack {
+			t.Fatalf("migration with a failure in restore: %v %v %s", err, jerr, rec.Outcome)
+		}
+		return rec
+	})
 }
 
-// moveKeyValueServer moves keyValueServer's pod while a client writes, or
-// with failAt fails the move there, and checks every acknowledged write is
-// where the outcome says.
-func moveKeyValueServer(t *testing.T, failAt string) {
+// TestRecoverAnyPodAfterCrash: the plugin moving keyValueServer's pod with
+// checkpoint/restore while a client writes is killed at a step (with
+// E2E_CRASH_MATRIX=all, at each step that journals); kubectl migrate
+// recover undoes the move before its commit and finishes it after, and
+// every acknowledged write is where the outcome says, in the same process.
+func TestRecoverAnyPodAfterCrash(t *testing.T) {
+	for _, tc := range everyStep([]crashCase{
+		{name: "checkpoint-restore/restore", args: []string{"--inject-crash", "restore"}, want: report.RolledBack},
+		{name: "checkpoint-restore/cleanup", args: []string{"--inject-crash", "cleanup"}, want: report.Succeeded},
+	}, withoutContract) {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case has a namespace and records of its own
+			moveKeyValueServer(t, func(l *lab, ns string) report.Record {
+				return l.crashAndRecover(t, workload.Attach(l.client, ns, "", ""), tc, "pod", "kv", "--registry", l.registry+"/checkpoints")
+			})
+		})
+	}
+}
+
+// moveKeyValueServer runs keyValueServer's pod on node-a, has a client
+// write to it without pause while move moves it (or fails to), and checks
+// every acknowledged write is where move's outcome says, in the same
+// process, and that the move left no agent.
+func moveKeyValueServer(t *testing.T, move func(l *lab, ns string) report.Record) {
 	l := setup(t)
 	l.restoresSomeWay(t)
 	ctx := context.Background()
@@ -117,18 +150,17 @@ func moveKeyValueServer(t *testing.T, failAt string) {
 		t.Fatal("the client's writes were not acknowledged")
 	}
 
-	rec, err, jerr := l.migrateAnyPod(t, ns, "kv", failAt)
+	rec := move(l, ns)
 	stopWriting()
 	acked := log.all()
-	if failAt != "" {
-		if err == nil || jerr != nil || rec.Outcome != report.RolledBack {
-			t.Fatalf("migration with a failure in %s: %v %v %s", failAt, err, jerr, rec.Outcome)
-		}
+	defer l.noAgentsLeft(t, ns)
+	switch rec.Outcome {
+	case report.RolledBack:
 		sourceKeepsEveryWrite(t, l, ns, before, acked, get, dump)
 		return
-	}
-	if err != nil || jerr != nil || rec.Outcome != report.Succeeded {
-		t.Fatalf("migration: %v %v %s", err, jerr, rec.Outcome)
+	case report.Succeeded:
+	default:
+		t.Fatalf("the move ended %s: %s", rec.Outcome, rec.Error)
 	}
 	if rec.Strategy != "checkpoint-restore" || rec.Downtime == nil || rec.Downtime.Millis <= 0 {
 		t.Fatalf("strategy %s, downtime %+v", rec.Strategy, rec.Downtime)
@@ -153,7 +185,7 @@ func moveKeyValueServer(t *testing.T, failAt string) {
 // namespace of its own, with the lab's Debian image (python3, pika,
 // redis-server) running command, and returns the namespace once the pod
 // runs with an IP.
-func (l *lab) startAnyPod(t *testing.T, name string, command ...string) string {
+func (l *lab) startAnyPod(t testing.TB, name string, command ...string) string {
 	t.Helper()
 	ctx := context.Background()
 	ns := fmt.Sprintf("e2e-%s-%06x", name, rand.Uint32()>>8)
@@ -240,17 +272,20 @@ func (a *ackLog) waitBeyond(n int, timeout time.Duration) bool {
 // the command's error and the record's decoding error.
 func (l *lab) migrateAnyPod(t *testing.T, ns, pod, failAt string) (rec report.Record, err, jerr error) {
 	t.Helper()
-	return l.migrateWithoutContract(t, "pod", ns, pod, failAt)
+	var extra []string
+	if failAt != "" {
+		extra = []string{"--inject-failure", failAt}
+	}
+	return l.migrateWithoutContract(t, "pod", ns, pod, extra...)
 }
 
-// migrateWithoutContract is migrateAnyPod with the command (pod or sts).
-func (l *lab) migrateWithoutContract(t *testing.T, command, ns, pod, failAt string) (rec report.Record, err, jerr error) {
+// migrateWithoutContract is migrateAnyPod with the command (pod or sts)
+// and extra flags.
+func (l *lab) migrateWithoutContract(t testing.TB, command, ns, pod string, extra ...string) (rec report.Record, err, jerr error) {
 	t.Helper()
 	argv := []string{"migrate", "-n", ns, command, pod, "--to", "node-b", "--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab",
 		"--insecure-registry", "--allow-anonymous-checkpoints", "--registry", l.registry + "/checkpoints", "-o", "json"}
-	if failAt != "" {
-		argv = append(argv, "--inject-failure", failAt)
-	}
+	argv = append(argv, extra...)
 	cmd := l.kubectlCommand(argv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -106,7 +106,7 @@ func (l *lab) startDeployment(t testing.TB, changes ...func(*appsv1.Deployment))
 	dl.startAutoscaler(t)
 	dl.w = workload.Attach(l.client, dl.ns, exchange, dl.queueOf(dl.pods[0]))
 	producer := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "producer", Namespace: dl.ns},
+		ObjectMeta: metav1.ObjectMeta{Name: "producer", Namespace: dl.ns, Labels: workload.ProducerLabels()},
 		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{
 			Name: "producer", Image: l.imagePrefix + "/ms2m-producer:lab", ImagePullPolicy: corev1.PullAlways,
 			Args:  []string{"--url=" + l.brokerURL, "--exchange=" + exchange, "--queue=" + dl.w.Queue, "--rate=10"},

@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,15 +30,17 @@ func (l *lab) cordon(t testing.TB, node string, unschedulable bool) {
 }
 
 // TestNodeDrain: node-a holds two bare consumers, a StatefulSet's two
-// ordinals and a Deployment's two pods (each workload with its producer);
-// kubectl migrate node node-a --to node-b --parallel 2 moves the six
-// consumers alive, every message is applied exactly once by each, node-a is
-// cordoned and has none of them, the Deployment's ReplicaSet adopted its
-// copies and never made a pod, and the producers, which cannot move, are
-// reported and left in place.
+// ordinals and a Deployment's two pods (MS2M), each workload's producer and
+// a redis-server a client writes to without pause (no contract:
+// checkpoint/restore); kubectl migrate node node-a --to node-b --parallel 2
+// moves all of them alive: every message a producer confirmed, before or
+// after it moved, is applied exactly once by each consumer, every write
+// Redis acknowledged is in it afterwards (the same server), node-a is
+// cordoned and runs none of them, and the Deployment's ReplicaSet adopted
+// its copies and never made a pod.
 func TestNodeDrain(t *testing.T) {
 	took, sum := setup(t).drainNodeA(t)
-	t.Logf("drain of 6 consumers took %s; their migrations add up to %s", took, sum)
+	t.Logf("drain of 6 consumers, 4 producers and a Redis took %s; their migrations add up to %s", took, sum)
 }
 
 // BenchmarkNodeDrain measures the drain of TestNodeDrain against the sum of
@@ -67,6 +71,8 @@ func (l *lab) drainNodeA(t testing.TB) (took, sumOfMigrations time.Duration) {
 	})
 	dep := l.startDeployment(t, func(d *appsv1.Deployment) { d.Spec.Template.Spec.NodeSelector = nil })
 	l.cordon(t, "node-b", false)
+	redisNS := l.startAnyPod(t, "redis", redisServerCommand...)
+	writes := startRedisWrites(t, l, redisNS, "app=redis")
 	before := map[string]uint64{}
 	for _, p := range dep.pods {
 		before[dep.ns+"/"+p] = waitApplied(t, dep.w, p, 10).LastSeq
@@ -78,8 +84,9 @@ func (l *lab) drainNodeA(t testing.TB) (took, sumOfMigrations time.Duration) {
 		before[sts.Namespace+"/"+p] = waitApplied(t, sts, p, 10).LastSeq
 	}
 
+	// --registry for the pods without the contract's annotations.
 	argv := []string{"migrate", "node", "node-a", "--to", "node-b", "--parallel", "2", "--allow-anonymous-checkpoints",
-		"--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab", "--insecure-registry", "-o", "json"}
+		"--agent-image", l.imagePrefix + "/kubectl-migrate-agent:lab", "--registry", l.registry + "/checkpoints", "--insecure-registry", "-o", "json"}
 	cmd := l.kubectlCommand(argv...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -92,6 +99,7 @@ func (l *lab) drainNodeA(t testing.TB) (took, sumOfMigrations time.Duration) {
 		t.Fatalf("not a drain record (%v, %v):\n%s", err, jerr, out)
 	}
 	if err != nil || rec.Outcome != report.Succeeded {
+		writes.stop()
 		t.Fatalf("drain %v: %+v", err, rec.Drain)
 	}
 	moved := map[string]report.DrainMove{}
@@ -100,24 +108,18 @@ func (l *lab) drainNodeA(t testing.TB) (took, sumOfMigrations time.Duration) {
 		moved[m.Namespace+"/"+m.Pod] = m
 		sum += m.TotalMillis
 	}
-	for name := range before {
+	// The producers and Redis move too, with checkpoint/restore.
+	withoutContract := []string{redisNS + "/redis"}
+	for _, ns := range []string{bare[0].Namespace, bare[1].Namespace, sts.Namespace, dep.ns} {
+		withoutContract = append(withoutContract, ns+"/producer")
+	}
+	for _, name := range append(slices.Collect(maps.Keys(before)), withoutContract...) {
 		if m, ok := moved[name]; !ok || m.Outcome != report.Succeeded || m.Target != "node-b" {
-			t.Fatalf("%s not moved: %+v", name, m)
+			writes.stop()
+			t.Fatalf("%s not moved: %+v (left: %+v)", name, m, rec.Drain.Skipped)
 		}
 	}
-	skipped := map[string]string{}
-	for _, s := range rec.Drain.Skipped {
-		skipped[s.Namespace+"/"+s.Pod] = s.Reason
-	}
-	for _, ns := range []string{bare[0].Namespace, bare[1].Namespace, sts.Namespace} {
-		if !strings.Contains(skipped[ns+"/producer"], "not an MS2M workload") {
-			t.Fatalf("producer in %s not reported as left: %v", ns, skipped)
-		}
-		p, err := l.client.CoreV1().Pods(ns).Get(ctx, "producer", metav1.GetOptions{})
-		if err != nil || p.Spec.NodeName != "node-a" {
-			t.Fatalf("producer in %s moved or gone: %v", ns, err)
-		}
-	}
+	writes.check(t, "redis", "redis-"+moved[redisNS+"/redis"].Migration)
 	n, err := l.client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
 	if err != nil || !n.Spec.Unschedulable {
 		t.Fatalf("node-a not cordoned after the drain: %v", err)

@@ -157,23 +157,34 @@ type crashCase struct {
 	want     report.Outcome
 }
 
+// What a crash matrix moves: a bare or Deployment pod with the MS2M
+// contract, a StatefulSet's, or a pod without the contract.
+type crashSubject int
+
+const (
+	contractPod crashSubject = iota
+	contractStatefulSet
+	withoutContract
+)
+
 // everyStep, with E2E_CRASH_MATRIX=all (make crash-matrix), replaces a
 // test's chosen crash cases by one for each phase of each strategy and mode
-// that journals (all after preflight and setup): the plugin killed as it
-// starts.
-func everyStep(chosen []crashCase, statefulSet bool) []crashCase {
+// that journals (all after preflight and setup) and can move the subject:
+// the plugin killed as it starts.
+func everyStep(chosen []crashCase, subject crashSubject) []crashCase {
 	if os.Getenv("E2E_CRASH_MATRIX") != "all" {
 		return chosen
 	}
 	var all []crashCase
+	statefulSet := subject == contractStatefulSet
 	modes := []migrate.StatefulSetMode{""}
 	if statefulSet {
 		modes = migrate.Modes
 	}
 	for _, mode := range modes {
 		for _, strategy := range migrate.Strategies {
-			if mode == migrate.Shadow && strategy != migrate.MS2M || !strategy.Contract() {
-				continue // the matrix moves an MS2M consumer, which checkpoint-restore refuses
+			if mode == migrate.Shadow && strategy != migrate.MS2M || strategy.Contract() == (subject == withoutContract) {
+				continue // shadow mode is MS2M's; checkpoint-restore moves only what lacks the contract
 			}
 			for _, p := range migrate.Phases(strategy, statefulSet, mode) {
 				if !migrate.Recoverable(p) {
@@ -203,7 +214,7 @@ func TestRecoverPodAfterCrash(t *testing.T) {
 		{name: "ms2m/restore", args: []string{"--inject-crash", "restore"}, want: report.RolledBack},
 		{name: "ms2m/cleanup", args: []string{"--inject-crash", "cleanup"}, want: report.Succeeded},
 		{name: "stop-and-copy/image", args: []string{"--strategy", "stop-and-copy", "--inject-crash", "image"}, want: report.RolledBack},
-	}, false) {
+	}, contractPod) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel() // each case has a namespace, queues and records of its own
 			setup(t).recoverPodAfterCrash(t, tc)
@@ -244,7 +255,7 @@ func TestRecoverStatefulSetAfterCrash(t *testing.T) {
 		{name: "stop-and-copy/adopt", args: []string{"--strategy", "stop-and-copy", "--inject-crash", "adopt"}, want: report.RolledBack},
 		{name: "shadow/detach-final", args: []string{"--mode", "shadow", "--inject-crash", "detach/final"}, want: report.RolledBack},
 		{name: "shadow/cleanup-final", args: []string{"--mode", "shadow", "--inject-crash", "cleanup/final"}, want: report.Succeeded},
-	}, true) {
+	}, contractStatefulSet) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			setup(t).recoverStatefulSetAfterCrash(t, tc)

@@ -3,11 +3,13 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,8 +20,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
@@ -124,76 +130,153 @@ func (l *lab) startRedisStatefulSet(t *testing.T) string {
 // and took the client's reconnection.
 func moveRedis(t *testing.T, l *lab, command, ns, pod, selector string) {
 	t.Helper()
+	service := l.serviceFor(t, ns, "redis", selector)
+	writes := startRedisWrites(t, l, ns, selector)
+	rec, err, jerr := l.migrateWithoutContract(t, command, ns, pod)
+	if err != nil || jerr != nil || rec.Outcome != report.Succeeded {
+		writes.stop()
+		t.Fatalf("migration: %v %v %s", err, jerr, rec.Outcome)
+	}
+	if rec.Strategy != "checkpoint-restore" || rec.Downtime == nil || rec.Downtime.Millis <= 0 {
+		writes.stop()
+		t.Fatalf("strategy %s, downtime %+v", rec.Strategy, rec.Downtime)
+	}
+	writes.check(t, pod, rec.TargetPod)
+	l.endpointsFollow(t, ns, service, rec.TargetPod)
+	t.Logf("downtime %d ms", rec.Downtime.Millis)
+}
+
+// serviceFor creates a Service named name in ns for the pods of selector
+// (port 6379) and returns its name.
+func (l *lab) serviceFor(t testing.TB, ns, name, selector string) string {
+	t.Helper()
+	set, err := labels.ConvertSelectorToLabelsMap(selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       corev1.ServiceSpec{Selector: set, Ports: []corev1.ServicePort{{Port: 6379}}},
+	}
+	if _, err := l.client.CoreV1().Services(ns).Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// endpointsFollow waits until service's endpoints are pod's address alone,
+// ready: the endpoint controller followed the move (the lab has no
+// kube-proxy to route by them; the clients dial by label instead).
+func (l *lab) endpointsFollow(t testing.TB, ns, service, pod string) {
+	t.Helper()
 	ctx := context.Background()
-	dials := &labelDialer{l: l, ns: ns, selector: selector}
-	client := redis.NewClient(&redis.Options{
-		Dialer: dials.dial, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+	p, err := l.client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := l.client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service})
+		if err != nil {
+			return false, nil
+		}
+		got = nil
+		for _, s := range list.Items {
+			for _, e := range s.Endpoints {
+				if e.Conditions.Ready != nil && *e.Conditions.Ready {
+					got = append(got, e.Addresses...)
+				}
+			}
+		}
+		return len(got) == 1 && got[0] == p.Status.PodIP, nil
+	})
+	if err != nil {
+		t.Fatalf("Service %s's ready endpoints are %v, want the copy %s's %s alone", service, got, pod, p.Status.PodIP)
+	}
+}
+
+// redisWrites is a client writing SET key_i i to a redis-server without
+// pause, with the log of the writes the server acknowledged.
+type redisWrites struct {
+	l      *lab
+	ns     string
+	client *redis.Client
+	dials  *labelDialer
+	before redisServer
+	log    ackLog
+	stop   func()
+}
+
+// startRedisWrites starts writing to the redis-server that carries
+// selector in ns, dialling whichever pod does, and returns once it
+// acknowledged 200 writes.
+func startRedisWrites(t testing.TB, l *lab, ns, selector string) *redisWrites {
+	t.Helper()
+	ctx := context.Background()
+	r := &redisWrites{l: l, ns: ns, dials: &labelDialer{l: l, ns: ns, selector: selector}}
+	r.client = redis.NewClient(&redis.Options{
+		Dialer: r.dials.dial, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
 		MaxRetries: -1, PoolSize: 1, Protocol: 2, DisableIdentity: true,
 	})
-	defer client.Close()
-	var before redisServer
+	t.Cleanup(func() { r.client.Close() })
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		var err error
-		if before, err = serverInfo(ctx, client); err == nil {
+		if r.before, err = serverInfo(ctx, r.client); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("redis never answered: %v", err)
 		}
 	}
-
-	var log ackLog
-	stopWriting := log.writeWithoutPause(func(i int) bool {
+	r.stop = r.log.writeWithoutPause(func(i int) bool {
 		c, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		if err := client.Set(c, "key_"+strconv.Itoa(i), i, 0).Err(); err != nil {
+		if err := r.client.Set(c, "key_"+strconv.Itoa(i), i, 0).Err(); err != nil {
 			time.Sleep(20 * time.Millisecond) // the server is away: no busy loop while it moves
 			return false
 		}
 		return true
 	})
-	if !log.waitBeyond(200, 30*time.Second) {
-		stopWriting()
+	t.Cleanup(r.stop)
+	if !r.log.waitBeyond(200, 30*time.Second) {
 		t.Fatal("redis acknowledged no writes")
 	}
+	return r
+}
 
-	rec, err, jerr := l.migrateWithoutContract(t, command, ns, pod, "")
-	if err != nil || jerr != nil || rec.Outcome != report.Succeeded {
-		stopWriting()
-		t.Fatalf("migration: %v %v %s", err, jerr, rec.Outcome)
+// check, once source moved to its copy target (on node-b, with its
+// labels): the writes go on until some land on the copy, then stop; the
+// copy is the same server (its run_id, an uptime that went on), the client
+// reconnected to it, and it holds every acknowledged write with its value.
+func (r *redisWrites) check(t testing.TB, source, target string) {
+	t.Helper()
+	ctx := context.Background()
+	copied, err := r.l.client.CoreV1().Pods(r.ns).Get(ctx, target, metav1.GetOptions{})
+	if err != nil || copied.Spec.NodeName != "node-b" || copied.Labels["app"] != "redis" {
+		r.stop()
+		t.Fatalf("the copy %s: %v", target, err)
 	}
-	target, err := l.client.CoreV1().Pods(ns).Get(ctx, rec.TargetPod, metav1.GetOptions{})
-	if err != nil || target.Spec.NodeName != "node-b" || target.Labels["app"] != "redis" {
-		stopWriting()
-		t.Fatalf("the copy %s: %v", rec.TargetPod, err)
+	atMigrated := len(r.log.all())
+	if !r.log.waitBeyond(atMigrated+50, 60*time.Second) {
+		r.stop()
+		t.Fatalf("the client never wrote to the copy (dials: %v)", r.dials.log())
 	}
-	// Writes go on until some land on the copy, so the log holds writes
-	// from before, during and after the move.
-	atMigrated := len(log.all())
-	if !log.waitBeyond(atMigrated+50, 60*time.Second) {
-		stopWriting()
-		t.Fatalf("the client never wrote to the copy (dials: %v)", dials.log())
-	}
-	stopWriting()
-	acked := log.all()
-
-	if rec.Strategy != "checkpoint-restore" || rec.Downtime == nil || rec.Downtime.Millis <= 0 {
-		t.Fatalf("strategy %s, downtime %+v", rec.Strategy, rec.Downtime)
-	}
-	if rec.TargetPod != pod {
-		if _, err := l.client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	r.stop()
+	acked := r.log.all()
+	if target != source {
+		if _, err := r.l.client.CoreV1().Pods(r.ns).Get(ctx, source, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Fatalf("the source is still there: %v", err)
 		}
 	}
-	after, err := serverInfo(ctx, client)
+	after, err := serverInfo(ctx, r.client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after.runID != before.runID || after.uptime < before.uptime {
-		t.Fatalf("the copy is another server: run_id %s uptime %d s, was %s and %d s", after.runID, after.uptime, before.runID, before.uptime)
+	if after.runID != r.before.runID || after.uptime < r.before.uptime {
+		t.Fatalf("the copy is another server: run_id %s uptime %d s, was %s and %d s", after.runID, after.uptime, r.before.runID, r.before.uptime)
 	}
-	if n := dials.count(target.Status.PodIP); n == 0 {
-		t.Fatalf("the client never reconnected to the copy at %s (dials: %v)", target.Status.PodIP, dials.log())
+	if n := r.dials.count(copied.Status.PodIP); n == 0 {
+		t.Fatalf("the client never reconnected to the copy at %s (dials: %v)", copied.Status.PodIP, r.dials.log())
 	}
 	var lost []int
 	for batch := range slices.Chunk(acked, 1000) {
@@ -201,7 +284,7 @@ func moveRedis(t *testing.T, l *lab, command, ns, pod, selector string) {
 		for j, i := range batch {
 			keys[j] = "key_" + strconv.Itoa(i)
 		}
-		vals, err := client.MGet(ctx, keys...).Result()
+		vals, err := r.client.MGet(ctx, keys...).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,8 +297,8 @@ func moveRedis(t *testing.T, l *lab, command, ns, pod, selector string) {
 	if len(lost) > 0 {
 		t.Fatalf("%d of %d acknowledged writes lost, e.g. %v", len(lost), len(acked), lost[:min(len(lost), 10)])
 	}
-	t.Logf("%d acknowledged writes (%d before the record), all in the copy; same server %s, up %d s; the client dialled %v; downtime %d ms",
-		len(acked), atMigrated, after.runID, after.uptime, dials.log(), rec.Downtime.Millis)
+	t.Logf("redis: %d acknowledged writes (%d before the move ended), all in the copy %s; same server %s, up %d s; the client dialled %v",
+		len(acked), atMigrated, target, after.runID, after.uptime, r.dials.log())
 }
 
 // redisServer is what tells one redis-server process from another.
@@ -302,4 +385,107 @@ func (d *labelDialer) log() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return append([]string(nil), d.dialled...)
+}
+
+// BenchmarkAnyPodFreeze measures how long a pod without the MS2M contract
+// is frozen when it moves with checkpoint/restore: the downtime, from the
+// cut to the copy taking its place, of Debian's redis-server idle and
+// holding E2E_REDIS_STATE of values (default 256Mi), through the container
+// runtime's restore (direct transfer) and the kubectl-migrate runtime's,
+// alternating within each of E2E_EVAL_RUNS rounds (default 5). It reports
+// the medians of the downtime and of its two biggest steps (the kubelet's
+// checkpoint call, the restore), the runtime's ratio to the CRI path at
+// each size, and each path's ratio of full to idle. Each server is deleted
+// after its run, so only one holds its state at a time.
+//
+//	go test -tags e2e -run '^$' -bench AnyPodFreeze -benchtime 1x ./test/e2e
+func BenchmarkAnyPodFreeze(b *testing.B) {
+	rounds := evalRounds(5)
+	state := resource.MustParse(cmp.Or(os.Getenv("E2E_REDIS_STATE"), "256Mi"))
+	full := state.String()
+	l := setup(b)
+	l.setUpRuntime(b)
+	paths := map[string][]string{
+		"cri":     {"--restore", "cri", "--transfer", "direct"},
+		"runtime": {"--restore", "runtime"},
+	}
+	figures := map[string][]float64{}
+	for range rounds {
+		for _, size := range []string{"idle", full} {
+			for _, path := range []string{"cri", "runtime"} {
+				ns := l.startAnyPod(b, "redis", redisServerCommand...)
+				var fill int64
+				if size != "idle" {
+					fill = state.Value()
+				}
+				used := fillRedis(b, l, ns, fill)
+				rec, err, jerr := l.migrateWithoutContract(b, "pod", ns, "redis", paths[path]...)
+				if err != nil || jerr != nil || rec.Outcome != report.Succeeded || rec.Downtime == nil {
+					b.Fatalf("%s, %s: %v %v %s", path, size, err, jerr, rec.Outcome)
+				}
+				key := size + "-" + path
+				figures[key+"-freeze"] = append(figures[key+"-freeze"], float64(rec.Downtime.Millis))
+				for _, p := range rec.Phases {
+					for _, st := range p.Steps {
+						switch st.Name {
+						case report.CheckpointCall:
+							figures[key+"-checkpoint-call"] = append(figures[key+"-checkpoint-call"], float64(st.DurationMillis))
+						case report.StagedRunning, report.PodRunning:
+							figures[key+"-restore"] = append(figures[key+"-restore"], float64(st.DurationMillis))
+						}
+					}
+				}
+				b.Logf("%s, %s (redis used %d MiB): freeze %d ms; %s", path, size, used>>20, rec.Downtime.Millis, stepSummary(rec))
+				if err := l.client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	for _, size := range []string{"idle", full} {
+		for _, path := range []string{"cri", "runtime"} {
+			for _, metric := range []string{"freeze", "checkpoint-call", "restore"} {
+				b.ReportMetric(median(figures[size+"-"+path+"-"+metric]), size+"-"+path+"-"+metric+"-ms")
+			}
+		}
+		b.ReportMetric(median(figures[size+"-runtime-freeze"])/median(figures[size+"-cri-freeze"]), size+"-runtime/cri-freeze-ratio")
+	}
+	for _, path := range []string{"cri", "runtime"} {
+		b.ReportMetric(median(figures[full+"-"+path+"-freeze"])/median(figures["idle-"+path+"-freeze"]), path+"-"+full+"/idle-freeze-ratio")
+	}
+}
+
+// fillRedis writes n bytes of values (1 MiB each, not compressible) into
+// the redis-server in ns and returns the memory it then says it uses.
+func fillRedis(b testing.TB, l *lab, ns string, n int64) int64 {
+	b.Helper()
+	ctx := context.Background()
+	dials := &labelDialer{l: l, ns: ns, selector: "app=redis"}
+	client := redis.NewClient(&redis.Options{Dialer: dials.dial, DialTimeout: time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, Protocol: 2, DisableIdentity: true})
+	defer client.Close()
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return client.Ping(ctx).Err() == nil, nil
+	}); err != nil {
+		b.Fatalf("redis never answered: %v", err)
+	}
+	value := make([]byte, 1<<20)
+	rng := rand.NewChaCha8([32]byte{})
+	for i := int64(0); i < n>>20; i++ {
+		_, _ = rng.Read(value)
+		if err := client.Set(ctx, "ballast_"+strconv.FormatInt(i, 10), value, 0).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	info, err := client.Info(ctx, "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			used, _ := strconv.ParseInt(v, 10, 64)
+			return used
+		}
+	}
+	b.Fatalf("INFO memory names no used_memory:\n%s", info)
+	return 0
 }

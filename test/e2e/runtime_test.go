@@ -333,7 +333,7 @@ func TestEveryMoveThroughTheRuntime(t *testing.T) {
 		{name: "sequential/restore", args: []string{"--inject-crash", "restore"}, want: report.RolledBack},
 		{name: "shadow/detach-final", args: []string{"--mode", "shadow", "--inject-crash", "detach/final"}, want: report.RolledBack},
 		{name: "sequential/cleanup", args: []string{"--inject-crash", "cleanup"}, want: report.Succeeded},
-	}, true) {
+	}, contractStatefulSet) {
 		t.Run("sts/crash/"+tc.name, func(t *testing.T) {
 			rec := l.recoverStatefulSetAfterCrash(t, tc)
 			if rec.Restore != "runtime" {

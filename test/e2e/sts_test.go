@@ -104,7 +104,7 @@ func (l *lab) deployStatefulSetAt(t testing.TB, rate string, changes ...func(ns 
 		}
 	}
 	producer := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "producer", Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: "producer", Namespace: ns, Labels: workload.ProducerLabels()},
 		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{
 			Name: "producer", Image: l.imagePrefix + "/ms2m-producer:lab", ImagePullPolicy: corev1.PullAlways,
 			Args:  []string{"--url=" + l.brokerURL, "--exchange=" + exchange, "--queue=" + queueOf("consumer-0"), "--rate=" + rate},

@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -255,16 +256,35 @@ func (w *Workload) waitState(ctx context.Context, pod string, timeout time.Durat
 	return st, err
 }
 
+// ProducerLabels are the labels a producer's pod carries, by which
+// StopProducer finds it wherever it moved.
+func ProducerLabels() map[string]string { return map[string]string{"app": "producer"} }
+
+// producerPod names the producer's pod: the running one with its labels, so
+// that a producer a drain moved (its copy, under another name) is found.
+func (w *Workload) producerPod(ctx context.Context) string {
+	list, err := w.client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(ProducerLabels()).String()})
+	if err == nil {
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				return p.Name
+			}
+		}
+	}
+	return "producer"
+}
+
 // StopProducer stops the producer and returns what the broker confirmed.
 func (w *Workload) StopProducer(ctx context.Context) (ms2m.ProducerState, error) {
-	body, err := w.client.CoreV1().RESTClient().Post().Namespace(w.Namespace).Resource("pods").Name("producer:8080").
+	name := w.producerPod(ctx) + ":8080"
+	body, err := w.client.CoreV1().RESTClient().Post().Namespace(w.Namespace).Resource("pods").Name(name).
 		SubResource("proxy").Suffix(protocol.ControlPath).SetHeader(protocol.TokenHeader, w.token(ctx)).Body([]byte(`{"type":"STOP"}`)).DoRaw(ctx)
 	if err != nil {
 		return ms2m.ProducerState{}, fmt.Errorf("stop producer: %w: %s", err, body)
 	}
 	var st ms2m.ProducerState
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		raw, err := w.client.CoreV1().RESTClient().Get().Namespace(w.Namespace).Resource("pods").Name("producer:8080").
+		raw, err := w.client.CoreV1().RESTClient().Get().Namespace(w.Namespace).Resource("pods").Name(name).
 			SubResource("proxy").Suffix(protocol.StatePath).SetHeader(protocol.TokenHeader, w.token(ctx)).DoRaw(ctx)
 		return err == nil && json.Unmarshal(raw, &st) == nil && st.Stopped, nil
 	})
