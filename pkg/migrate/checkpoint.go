@@ -3,11 +3,9 @@ package migrate
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -107,35 +105,6 @@ func (m *Migration) removeArchives(ctx context.Context) error {
 	return nil
 }
 
-// removeStaged deletes the checkpoints staged on the target node for the
-// kubectl-migrate runtime (RestoreRuntime): unlike a direct transfer's
-// images, they do not go with the target's agent. One the runtime restored
-// is gone already. Every one this migration may have sent is removed,
-// journaled or not: their paths follow from the target's name, and a
-// process that died as an agent staged one (or while it was extracting
-// one) never wrote it down, though it is the application's memory.
-func (m *Migration) removeStaged(ctx context.Context) error {
-	if m.state.RestoreVia != RestoreRuntime {
-		return nil // only the runtime's restore stages (packRequest)
-	}
-	sent := m.stagedKeys()
-	staged := make([]string, 0, len(sent))
-	for _, c := range sent {
-		staged = append(staged, agent.StagedPath(m.staged(c)))
-	}
-	slices.Sort(staged)
-	nodes := []string{m.config.TargetNode}
-	if m.keepsArchives() {
-		nodes = append(nodes, m.state.SourceNode) // where a rollback staged them again
-	}
-	for _, node := range nodes {
-		if err := m.deps.Packer.Remove(ctx, m.nextAgentPod(), node, staged); err != nil {
-			return fmt.Errorf("remove the checkpoints staged on %s %v: %w", node, staged, err)
-		}
-	}
-	return nil
-}
-
 // stagedKeys names what a migration through the kubectl-migrate runtime
 // stages: the emptyDir data, if carried, and each migrated container.
 func (m *Migration) stagedKeys() []string {
@@ -145,7 +114,7 @@ func (m *Migration) stagedKeys() []string {
 	return slices.Clone(m.state.Migrated)
 }
 
-// stageOnSource sends the kept archives (keepsArchives) from the source
+// stageOnSource sends the kept archives (checkpointPath.keepsArchives) from the source
 // node's agent to itself, staged for the kubectl-migrate runtime to restore
 // the source there: a StatefulSet pod's rollback after its source was
 // deleted. The target's restore used the first copies.
@@ -154,7 +123,7 @@ func (m *Migration) stageOnSource(ctx context.Context) error {
 		if _, kept := m.state.Archives[c]; !kept {
 			return fmt.Errorf("the archive of %s is no longer on %s", archiveName(c), m.state.SourceNode)
 		}
-		req, err := m.packRequest(ctx, c, m.state.SourceNode)
+		req, err := m.path().request(ctx, m, c, m.state.SourceNode)
 		if err != nil {
 			return err
 		}
@@ -199,7 +168,7 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 		m.state.Images = map[string]string{}
 	}
 	for _, c := range m.packed() {
-		req, err := m.packRequest(ctx, c, m.config.TargetNode)
+		req, err := m.path().request(ctx, m, c, m.config.TargetNode)
 		if err != nil {
 			return err
 		}
@@ -219,19 +188,11 @@ func (packImages) Run(ctx context.Context, m *Migration) error {
 		if err := m.save(ctx); err != nil {
 			return err
 		}
-		what := archiveName(c)
-		if res.Staged != "" {
-			m.Record.ArchiveBytes += res.ArchiveBytes
-			m.progress(report.Image, fmt.Sprintf("%s staged on %s for the kubectl-migrate runtime (%d KiB, sent in %d ms)", what, m.config.TargetNode, res.ArchiveBytes/1024, res.PushMillis))
-			continue
+		if res.Staged == "" {
+			m.Record.Images = append(m.Record.Images, res.Image)
 		}
-		m.Record.Images = append(m.Record.Images, res.Image)
 		m.Record.ArchiveBytes += res.ArchiveBytes
-		if m.config.Transfer == Direct {
-			m.progress(report.Image, fmt.Sprintf("%s → %s (%d KiB, sent in %d ms)", what, res.Image, res.ArchiveBytes/1024, res.PushMillis))
-			continue
-		}
-		m.progress(report.Image, fmt.Sprintf("%s → %s (%d KiB, build %d ms, push %d ms)", what, res.Image, res.ArchiveBytes/1024, res.BuildMillis, res.PushMillis))
+		m.progress(report.Image, m.path().sent(archiveName(c), m.config.TargetNode, res))
 	}
 	return nil
 }
@@ -241,24 +202,5 @@ func (packImages) Rollback(ctx context.Context, m *Migration) error {
 	if err := m.removeArchives(ctx); err != nil {
 		return err
 	}
-	if err := m.removeStaged(ctx); err != nil {
-		return err
-	}
-	var left []string
-	var errs []error
-	if m.config.Transfer != Direct { // the target's agent and its images go with the migration
-		for _, ref := range m.state.Images {
-			if err := m.deleteImage(ctx, ref); err != nil {
-				left, errs = append(left, ref), append(errs, err)
-			}
-		}
-	}
-	m.state.Images = nil
-	if len(left) > 0 {
-		// The restored copy is gone and the source serves: an image the
-		// registry would not delete holds nothing anyone needs, only memory
-		// that must not linger, so it is named for removal by hand.
-		return leftoverError{what: "checkpoint images " + strings.Join(left, ", ") + " (delete them from the registry)", err: errors.Join(errs...)}
-	}
-	return nil
+	return m.path().discard(ctx, m)
 }

@@ -120,7 +120,7 @@ func (s *nodeSet) has(node string) bool {
 // none. A StatefulSet pod's agents also receive when the transfer is
 // direct, as setup starts them.
 func (m *Migration) agentOn(ctx context.Context, node string) error {
-	if m.config.Transfer == Direct && m.config.StatefulSet != "" {
+	if m.path().receives() && m.config.StatefulSet != "" {
 		_, err := m.receiverOn(ctx, node)
 		return err
 	}
@@ -181,7 +181,7 @@ func (m *Migration) receiverOn(ctx context.Context, node string) (Receiver, erro
 	if err != nil {
 		return Receiver{}, fmt.Errorf("get node %s: %w", node, err)
 	}
-	opts, rcv, err := NewReceiver(n, m.agentOptions(n), m.state.RestoreVia == RestoreRuntime)
+	opts, rcv, err := m.path().receiver(n, m.agentOptions(n))
 	if err != nil {
 		return Receiver{}, err
 	}

@@ -216,9 +216,7 @@ func NeededPermissions(c Config) []Permission {
 	}
 	out = append(out, journalKeyPermissions(c.Agents())...)
 	out = append(out, Permission{Group: "coordination.k8s.io", Verb: "get", Resource: "leases", Name: agent.ControllerName, Namespaced: true, Namespace: c.Agents(), Why: "to know the agents' controller runs"})
-	if c.Transfer == Direct && c.Restore != RestoreRuntime {
-		add(pullSecretPermissions, "")
-	}
+	add(pathFor(c.Transfer, c.Restore).permissions(), "")
 	if c.RegistrySecret != "" {
 		add(registrySecretPermissions, "")
 	}

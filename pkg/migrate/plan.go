@@ -53,7 +53,7 @@ func (preflight) Describe(PlanStep) string { return "" }
 // early describes the target created before its checkpoint exists, if it
 // is (createsTargetEarly).
 func (s PlanStep) early() string {
-	if !createsTargetEarly(s.Restore, s.StatefulSet, s.TargetName) {
+	if !s.path().createsEarly(s.StatefulSet, s.TargetName) {
 		return ""
 	}
 	return fmt.Sprintf("create pod %s on %s from its own images under RuntimeClass %s, whose runtime holds its start until the checkpoint is staged, and wait for its address; ", s.TargetName, s.TargetNode, ociruntime.HandlerName)
@@ -75,20 +75,7 @@ func (checkpoint) Describe(s PlanStep) string {
 	return fmt.Sprintf("checkpoint %s of %s on %s through the kubelet", strings.Join(s.Containers, ", "), s.Pod, s.SourceNode)
 }
 
-func (packImages) Describe(s PlanStep) string {
-	if s.Restore == RestoreRuntime {
-		kept := ""
-		if s.StatefulSet != "" && s.inPlace() {
-			kept = fmt.Sprintf("; the archives stay on %s until the migration ends, for a rollback to restore the source from", s.SourceNode)
-		}
-		return fmt.Sprintf("stream the checkpoint archives from the agent on %s to the agent on %s (TLS, pinned), which stages them for the kubectl-migrate runtime (no image)%s", s.SourceNode, s.TargetNode, kept)
-	}
-	images := s.CheckpointImageOf(s.Pod, "<container>", s.ID)
-	if s.Transfer == Direct {
-		return fmt.Sprintf("stream the checkpoint archives from the agent on %s to the agent on %s (no registry), which serves them to its node as %s", s.SourceNode, s.TargetNode, images)
-	}
-	return fmt.Sprintf("pack and push %s from the agent on %s (%s), started in preflight", images, s.SourceNode, s.AgentImage)
-}
+func (packImages) Describe(s PlanStep) string { return s.path().describePack(s) }
 
 func (detach) Describe(s PlanStep) string {
 	if !s.inPlace() {
@@ -108,13 +95,7 @@ func (restore) Describe(s PlanStep) string {
 	if s.early() != "" {
 		return fmt.Sprintf("wait until pod %s has restored the staged checkpoints", s.TargetName)
 	}
-	if s.Restore == RestoreRuntime {
-		return fmt.Sprintf("create pod %s on %s from its own images under RuntimeClass %s, whose runtime restores the staged checkpoints", s.TargetName, s.TargetNode, ociruntime.HandlerName)
-	}
-	if s.Transfer == Direct {
-		return fmt.Sprintf("restore pod %s on %s, which pulls its checkpoint images from its node's agent with a pull secret of its own (deleted with the pod)", s.TargetName, s.TargetNode)
-	}
-	return fmt.Sprintf("restore pod %s on %s", s.TargetName, s.TargetNode)
+	return s.path().describeRestore(s)
 }
 
 func (adopt) Describe(s PlanStep) string {
@@ -152,12 +133,7 @@ func (cleanup) Describe(s PlanStep) string {
 	if s.Strategy == MS2M {
 		gone = append(gone, "the replay queue")
 	}
-	if !s.KeepImages && s.Transfer != Direct {
-		gone = append(gone, "the checkpoint images")
-	}
-	if s.Transfer == Direct && s.StatefulSet != "" && s.inPlace() {
-		gone = append(gone, "the checkpoint archives kept on "+s.SourceNode)
-	}
+	gone = append(gone, s.path().leftAtCleanup(s)...)
 	return "delete " + strings.Join(gone, " and ")
 }
 

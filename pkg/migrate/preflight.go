@@ -56,7 +56,7 @@ func (preflight) Run(ctx context.Context, m *Migration) error {
 		{"target node", checkTargetNode},
 		{"volumes", checkVolumes},
 		{"target pod name", checkTargetName},
-		{"registry", checkRegistry},
+		{"checkpoint's way", checkPath},
 	}
 	if m.config.Strategy.Contract() {
 		checks = append(checks, preflightCheck{"broker", checkBroker}, preflightCheck{"control token", checkControlToken}, preflightCheck{"application", checkApp})
@@ -180,14 +180,6 @@ func checkTargetNode(ctx context.Context, m *Migration) error {
 	if via == RestoreRuntime {
 		// The checkpoint goes to the target's agent, which stages it.
 		m.config.Transfer = Direct
-	}
-	if m.config.Transfer != Direct && m.config.RegistrySecret == "" {
-		// The kubelet lets any pod use an image pulled anonymously.
-		if !m.config.AllowAnonymousCheckpoints {
-			return fmt.Errorf("the checkpoint image (the process's memory) would be pushed to %s and pulled without credentials: any pod on %s could run it, and anyone who reaches the registry read it; pass --registry-secret for a registry that asks for credentials, --transfer direct, or --allow-anonymous-checkpoints to accept that (docs/security.md)", m.config.ImageRepository, m.config.TargetNode)
-		}
-		m.progress(report.Preflight, "the checkpoint image is pulled without credentials (--allow-anonymous-checkpoints): any pod on "+m.config.TargetNode+
-			" may run it while the node keeps it")
 	}
 	return nil
 }
@@ -323,12 +315,9 @@ func checkBroker(ctx context.Context, m *Migration) error {
 	return nil
 }
 
-func checkRegistry(ctx context.Context, m *Migration) error {
-	if m.config.Transfer == Direct {
-		return nil // the agents check their own way: see startAgents
-	}
-	return m.deps.Registry.CheckPush(ctx, m.config.ImageRepository)
-}
+// checkPath checks what the checkpoint's way can check before the agents
+// run (see startAgents for the rest).
+func checkPath(ctx context.Context, m *Migration) error { return m.path().check(ctx, m) }
 
 func checkControlToken(ctx context.Context, m *Migration) error {
 	token, err := ControlToken(ctx, m.deps.Client, m.config.Namespace)

@@ -25,11 +25,6 @@ import (
 // The secret belongs to the pod, so it lasts as long as the pod, whose
 // restarts restore from the image again, and goes with it.
 
-// usesPullSecret: the target's images come from its node's agent.
-func (m *Migration) usesPullSecret() bool {
-	return m.config.Transfer == Direct && m.state.RestoreVia != RestoreRuntime
-}
-
 // pullSecretName names the pull secret of this stage's restore on node.
 func (m *Migration) pullSecretName(node string) string {
 	return "kubectl-migrate-pull-" + m.tag() + "-" + node
@@ -99,9 +94,6 @@ func (m *Migration) givePullSecret(ctx context.Context, pod *corev1.Pod) error {
 // removePullSecret deletes the pull secret of a restore on node that was
 // undone (one whose pod exists goes with it).
 func (m *Migration) removePullSecret(ctx context.Context, node string) error {
-	if !m.usesPullSecret() {
-		return nil
-	}
 	name := m.pullSecretName(node)
 	if err := kube.DeleteSecret(ctx, m.deps.Client, m.config.Namespace, name); err != nil {
 		return fmt.Errorf("delete the pull secret %s: %w", name, err)

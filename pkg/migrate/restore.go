@@ -82,11 +82,7 @@ func (restore) Run(ctx context.Context, m *Migration) error {
 // source is checkpointed, off the critical path. Not a StatefulSet
 // member's name, which the source holds until detach.
 func (m *Migration) createsTargetEarly() bool {
-	return createsTargetEarly(m.state.RestoreVia, m.config.StatefulSet, m.config.TargetName)
-}
-
-func createsTargetEarly(via Restore, statefulSet, target string) bool {
-	return via == RestoreRuntime && (statefulSet == "" || !isMemberName(statefulSet, target))
+	return m.path().createsEarly(m.config.StatefulSet, m.config.TargetName)
 }
 
 // expectedIDs are the containers whose checkpoints the target expects.
@@ -228,30 +224,16 @@ func (m *Migration) createTarget(ctx context.Context, name, node string) (*corev
 	if err := m.save(ctx); err != nil {
 		return nil, err
 	}
-	if m.usesPullSecret() {
-		if err := m.writePullSecret(ctx, pod, node); err != nil {
-			return nil, err
-		}
+	if err := m.path().beforeCreate(ctx, m, pod, node); err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	created, err := m.deps.Client.CoreV1().Pods(m.config.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create pod %s on %s: %w", name, node, err)
 	}
-	if m.usesPullSecret() {
-		if err := m.givePullSecret(ctx, created); err != nil {
-			return created, err
-		}
-	}
-	if m.state.RestoreVia == RestoreRuntime && name == m.config.TargetName && !m.createsTargetEarly() {
-		// Staged before this pod existed: from now on its only.
-		ids := make([]ociruntime.Identity, 0, len(m.state.Migrated)+1)
-		for _, c := range m.stagedKeys() {
-			ids = append(ids, ociruntime.Identity{Namespace: m.config.Namespace, Pod: name, UID: string(created.UID), Container: c})
-		}
-		if err := m.deps.Packer.Bind(ctx, node, ids); err != nil {
-			return created, fmt.Errorf("give the checkpoint staged on %s to pod %s: %w", node, name, err)
-		}
+	if err := m.path().afterCreate(ctx, m, created, node); err != nil {
+		return created, err
 	}
 	m.step(report.PodCreate, "", start, 0)
 	m.progress(report.Restore, "pod "+name+" created on "+node)
@@ -451,7 +433,7 @@ func (restore) Rollback(ctx context.Context, m *Migration) error {
 		} else if err := m.deletePod(ctx, report.Restore, m.config.TargetName); err != nil {
 			return err
 		}
-		if err := m.removePullSecret(ctx, m.config.TargetNode); err != nil {
+		if err := m.path().undoCreate(ctx, m, m.config.TargetNode); err != nil {
 			return err
 		}
 	}

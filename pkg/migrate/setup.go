@@ -101,18 +101,17 @@ func (m *Migration) startAgents(ctx context.Context) error {
 	// them (shadow mode's final stage, and a move back, start on the
 	// target).
 	sourceOpts, targetOpts := m.agentOptions(m.nodes.source), m.agentOptions(m.nodes.target)
+	path := m.path()
 	var toSource, toTarget Receiver
-	if m.config.Transfer == Direct {
-		var err error
-		if targetOpts, toTarget, err = NewReceiver(m.nodes.target, targetOpts, m.state.RestoreVia == RestoreRuntime); err != nil {
+	var err error
+	if targetOpts, toTarget, err = path.receiver(m.nodes.target, targetOpts); err != nil {
+		return err
+	}
+	// A StatefulSet pod's rollback, and its move back, restore it on the
+	// source node.
+	if m.config.StatefulSet != "" {
+		if sourceOpts, toSource, err = path.receiver(m.nodes.source, sourceOpts); err != nil {
 			return err
-		}
-		// A StatefulSet pod's rollback, and its move back, restore it on
-		// the source node.
-		if m.config.StatefulSet != "" {
-			if sourceOpts, toSource, err = NewReceiver(m.nodes.source, sourceOpts, m.state.RestoreVia == RestoreRuntime); err != nil {
-				return err
-			}
 		}
 	}
 	warm := func(pod, node string, opts agent.WarmOptions) error {
@@ -161,19 +160,13 @@ func (m *Migration) startAgents(ctx context.Context) error {
 			return err
 		}
 		targetReady = time.Now()
-		if err := m.checkTargetRestores(ctx); err != nil {
-			return err
-		}
-		if m.config.Transfer == Direct {
+		if targetOpts.DirectToken != "" {
 			if _, err := m.registerReceiver(ctx, m.config.TargetNode, toTarget); err != nil {
 				return err
 			}
 		}
-		if m.config.Transfer == Direct && m.state.RestoreVia != RestoreRuntime {
-			probe := agent.DirectRegistry() + "/" + agent.ProbeImage
-			if err := m.deps.Packer.Prepull(ctx, probePuller, m.config.TargetNode, []string{probe}); err != nil {
-				return fmt.Errorf("node %s's runtime cannot pull from its agent at %s (%w); let it pull from there over plain HTTP (CRI-O: insecure_registries in [crio.image]; containerd: a hosts.toml for %[2]s in its config_path), or use a registry", m.config.TargetNode, agent.DirectRegistry(), err)
-			}
+		if err := path.targetReady(ctx, m, probePuller); err != nil {
+			return err
 		}
 		// Through the warm agent: images the node has are found at once.
 		pullStart = time.Now()
@@ -183,24 +176,10 @@ func (m *Migration) startAgents(ctx context.Context) error {
 		pulled = time.Now()
 		return nil
 	})
-	err := g.Wait()
+	err = g.Wait()
 	if err == nil {
 		m.stepTook(report.AgentsReady, "", start, max(sourceReady.Sub(start), targetReady.Sub(start)), 0)
 		m.stepTook(report.BasePull, "", pullStart, pulled.Sub(pullStart), 0)
-	}
-	return err
-}
-
-// checkTargetRestores refuses a target whose container runtime's
-// configuration does not let it restore (TargetRestores), before the
-// checkpoint.
-func (m *Migration) checkTargetRestores(ctx context.Context) error {
-	if m.state.RestoreVia == RestoreRuntime {
-		return nil // the container runtime only runs the containers
-	}
-	found, reported, err := TargetRestores(ctx, m.deps.Packer, m.nodes.target)
-	if err == nil && !reported {
-		m.progress(report.Setup, found)
 	}
 	return err
 }

@@ -109,10 +109,8 @@ func (m *Migration) restoreSourceInPlace(ctx context.Context) error {
 	if err := kube.DeleteAndWait(ctx, m.deps.Client, m.config.Namespace, m.config.Pod, nil); err != nil { // a source still terminating
 		return err
 	}
-	if m.state.RestoreVia == RestoreRuntime {
-		if err := m.stageOnSource(ctx); err != nil {
-			return err
-		}
+	if err := m.path().beforeRestoreOnSource(ctx, m); err != nil {
+		return err
 	}
 	if _, _, err := m.restoreAs(ctx, m.config.Pod, m.state.SourceNode); err != nil {
 		return err

@@ -121,15 +121,7 @@ func (m *Migration) removeReplayQueueAndImages(ctx context.Context) error {
 		}
 		m.state.ReplayQueue = ""
 	}
-	if !m.config.KeepImages && m.config.Transfer != Direct {
-		for _, ref := range m.state.Images {
-			if err := m.deps.Registry.Delete(ctx, ref); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		m.state.Images = nil
-	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, m.path().release(ctx, m))...)
 }
 
 func (cleanup) Rollback(context.Context, *Migration) error { return nil }

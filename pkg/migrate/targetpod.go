@@ -1,7 +1,6 @@
 package migrate
 
 import (
-	"context"
 	"encoding/json"
 	"maps"
 	"slices"
@@ -92,40 +91,7 @@ func CheckpointImage(repository, namespace, pod, container, tag string) string {
 // (stage) tag: the registry's repository, or with a direct transfer the
 // target node's agent, as that node pulls it.
 func (c Config) CheckpointImageOf(pod, container, tag string) string {
-	if c.Transfer == Direct {
-		return CheckpointImage(agent.DirectRegistry(), c.Namespace, pod, container, tag)
-	}
-	return CheckpointImage(c.ImageRepository, c.Namespace, pod, container, tag)
-}
-
-func (m *Migration) packRequest(ctx context.Context, container, node string) (agent.PackRequest, error) {
-	archive := m.state.Archives[container]
-	if m.config.Transfer != Direct {
-		return agent.PackRequest{Archive: archive, Container: container, Image: m.config.CheckpointImageOf(m.config.Pod, container, m.tag()), Insecure: m.config.InsecureRegistry}, nil
-	}
-	to, err := m.receiverOn(ctx, node)
-	if err != nil {
-		return agent.PackRequest{}, err
-	}
-	// The sending agent must run too: after a crash none does until this
-	// starts it (a shadow's move back sends from the shadow's node).
-	if err := m.agentOn(ctx, m.state.SourceNode); err != nil {
-		return agent.PackRequest{}, err
-	}
-	req := to.Request(archive, container, m.config.Namespace, m.config.Pod, m.tag())
-	req.KeepArchive = m.keepsArchives()
-	if m.state.RestoreVia == RestoreRuntime {
-		req.StageAs = ptr.To(m.staged(container))
-	}
-	return req, nil
-}
-
-// keepsArchives: a StatefulSet pod's checkpoint sent without a registry is
-// all its rollback can restore the deleted source from, so its archives
-// stay on the source node until the migration ends (cleanup or rollback
-// removes them).
-func (m *Migration) keepsArchives() bool {
-	return m.config.Transfer == Direct && m.config.StatefulSet != "" && m.config.Pod == m.config.TargetName
+	return pathFor(c.Transfer, c.Restore).image(c, pod, container, tag)
 }
 
 // staged is the checkpoint of container staged for the kubectl-migrate
@@ -265,7 +231,7 @@ func targetPod(source *corev1.Pod, name, node, migrationID string, images map[st
 // checkpoints (images, by container), as its dry run shows it.
 func PlannedTarget(c Config, source *corev1.Pod, images map[string]string) *corev1.Pod {
 	pod := RestoredPod(source, c.TargetName, c.TargetNode, c.ID, images, c.RegistrySecret, c.Restore)
-	if createsTargetEarly(c.Restore, c.StatefulSet, c.TargetName) {
+	if pathFor(c.Transfer, c.Restore).createsEarly(c.StatefulSet, c.TargetName) {
 		addressFirst(pod, c.AgentImage)
 	}
 	// The plan is printed: the broker's password stays out of it.
