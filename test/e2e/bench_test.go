@@ -454,21 +454,24 @@ func evalRounds(def int) int {
 // after its run, so only one holds its state at a time.
 //
 //	go test -tags e2e -run '^$' -bench RestoreAtSize -benchtime 1x ./test/e2e
+// restorePaths are the flags of the two restore paths the size benchmarks
+// compare, both without a registry.
+var restorePaths = map[string][]string{
+	"cri":     {"--restore", "cri", "--transfer", "direct"},
+	"runtime": {"--restore", "runtime"},
+}
+
 func BenchmarkRestoreAtSize(b *testing.B) {
 	rounds, ballast := evalRounds(5), cmp.Or(os.Getenv("E2E_BALLAST"), "512Mi")
 	l := setup(b)
 	l.setUpRuntime(b)
-	paths := map[string][]string{
-		"cri":     {"--restore", "cri", "--transfer", "direct"},
-		"runtime": {"--restore", "runtime"},
-	}
 	figures := map[string][]float64{}
 	var archive int64
 	for i := 0; i < rounds; i++ {
 		for _, path := range []string{"cri", "runtime"} {
 			w := l.deployWith(b, workload.Options{Rate: "10", Ballast: ballast})
 			before := waitApplied(b, w, "consumer", 20)
-			args := append([]string{"pod", "consumer", "--to", "node-b", "--label", "variant=" + path + "-" + ballast}, paths[path]...)
+			args := append([]string{"pod", "consumer", "--to", "node-b", "--label", "variant=" + path + "-" + ballast}, restorePaths[path]...)
 			rec, stderr, err := l.migrate(b, w, args...)
 			if err != nil {
 				b.Fatalf("%s migration failed: %v\n%s", path, err, stderr)

@@ -405,10 +405,6 @@ func BenchmarkAnyPodFreeze(b *testing.B) {
 	full := state.String()
 	l := setup(b)
 	l.setUpRuntime(b)
-	paths := map[string][]string{
-		"cri":     {"--restore", "cri", "--transfer", "direct"},
-		"runtime": {"--restore", "runtime"},
-	}
 	figures := map[string][]float64{}
 	for range rounds {
 		for _, size := range []string{"idle", full} {
@@ -419,7 +415,7 @@ func BenchmarkAnyPodFreeze(b *testing.B) {
 					fill = state.Value()
 				}
 				used := fillRedis(b, l, ns, fill)
-				rec, err, jerr := l.migrateWithoutContract(b, "pod", ns, "redis", paths[path]...)
+				rec, err, jerr := l.migrateWithoutContract(b, "pod", ns, "redis", restorePaths[path]...)
 				if err != nil || jerr != nil || rec.Outcome != report.Succeeded || rec.Downtime == nil {
 					b.Fatalf("%s, %s: %v %v %s", path, size, err, jerr, rec.Outcome)
 				}
