@@ -1,13 +1,9 @@
 package plugin
 
 import (
-	"context"
 	"fmt"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
@@ -31,28 +27,4 @@ func admissionPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.Val
 	}}
 	return agent.DenyPolicy(ociruntime.HandlerName+"-runtime-class", match, conditions,
 		agent.MayMigrate("request.namespace", "pods under RuntimeClass "+ociruntime.HandlerName+" are restored by migrations"))
-}
-
-// ensureAdmissionPolicy creates the policy and its binding, or updates
-// them to this version's.
-func ensureAdmissionPolicy(ctx context.Context, client kubernetes.Interface) error {
-	policy, binding := admissionPolicy()
-	api := client.AdmissionregistrationV1()
-	if err := upsert(ctx, api.ValidatingAdmissionPolicies(), policy, "ValidatingAdmissionPolicy"); err != nil {
-		return err
-	}
-	return upsert(ctx, api.ValidatingAdmissionPolicyBindings(), binding, "ValidatingAdmissionPolicyBinding")
-}
-
-// dropAdmissionPolicy removes them with the RuntimeClass.
-func dropAdmissionPolicy(ctx context.Context, client kubernetes.Interface) error {
-	policy, binding := admissionPolicy()
-	api := client.AdmissionregistrationV1()
-	if err := api.ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete ValidatingAdmissionPolicyBinding %s: %w", binding.Name, err)
-	}
-	if err := api.ValidatingAdmissionPolicies().Delete(ctx, policy.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete ValidatingAdmissionPolicy %s: %w", policy.Name, err)
-	}
-	return nil
 }

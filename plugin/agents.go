@@ -7,36 +7,13 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 )
-
-// typedClient is what client-go's typed clients offer for one kind.
-type typedClient[T any] interface {
-	Create(context.Context, T, metav1.CreateOptions) (T, error)
-	Update(context.Context, T, metav1.UpdateOptions) (T, error)
-	Get(context.Context, string, metav1.GetOptions) (T, error)
-}
-
-// upsert creates obj, or updates the existing one to it.
-func upsert[T metav1.Object](ctx context.Context, c typedClient[T], obj T, kind string) error {
-	_, err := c.Create(ctx, obj, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		var old T
-		if old, err = c.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil {
-			obj.SetResourceVersion(old.GetResourceVersion())
-			_, err = c.Update(ctx, obj, metav1.UpdateOptions{})
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("install %s %s: %w", kind, obj.GetName(), err)
-	}
-	return nil
-}
 
 // controllerReadyTimeout bounds the wait for the agents' controller to run
 // (its image pulled on some node).
@@ -55,21 +32,25 @@ func ensureAgentsController(ctx context.Context, client kubernetes.Interface, na
 	}
 	policy, binding := agent.RequestPolicy(namespace)
 	admission := client.AdmissionregistrationV1()
-	if err := upsert(ctx, admission.ValidatingAdmissionPolicies(), policy, "ValidatingAdmissionPolicy"); err != nil {
+	if err := kube.Upsert(ctx, admission.ValidatingAdmissionPolicies(), policy, "ValidatingAdmissionPolicy"); err != nil {
 		return err
 	}
-	if err := upsert(ctx, admission.ValidatingAdmissionPolicyBindings(), binding, "ValidatingAdmissionPolicyBinding"); err != nil {
+	if err := kube.Upsert(ctx, admission.ValidatingAdmissionPolicyBindings(), binding, "ValidatingAdmissionPolicyBinding"); err != nil {
 		return err
 	}
 	sa, role, roleBinding, clusterRole, clusterBinding, deploy := agent.ControllerObjects(namespace, image, apiServer)
 	rbac := client.RbacV1()
 	for _, step := range []func() error{
-		func() error { return upsert(ctx, client.CoreV1().ServiceAccounts(namespace), sa, "ServiceAccount") },
-		func() error { return upsert(ctx, rbac.Roles(namespace), role, "Role") },
-		func() error { return upsert(ctx, rbac.RoleBindings(namespace), roleBinding, "RoleBinding") },
-		func() error { return upsert(ctx, rbac.ClusterRoles(), clusterRole, "ClusterRole") },
-		func() error { return upsert(ctx, rbac.ClusterRoleBindings(), clusterBinding, "ClusterRoleBinding") },
-		func() error { return upsert(ctx, client.AppsV1().Deployments(namespace), deploy, "Deployment") },
+		func() error {
+			return kube.Upsert(ctx, client.CoreV1().ServiceAccounts(namespace), sa, "ServiceAccount")
+		},
+		func() error { return kube.Upsert(ctx, rbac.Roles(namespace), role, "Role") },
+		func() error { return kube.Upsert(ctx, rbac.RoleBindings(namespace), roleBinding, "RoleBinding") },
+		func() error { return kube.Upsert(ctx, rbac.ClusterRoles(), clusterRole, "ClusterRole") },
+		func() error {
+			return kube.Upsert(ctx, rbac.ClusterRoleBindings(), clusterBinding, "ClusterRoleBinding")
+		},
+		func() error { return kube.Upsert(ctx, client.AppsV1().Deployments(namespace), deploy, "Deployment") },
 	} {
 		if err := step(); err != nil {
 			return err

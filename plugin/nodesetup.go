@@ -10,21 +10,15 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 	corev1 "k8s.io/api/core/v1"
-	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/nodesetup"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
@@ -254,178 +248,20 @@ func (o *NodeSetupOptions) Run(ctx context.Context) error {
 		Labels:    map[string]string{"app.kubernetes.io/name": "kubectl-migrate-agent", migrate.MigrationLabel: id},
 	}
 	defer func() { _ = launcher.Release(context.WithoutCancel(ctx)) }()
-	if o.Uninstall {
-		if err := refuseWhileRestoredPodsRun(ctx, client, nodes, o.ErrOut); err != nil {
-			return err
-		}
-	} else {
-		if err := ensureAgentsController(ctx, client, o.AgentNamespace, o.AgentImage, o.APIServer, o.ErrOut); err != nil {
-			return err
-		}
-		if err := ensureRuntimeClass(ctx, client); err != nil {
-			return err
-		}
-		if err := ensureAdmissionPolicy(ctx, client); err != nil {
-			return err
-		}
-	}
-	for _, n := range nodes {
-		runtime, _, _ := strings.Cut(n.Status.NodeInfo.ContainerRuntimeVersion, "://")
-		args := []string{"--restart", o.Restart}
-		if o.Uninstall {
-			args = append(args, "--uninstall")
-			// First the label: nothing new is restored there meanwhile.
-			if err := labelNode(ctx, client, n.Name, false); err != nil {
-				return err
-			}
-		}
-		fmt.Fprintf(o.ErrOut, "%s (%s): ", n.Name, n.Status.NodeInfo.ContainerRuntimeVersion)
-		msg, err := launcher.NodeSetup(ctx, "kubectl-migrate-"+id+"-"+n.Name, n.Name, runtime, args)
-		if err != nil {
-			fmt.Fprintln(o.ErrOut, "failed")
-			return fmt.Errorf("node %s: %w", n.Name, err)
-		}
-		fmt.Fprintln(o.ErrOut, msg)
-		// The kubelet reports the node NotReady while its runtime restarts:
-		// the next node's turn comes once this one is back.
-		if err := waitNodeReady(ctx, client, n.Name, !o.Uninstall); err != nil {
-			return err
-		}
-		if !o.Uninstall {
-			if err := labelNode(ctx, client, n.Name, true); err != nil {
-				return err
-			}
-		}
+	cluster := nodesetup.Cluster{
+		Client: client,
+		OnNode: func(ctx context.Context, node, runtime string, args []string) (string, error) {
+			return launcher.NodeSetup(ctx, "kubectl-migrate-"+id+"-"+node, node, runtime, args)
+		},
+		Admission: admissionPolicy,
+		Restart:   o.Restart,
+		Progress:  o.ErrOut,
 	}
 	if o.Uninstall {
-		return dropRuntimeClassIfUnused(ctx, client)
+		return cluster.Uninstall(ctx, nodes)
 	}
-	return nil
-}
-
-// waitNodeReady waits until node reports Ready again, its runtime's
-// version, and (where the kubelet lists its runtime's handlers, 1.30 on)
-// the runtime's handler as installed says: a status the kubelet posted
-// before the restart would pass the first two at once.
-func waitNodeReady(ctx context.Context, client kubernetes.Interface, node string, installed bool) error {
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil || !migrate.NodeReady(n) || strings.HasSuffix(n.Status.NodeInfo.ContainerRuntimeVersion, "://Unknown") {
-			return false, nil
-		}
-		if len(n.Status.RuntimeHandlers) == 0 {
-			return true, nil
-		}
-		listed := slices.ContainsFunc(n.Status.RuntimeHandlers, func(h corev1.NodeRuntimeHandler) bool { return h.Name == ociruntime.HandlerName })
-		return listed == installed, nil
-	})
-	if err != nil {
-		return fmt.Errorf("node %s did not report Ready again after its runtime's restart: %w", node, err)
-	}
-	return nil
-}
-
-// ensureRuntimeClass creates the RuntimeClass that selects the runtime's
-// handler on the nodes labelled for it.
-func ensureRuntimeClass(ctx context.Context, client kubernetes.Interface) error {
-	rc := &nodev1.RuntimeClass{
-		ObjectMeta: metav1.ObjectMeta{Name: ociruntime.HandlerName, Labels: map[string]string{kube.ManagedByLabel: kube.ManagedBy}},
-		Handler:    ociruntime.HandlerName,
-		Scheduling: &nodev1.Scheduling{NodeSelector: map[string]string{ociruntime.NodeLabel: "installed"}},
-	}
-	_, err := client.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("create RuntimeClass %s: %w", rc.Name, err)
-	}
-	return nil
-}
-
-// dropRuntimeClassIfUnused deletes the RuntimeClass once no node has the
-// runtime.
-func dropRuntimeClassIfUnused(ctx context.Context, client kubernetes.Interface) error {
-	left, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ociruntime.NodeLabel})
-	if err != nil {
+	if err := ensureAgentsController(ctx, client, o.AgentNamespace, o.AgentImage, o.APIServer, o.ErrOut); err != nil {
 		return err
 	}
-	if len(left.Items) > 0 {
-		return nil
-	}
-	err = client.NodeV1().RuntimeClasses().Delete(ctx, ociruntime.HandlerName, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete RuntimeClass %s: %w", ociruntime.HandlerName, err)
-	}
-	return dropAdmissionPolicy(ctx, client)
-}
-
-// refuseWhileRestoredPodsRun refuses an uninstall from nodes where pods
-// run under the RuntimeClass: their containers' runtime would be gone
-// from under them (a restart, an exec, a stop would fail). Pods already
-// being deleted, or whose namespace is, are waited for, as their stop
-// needs the runtime too.
-func refuseWhileRestoredPodsRun(ctx context.Context, client kubernetes.Interface, nodes []corev1.Node, progress io.Writer) error {
-	var running, ending []string
-	said := false
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		running, ending = nil, nil
-		namespaces := map[string]bool{} // whether each is being deleted: asked once a poll
-		nsEnding := func(ns string) bool {
-			ending, asked := namespaces[ns]
-			if !asked {
-				ending = namespaceEnding(ctx, client, ns)
-				namespaces[ns] = ending
-			}
-			return ending
-		}
-		for _, n := range nodes {
-			pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
-			if err != nil {
-				return false, fmt.Errorf("list the pods on node %s: %w", n.Name, err)
-			}
-			for _, p := range pods.Items {
-				if p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != ociruntime.HandlerName || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-					continue
-				}
-				if p.DeletionTimestamp != nil || nsEnding(p.Namespace) {
-					ending = append(ending, p.Namespace+"/"+p.Name)
-				} else {
-					running = append(running, p.Namespace+"/"+p.Name+" on "+n.Name)
-				}
-			}
-		}
-		if len(running) > 0 {
-			return false, fmt.Errorf("%d pods run under RuntimeClass %s (%s): migrate or delete them, then uninstall", len(running), ociruntime.HandlerName, strings.Join(running, ", "))
-		}
-		if len(ending) > 0 && !said {
-			fmt.Fprintf(progress, "waiting for %d pods under RuntimeClass %s to end (%s)\n", len(ending), ociruntime.HandlerName, strings.Join(ending, ", "))
-			said = true
-		}
-		return len(ending) == 0, nil
-	})
-	if err != nil && len(running) == 0 && len(ending) > 0 {
-		return fmt.Errorf("pods under RuntimeClass %s did not end within 3 minutes (%s): uninstall once they are gone", ociruntime.HandlerName, strings.Join(ending, ", "))
-	}
-	return err
-}
-
-// namespaceEnding says whether namespace is being deleted (its pods go
-// soon, though none may be marked yet).
-func namespaceEnding(ctx context.Context, client kubernetes.Interface, namespace string) bool {
-	ns, err := client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
-	return err == nil && ns.DeletionTimestamp != nil
-}
-
-// labelNode sets or removes the label saying the runtime is installed.
-func labelNode(ctx context.Context, client kubernetes.Interface, node string, installed bool) error {
-	value := `null`
-	if installed {
-		value = `"installed"`
-	}
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, ociruntime.NodeLabel, value)
-	if _, err := client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("label node %s: %w", node, err)
-	}
-	return nil
+	return cluster.Install(ctx, nodes)
 }

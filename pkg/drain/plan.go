@@ -28,6 +28,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 )
 
@@ -200,7 +201,7 @@ func candidateNodes(ctx context.Context, client kubernetes.Interface, node strin
 			continue
 		case o.TargetSelector != nil && !o.TargetSelector.Matches(labels.Set(n.Labels)):
 			continue
-		case !migrate.NodeReady(n):
+		case !kube.NodeReady(n):
 			unusable = append(unusable, n.Name+" is not Ready")
 			continue
 		case n.Spec.Unschedulable:

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/runtimesupport"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
@@ -42,7 +43,7 @@ func NodePair(ctx context.Context, client kubernetes.Interface, from, to string)
 		if err != nil {
 			return nil, fmt.Errorf("get node %s: %w", name, err)
 		}
-		if !NodeReady(n) {
+		if !kube.NodeReady(n) {
 			return nil, refuse("pick a Ready node", "node %s is not Ready", name)
 		}
 		return n, nil

@@ -251,16 +251,6 @@ func checkClaim(ctx context.Context, m *Migration, claim string) error {
 	return nil
 }
 
-// NodeReady reports whether n's Ready condition is true.
-func NodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // checkAgentNamespace refuses agents' namespace that others own. Where
 // the agents run in the pod's own namespace (--agent-namespace), its
 // editors are trusted with them: the caller chose so.

@@ -6,7 +6,8 @@
 // a restart of that runtime so it loads the handler, checked through the
 // CRI: the runtime lists the handler, or no longer does. Only files of its
 // own are written or removed; the runtime's own configuration is read,
-// never changed.
+// never changed. Its cluster half (Cluster) is what the plugin changes
+// through the API server around each node's setup.
 package nodesetup
 
 import (

@@ -9,7 +9,8 @@ import (
 // TestNoArrowBackUp: the packages import downwards only. The plugin is the
 // top: only it imports cobra; the engine's packages never import the
 // plugin; presentation (pkg/report/render) draws data and imports none of
-// the packages that produce it, which hand it what to draw.
+// the packages that produce it, which hand it what to draw; node-setup's
+// cluster half is beside its node half, under the agent.
 func TestNoArrowBackUp(t *testing.T) {
 	const module = "github.com/kubectl-migrate/kubectl-migrate/"
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "../../...").Output()
@@ -19,6 +20,10 @@ func TestNoArrowBackUp(t *testing.T) {
 	forbidden := map[string][]string{
 		"pkg/report/render": {"pkg/migrate", "pkg/check", "pkg/conformance", "pkg/drain", "pkg/agent", "plugin"},
 		"pkg/":              {"plugin", "github.com/spf13/cobra"},
+		// node-setup's two halves sit below the agent that runs the node
+		// half and the engine; the Kubernetes helpers below everything.
+		"pkg/nodesetup": {"pkg/agent", "pkg/migrate", "pkg/drain", "pkg/check"},
+		"pkg/kube":      {"pkg/agent", "pkg/migrate", "pkg/drain", "pkg/check", "pkg/nodesetup"},
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
