@@ -21,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate/migratetest"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -94,6 +95,11 @@ func TestPlan(t *testing.T) {
 		pod("trainer", "100m", func(p *corev1.Pod) {
 			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
 		}),
+		// The agents' controller: the drain's own moves need it.
+		pod("controller", "100m", ownedBy("ReplicaSet", "kubectl-migrate-controller-5f"), func(p *corev1.Pod) {
+			p.Namespace, p.Annotations = "kubectl-migrate-system", nil
+			p.Labels = map[string]string{"app.kubernetes.io/name": agent.ControllerName}
+		}),
 		// Already on node-b, taking room there.
 		pod("other", "1", func(p *corev1.Pod) { p.Spec.NodeName = "node-b" }),
 		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "apps"},
@@ -129,16 +135,17 @@ func TestPlan(t *testing.T) {
 		"batch-1": "controlled by Job batch", "logs": "DaemonSet",
 		"cache": "hostPath", "gpu-only": "taint gpu=yes:NoSchedule", "huge": "no node fits",
 		"proxy": "hostNetwork", "trainer": "the device nvidia.com/gpu",
+		"controller": "the agents' controller",
 	} {
 		if !strings.Contains(skipped[name].Reason, want) {
 			t.Errorf("%s skipped for %q, want %q", name, skipped[name].Reason, want)
 		}
 	}
-	if skipped["logs"].Evictable || !skipped["batch-1"].Evictable {
-		t.Errorf("evictable: logs %v, batch-1 %v", skipped["logs"].Evictable, skipped["batch-1"].Evictable)
+	if skipped["logs"].Evictable || !skipped["batch-1"].Evictable || !skipped["controller"].Evictable {
+		t.Errorf("evictable: logs %v, batch-1 %v, controller %v", skipped["logs"].Evictable, skipped["batch-1"].Evictable, skipped["controller"].Evictable)
 	}
-	if len(plan.Moves)+len(plan.Skipped) != 13 {
-		t.Errorf("%d moves and %d skipped, want 13 pods in all", len(plan.Moves), len(plan.Skipped))
+	if len(plan.Moves)+len(plan.Skipped) != 14 {
+		t.Errorf("%d moves and %d skipped, want 14 pods in all", len(plan.Moves), len(plan.Skipped))
 	}
 }
 

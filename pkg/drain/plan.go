@@ -28,6 +28,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 )
@@ -142,6 +143,12 @@ func classify(pod *corev1.Pod) (statefulSet, reason string, evictable bool) {
 	}
 	if slices.Contains(ownPods, pod.Labels["app.kubernetes.io/name"]) {
 		return "", "kubectl-migrate's own pod, of a migration or check that runs", false
+	}
+	if pod.Labels["app.kubernetes.io/name"] == agent.ControllerName {
+		// Every move of the drain asks it for its agents: frozen by a
+		// checkpoint it would stall them. Its Deployment starts it again
+		// elsewhere, and a migration waits for it (CheckController).
+		return "", "the agents' controller, which the drain's own moves need; its Deployment starts it elsewhere once evicted", true
 	}
 	owner := metav1.GetControllerOf(pod)
 	switch {
