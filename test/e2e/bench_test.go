@@ -443,6 +443,13 @@ func evalRounds(def int) int {
 	return def
 }
 
+// restorePaths are the flags of the two restore paths the size benchmarks
+// compare, both without a registry.
+var restorePaths = map[string][]string{
+	"cri":     {"--restore", "cri", "--transfer", "direct"},
+	"runtime": {"--restore", "runtime"},
+}
+
 // BenchmarkRestoreAtSize migrates a consumer holding E2E_BALLAST of state
 // (default 512Mi) at 10 msg/s through the kubectl-migrate runtime and, side
 // by side, through the container runtime's restore (direct transfer),
@@ -454,13 +461,6 @@ func evalRounds(def int) int {
 // after its run, so only one holds its state at a time.
 //
 //	go test -tags e2e -run '^$' -bench RestoreAtSize -benchtime 1x ./test/e2e
-// restorePaths are the flags of the two restore paths the size benchmarks
-// compare, both without a registry.
-var restorePaths = map[string][]string{
-	"cri":     {"--restore", "cri", "--transfer", "direct"},
-	"runtime": {"--restore", "runtime"},
-}
-
 func BenchmarkRestoreAtSize(b *testing.B) {
 	rounds, ballast := evalRounds(5), cmp.Or(os.Getenv("E2E_BALLAST"), "512Mi")
 	l := setup(b)

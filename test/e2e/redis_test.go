@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
@@ -90,6 +91,93 @@ func TestCheckpointRestoreMovesARedisStatefulSet(t *testing.T) {
 // startRedisStatefulSet creates StatefulSet redis, two ordinals of
 // redis-server on node-a, in a namespace of its own, and returns the
 // namespace once both run with an IP.
+// TestCheckpointRestoreMovesARedisDeployment: a Deployment's redis-server
+// pod moves with checkpoint/restore while a client writes to it: every
+// acknowledged write is in the same server afterwards, the ReplicaSet
+// adopted the copy and never made a pod of its own, and the Deployment
+// did not change.
+func TestCheckpointRestoreMovesARedisDeployment(t *testing.T) {
+	concurrent(t)
+	l := setup(t)
+	l.restoresSomeWay(t)
+	ctx := context.Background()
+	ns := fmt.Sprintf("e2e-redis-deploy-%06x", rand.Uint32()>>8)
+	l.namespaces(t, ns)
+	l.waitDefaultServiceAccount(t, ns)
+	selector := map[string]string{"app": "redis"}
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "redis", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: selector},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: selector},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"kubernetes.io/hostname": "node-a"},
+					Containers:   []corev1.Container{{Name: "redis", Image: l.imagePrefix + "/python-consumer:lab", Command: redisServerCommand}},
+				},
+			},
+		},
+	}
+	if _, err := l.client.AppsV1().Deployments(ns).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var source *corev1.Pod
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := l.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=redis"})
+		if err != nil || len(list.Items) != 1 || list.Items[0].Status.Phase != corev1.PodRunning || list.Items[0].Status.PodIP == "" {
+			return false, nil
+		}
+		source = &list.Items[0]
+		return true, nil
+	}); err != nil {
+		t.Fatalf("the Deployment's pod never ran: %v", err)
+	}
+	before, err := l.client.AppsV1().Deployments(ns).Get(ctx, "redis", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watcher, err := l.client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: source.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Stop()
+
+	target := moveRedis(t, l, "pod", ns, source.Name, "app=redis")
+
+	list, err := l.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=redis"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list.Items = slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	if len(list.Items) != 1 || list.Items[0].Name != target || list.Items[0].Spec.NodeName != "node-b" {
+		t.Fatalf("the Deployment's pods after the move: %+v; want %s alone, on node-b", list.Items, target)
+	}
+	rs := metav1.GetControllerOf(&list.Items[0])
+	if owner := metav1.GetControllerOf(source); rs == nil || owner == nil || rs.UID != owner.UID {
+		t.Fatalf("the copy is controlled by %+v, the source was by %+v", rs, owner)
+	}
+	// Every pod created in the namespace since the source ran: the copy
+	// alone (the watch has them all by now: the copy's create came first).
+	for created := false; !created; {
+		select {
+		case ev := <-watcher.ResultChan():
+			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Added {
+				if p.Name != target {
+					t.Fatalf("pod %s was created beside the copy: the ReplicaSet made one", p.Name)
+				}
+				created = true
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the watch never saw the copy created")
+		}
+	}
+	after, err := l.client.AppsV1().Deployments(ns).Get(ctx, "redis", metav1.GetOptions{})
+	if err != nil || after.Generation != before.Generation || *after.Spec.Replicas != 1 {
+		t.Fatalf("the Deployment changed: %v", err)
+	}
+}
+
 func (l *lab) startRedisStatefulSet(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
@@ -127,8 +215,8 @@ func (l *lab) startRedisStatefulSet(t *testing.T) string {
 // moveRedis moves the redis-server pod (with command, pod or sts) while a
 // client that dials whichever pod carries selector writes without pause,
 // and checks the copy is the same server, holds every acknowledged write,
-// and took the client's reconnection.
-func moveRedis(t *testing.T, l *lab, command, ns, pod, selector string) {
+// and took the client's reconnection; it returns the copy's name.
+func moveRedis(t *testing.T, l *lab, command, ns, pod, selector string) string {
 	t.Helper()
 	service := l.serviceFor(t, ns, "redis", selector)
 	writes := startRedisWrites(t, l, ns, selector)
@@ -144,6 +232,7 @@ func moveRedis(t *testing.T, l *lab, command, ns, pod, selector string) {
 	writes.check(t, pod, rec.TargetPod)
 	l.endpointsFollow(t, ns, service, rec.TargetPod)
 	t.Logf("downtime %d ms", rec.Downtime.Millis)
+	return rec.TargetPod
 }
 
 // serviceFor creates a Service named name in ns for the pods of selector
