@@ -110,13 +110,7 @@ func TestCheckpointRestoreMovesARedisDeployment(t *testing.T) {
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](1),
 			Selector: &metav1.LabelSelector{MatchLabels: selector},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: selector},
-				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{"kubernetes.io/hostname": "node-a"},
-					Containers:   []corev1.Container{{Name: "redis", Image: l.imagePrefix + "/python-consumer:lab", Command: redisServerCommand}},
-				},
-			},
+			Template: l.redisTemplate(selector),
 		},
 	}
 	if _, err := l.client.AppsV1().Deployments(ns).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
@@ -178,6 +172,18 @@ func TestCheckpointRestoreMovesARedisDeployment(t *testing.T) {
 	}
 }
 
+// redisTemplate is the pod template of a controller's redis-server pods on
+// node-a, with labels.
+func (l *lab) redisTemplate(labels map[string]string) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"kubernetes.io/hostname": "node-a"},
+			Containers:   []corev1.Container{{Name: "redis", Image: l.imagePrefix + "/python-consumer:lab", Command: redisServerCommand}},
+		},
+	}
+}
+
 func (l *lab) startRedisStatefulSet(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
@@ -190,13 +196,7 @@ func (l *lab) startRedisStatefulSet(t *testing.T) string {
 		Spec: appsv1.StatefulSetSpec{
 			Replicas: ptr.To[int32](2), ServiceName: "redis", PodManagementPolicy: appsv1.ParallelPodManagement,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{"kubernetes.io/hostname": "node-a"},
-					Containers:   []corev1.Container{{Name: "redis", Image: l.imagePrefix + "/python-consumer:lab", Command: redisServerCommand}},
-				},
-			},
+			Template: l.redisTemplate(labels),
 		},
 	}
 	if _, err := l.client.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
