@@ -120,7 +120,7 @@ func (directPath) send(ctx context.Context, m *Migration, container, node string
 }
 
 func (directPath) leftAtCleanup(s PlanStep) []string {
-	if s.StatefulSet != "" && s.inPlace() {
+	if s.inPlace() {
 		return []string{"the checkpoint archives kept on " + s.SourceNode}
 	}
 	return nil

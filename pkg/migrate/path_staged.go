@@ -108,7 +108,7 @@ func (stagedPath) permissions() []permission { return nil }
 
 func (stagedPath) describePack(s PlanStep) string {
 	kept := ""
-	if s.StatefulSet != "" && s.inPlace() {
+	if s.inPlace() {
 		kept = fmt.Sprintf("; the archives stay on %s until the migration ends, for a rollback to restore the source from", s.SourceNode)
 	}
 	return fmt.Sprintf("stream the checkpoint archives from the agent on %s to the agent on %s (TLS, pinned), which stages them for the kubectl-migrate runtime (no image)%s", s.SourceNode, s.TargetNode, kept)
