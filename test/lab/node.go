@@ -137,11 +137,9 @@ func (d dirs) nodeDown(n labNode) []error {
 			errs = append(errs, err)
 		}
 	}
-	// Containers and their conmon monitors live in the node's cgroup tree.
-	for _, pid := range cgroupPIDs("klab-" + n.Name) {
-		_ = killPID(pid, 5*time.Second)
-	}
-	if err := removeCgroupRoot("klab-" + n.Name); err != nil {
+	// Containers and their monitors live in the node's cgroup tree; the
+	// runtime that would have stopped them is down.
+	if err := emptyCgroupRoot("klab-"+n.Name, 30*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	nsDir := filepath.Join(d.node(n), "ns")
