@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -243,7 +244,14 @@ func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Dir
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// Close does not wait for the handlers it cuts off; Serve does, so that
+	// nothing writes under direct's directory once it returns.
+	var inflight sync.WaitGroup
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inflight.Add(1)
+		defer inflight.Done()
+		h.ServeHTTP(w, r)
+	}), ReadHeaderTimeout: 10 * time.Second}
 	var receiver *http.Server
 	if direct != nil && direct.Receive != nil {
 		_, receive, err := direct.handlers()
@@ -298,6 +306,7 @@ func Serve(ctx context.Context, ln net.Listener, idle time.Duration, direct *Dir
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	inflight.Wait()
 	if direct != nil {
 		direct.publishes.Wait()
 	}
