@@ -85,6 +85,10 @@ type Runtime struct {
 	// ExpectTimeout bounds the wait for an expected checkpoint (default
 	// the package's ExpectTimeout).
 	ExpectTimeout time.Duration
+	// SharedNetwork keeps lazy pages' helpers in this process's network
+	// namespace (tests, which may not make one); on a node each gets its
+	// own.
+	SharedNetwork bool
 	// Stdio of the invocation: a restore hands them to runc as they are,
 	// so CRIU reattaches the restored process's stdio to the shim's pipes.
 	Stdin          *os.File
@@ -169,11 +173,17 @@ func (r Runtime) Run(args []string) (passThrough bool, err error) {
 	inv := parse(args)
 	switch inv.command {
 	case "create":
-		staged, err := r.claim(inv)
+		staged, id, err := r.claim(inv)
 		if err != nil || staged == "" {
 			return staged == "" && err == nil, err
 		}
+		if isLazy(staged) {
+			return false, r.restoreLazily(inv, id, staged)
+		}
 		return false, r.restore(inv, staged)
+	case "checkpoint":
+		lazy, err := r.checkpointLazily(inv)
+		return !lazy, err
 	case "start":
 		marker := filepath.Join(r.State, inv.id)
 		if inv.id != "" && os.Remove(marker) == nil {
@@ -299,6 +309,9 @@ func (id Identity) Valid() error {
 // the exit status: cmd/kubectl-migrate-runtime's main, and the agent's when
 // node-setup installed the agent's binary under BinaryName.
 func Main(args []string) int {
+	if status, ok := HelperMain(); ok {
+		return status
+	}
 	r, err := New()
 	if err != nil {
 		LogError(args, err)

@@ -41,39 +41,39 @@ const UIDPrefix = ".uid-"
 // claim takes the checkpoint staged for the container being created, if
 // any, out of the stage (one create restores it, once) into a directory of
 // the container's own, returned.
-func (r Runtime) claim(inv invocation) (string, error) {
+func (r Runtime) claim(inv invocation) (string, Identity, error) {
 	bundle, _ := value(inv.flags, "--bundle", "-b")
 	if bundle == "" {
 		bundle = "."
 	}
 	raw, err := os.ReadFile(filepath.Join(bundle, "config.json"))
 	if err != nil {
-		return "", nil // runc will say
+		return "", Identity{}, nil // runc will say
 	}
 	var spec bundleSpec
 	if err := json.Unmarshal(raw, &spec); err != nil {
-		return "", nil
+		return "", Identity{}, nil
 	}
 	id, ok := identityOf(r.CRI, spec.Annotations)
 	if !ok || id.UID == "" || id.Valid() != nil || inv.id == "" || strings.ContainsAny(inv.id, `/\`) {
-		return "", nil
+		return "", Identity{}, nil
 	}
 	staged := StagePath(r.Stage, id)
 	if err := r.awaitBound(id); err != nil {
-		return "", err
+		return "", Identity{}, err
 	}
 	if _, err := os.Stat(staged); err != nil {
-		return "", nil
+		return "", Identity{}, nil
 	}
 	if err := os.MkdirAll(r.State, 0o700); err != nil {
-		return "", err
+		return "", Identity{}, err
 	}
 	// The stage and the state directory are on different filesystems on
 	// most nodes (disk and tmpfs): a rename across them fails, so the
 	// checkpoint is claimed by a rename within the stage first.
 	within := staged + ".claimed-" + inv.id
 	if err := os.Rename(staged, within); err != nil {
-		return "", fmt.Errorf("claim the checkpoint staged for %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
+		return "", Identity{}, fmt.Errorf("claim the checkpoint staged for %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
 	}
 	rootfs := spec.Root.Path
 	if !filepath.IsAbs(rootfs) {
@@ -81,13 +81,13 @@ func (r Runtime) claim(inv invocation) (string, error) {
 	}
 	if err := applyRootfsChanges(within, rootfs); err != nil {
 		discard(within)
-		return "", fmt.Errorf("restore %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
+		return "", Identity{}, fmt.Errorf("restore %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
 	}
 	if err := r.fillVolumes(id, spec.Mounts); err != nil {
 		discard(within)
-		return "", fmt.Errorf("restore %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
+		return "", Identity{}, fmt.Errorf("restore %s/%s %s: %w", id.Namespace, id.Pod, id.Container, err)
 	}
-	return within, nil
+	return within, id, nil
 }
 
 // discard deletes a claimed checkpoint, and its pod UID's directory once

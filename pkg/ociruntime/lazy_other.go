@@ -1,0 +1,12 @@
+//go:build !linux
+
+package ociruntime
+
+import (
+	"errors"
+	"syscall"
+)
+
+func loopbackUp() error { return errors.New("lazy pages need Linux") }
+
+func helperAttr(bool) *syscall.SysProcAttr { return nil }
