@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -35,12 +37,19 @@ type CheckpointRequest struct {
 	UID            string `json:"uid,omitempty"`
 	Container      string `json:"container"`
 	TimeoutSeconds int64  `json:"timeoutSeconds,omitempty"`
+	// LazyPages asks that the pages stay in the frozen source until the
+	// restored copy has them (ociruntime's lazy pages): only a container
+	// under the kubectl-migrate runtime can, and it needs UID.
+	LazyPages bool `json:"lazyPages,omitempty"`
 }
 
 // CheckpointResult is where the archive is on the node.
 type CheckpointResult struct {
 	Archive string `json:"archive"`
 	Tries   int    `json:"tries"`
+	// LazyPages: the pages wait in the source (CheckpointRequest.LazyPages
+	// was asked and the container's runtime did it).
+	LazyPages bool `json:"lazyPages,omitempty"`
 }
 
 // DefaultCheckpointRetry: five tries of a checkpoint in all, within about
@@ -52,10 +61,14 @@ var DefaultCheckpointRetry = wait.Backoff{Steps: 5, Duration: 250 * time.Millise
 // needs no access to the kubelet's API (nodes/proxy reaches all of it, on
 // every node). The archive is named as the kubelet names it
 // (ArchivePattern).
-func checkpointContainer(ctx context.Context, socket string, req CheckpointRequest, backoff wait.Backoff) (CheckpointResult, error) {
+func checkpointContainer(ctx context.Context, socket, stage string, req CheckpointRequest, backoff wait.Backoff) (CheckpointResult, error) {
 	if req.Namespace == "" || req.Pod == "" || req.Container == "" {
 		return CheckpointResult{}, statusError{http.StatusBadRequest, "checkpoint: namespace, pod and container are required"}
 	}
+	if req.LazyPages && (stage == "" || req.UID == "") {
+		return CheckpointResult{}, statusError{http.StatusBadRequest, "a lazy checkpoint needs the pod's UID and an agent with the node's stage"}
+	}
+	lazy := ociruntime.Identity{Namespace: req.Namespace, Pod: req.Pod, UID: req.UID, Container: req.Container}
 	conn, err := dialRuntime(socket)
 	if err != nil {
 		return CheckpointResult{}, err
@@ -91,13 +104,43 @@ func checkpointContainer(ctx context.Context, socket string, req CheckpointReque
 	}
 	err = retry.OnError(backoff, runtimeFailed, func() error {
 		res.Tries++
+		if req.LazyPages {
+			// Each try asks again: a try the runtime took consumed it.
+			if err := askLazy(stage, lazy); err != nil {
+				return err
+			}
+		}
 		_, err := client.CheckpointContainer(ctx, &criv1.CheckpointContainerRequest{ContainerId: id, Location: res.Archive, Timeout: req.TimeoutSeconds})
 		return err
 	})
+	if req.LazyPages {
+		res.LazyPages = tookLazy(stage, lazy)
+	}
 	if err != nil {
 		return res, statusError{http.StatusInternalServerError, fmt.Sprintf("the runtime failed %d time(s): %s", res.Tries, status.Convert(err).Message())}
 	}
 	return res, nil
+}
+
+// askLazy leaves the request the kubectl-migrate runtime reads at the
+// container's next checkpoint.
+func askLazy(stage string, id ociruntime.Identity) error {
+	path := ociruntime.LazyRequestPath(stage, id)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(path, nil, 0o600)
+}
+
+// tookLazy says whether the runtime checkpointed lazily: it took the
+// request and serves the pages. A request left behind means another
+// runtime checkpointed the container whole; it goes.
+func tookLazy(stage string, id ociruntime.Identity) bool {
+	if os.Remove(ociruntime.LazyRequestPath(stage, id)) == nil {
+		return false
+	}
+	_, err := os.Stat(ociruntime.PagesSocket(stage, id))
+	return err == nil
 }
 
 // runtimeFailed tells a failed dump (worth another try) from a refusal.

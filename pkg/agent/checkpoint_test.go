@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 )
 
 // fakeCheckpointer is a runtime with running containers that fails its
@@ -86,7 +89,7 @@ func TestCheckpointAsksTheRuntimeForTheNamedContainer(t *testing.T) {
 		container("this", "ns", "p", "uid-1", "app", criv1.ContainerState_CONTAINER_RUNNING),
 	}}
 	socket := serveRuntime(t, runtime)
-	res, err := checkpointContainer(context.Background(), socket, CheckpointRequest{Namespace: "ns", Pod: "p", UID: "uid-1", Container: "app", TimeoutSeconds: 2}, fastRetry)
+	res, err := checkpointContainer(context.Background(), socket, "", CheckpointRequest{Namespace: "ns", Pod: "p", UID: "uid-1", Container: "app", TimeoutSeconds: 2}, fastRetry)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +100,7 @@ func TestCheckpointAsksTheRuntimeForTheNamedContainer(t *testing.T) {
 		t.Fatalf("archive %s does not match the kubelet's pattern %s", res.Archive, ArchivePattern("ns", "p", "app"))
 	}
 
-	_, err = checkpointContainer(context.Background(), socket, CheckpointRequest{Namespace: "ns", Pod: "p", UID: "uid-2", Container: "app"}, fastRetry)
+	_, err = checkpointContainer(context.Background(), socket, "", CheckpointRequest{Namespace: "ns", Pod: "p", UID: "uid-2", Container: "app"}, fastRetry)
 	var se statusError
 	if !errors.As(err, &se) || se.status != 404 || len(runtime.calls) != 1 {
 		t.Fatalf("a pod UID the node does not run: %v (%d calls)", err, len(runtime.calls))
@@ -123,7 +126,7 @@ func TestCheckpointTriesAgainAfterARuntimeFailure(t *testing.T) {
 		runtime := &fakeCheckpointer{failures: tc.failures, failure: tc.failure, containers: []*criv1.Container{
 			container("this", "ns", "p", "uid-1", "app", criv1.ContainerState_CONTAINER_RUNNING),
 		}}
-		res, err := checkpointContainer(context.Background(), serveRuntime(t, runtime), CheckpointRequest{Namespace: "ns", Pod: "p", Container: "app"}, fastRetry)
+		res, err := checkpointContainer(context.Background(), serveRuntime(t, runtime), "", CheckpointRequest{Namespace: "ns", Pod: "p", Container: "app"}, fastRetry)
 		if len(runtime.calls) != tc.wantCalls || res.Tries != tc.wantCalls {
 			t.Errorf("%v ×%d: %d calls (%d reported), want %d", tc.failure, tc.failures, len(runtime.calls), res.Tries, tc.wantCalls)
 		}
@@ -159,5 +162,53 @@ func TestCheckpointErrorsNameTheFix(t *testing.T) {
 	}
 	if remedy := CheckpointRemedy(errors.New("dial tcp 10.0.0.1:8090: connection refused")); !strings.Contains(remedy, "tcp-close in /etc/criu/runc.conf") {
 		t.Errorf("an unexplained failure's remedy %q names no usual cause", remedy)
+	}
+}
+
+// lazyRuntime takes the lazy request at each checkpoint and serves the
+// pages, as the kubectl-migrate runtime does, if it is the container's.
+type lazyRuntime struct {
+	fakeCheckpointer
+	stage string
+	ours  bool
+}
+
+func (f *lazyRuntime) CheckpointContainer(ctx context.Context, req *criv1.CheckpointContainerRequest) (*criv1.CheckpointContainerResponse, error) {
+	id := ociruntime.Identity{Namespace: "ns", Pod: "p", UID: "uid-1", Container: "app"}
+	if f.ours && os.Remove(ociruntime.LazyRequestPath(f.stage, id)) == nil {
+		if err := os.MkdirAll(filepath.Dir(ociruntime.PagesSocket(f.stage, id)), 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(ociruntime.PagesSocket(f.stage, id), nil, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return f.fakeCheckpointer.CheckpointContainer(ctx, req)
+}
+
+// TestALazyCheckpointIsAskedOfTheRuntimeAndConfirmed: the agent asks for
+// lazy pages at the checkpoint, and reports them only where the runtime
+// took the request; another runtime's whole checkpoint leaves no request
+// behind for a later one.
+func TestALazyCheckpointIsAskedOfTheRuntimeAndConfirmed(t *testing.T) {
+	for _, ours := range []bool{true, false} {
+		stage := t.TempDir()
+		runtime := &lazyRuntime{fakeCheckpointer: fakeCheckpointer{containers: []*criv1.Container{
+			container("this", "ns", "p", "uid-1", "app", criv1.ContainerState_CONTAINER_RUNNING),
+		}}, stage: stage, ours: ours}
+		req := CheckpointRequest{Namespace: "ns", Pod: "p", UID: "uid-1", Container: "app", LazyPages: true}
+		res, err := checkpointContainer(context.Background(), serveRuntime(t, runtime), stage, req, fastRetry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.LazyPages != ours {
+			t.Errorf("runtime ours=%v: lazy %v", ours, res.LazyPages)
+		}
+		if _, err := os.Stat(ociruntime.LazyRequestPath(stage, ociruntime.Identity{Namespace: "ns", Pod: "p", UID: "uid-1", Container: "app"})); !os.IsNotExist(err) {
+			t.Errorf("runtime ours=%v: the request outlived the checkpoint: %v", ours, err)
+		}
+	}
+	if _, err := checkpointContainer(context.Background(), serveRuntime(t, &fakeCheckpointer{}), "", CheckpointRequest{Namespace: "ns", Pod: "p", Container: "app", LazyPages: true}, fastRetry); err == nil {
+		t.Error("a lazy checkpoint without the pod's UID or the stage")
 	}
 }

@@ -213,6 +213,7 @@ func (d *Direct) newHandlers() (registry, receive http.Handler, err error) {
 	mux.Handle("PUT "+receivePath, d.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.receive(w, r, blobs, publishing)
 	})))
+	mux.Handle("GET "+pagesPath, d.guard(http.HandlerFunc(d.receivePages)))
 	return d.guard(publishing.waitFor(reg)), mux, nil
 }
 

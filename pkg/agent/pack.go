@@ -44,6 +44,10 @@ type PackRequest struct {
 	// serving it as an image: into the pod of StageAs.UID only, or, with
 	// no UID (the pod does not exist yet), once Bind names it.
 	StageAs *ociruntime.Identity `json:"stageAs,omitempty"`
+	// Pages, with StageAs, is the source container whose checkpoint was
+	// lazy: its pages wait on this node, and follow in a second stream
+	// once the archive is sent (Direct.streamPages).
+	Pages *ociruntime.Identity `json:"pages,omitempty"`
 }
 
 // PackResult is what the agent reports back, as JSON in its termination

@@ -100,6 +100,12 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 			}
 			return struct{}{}, direct.expect(req.Containers)
 		})))
+		mux.Handle("POST "+pagesResultPath, authorized(jsonCall(touch, "pages result", func(_ context.Context, req pagesResultRequest) ([]PagesStatus, error) {
+			if err := scope.allowIdentities(req.Containers); err != nil {
+				return nil, err
+			}
+			return direct.pagesResults(req.Containers)
+		})))
 		mux.Handle("POST "+bindPath, authorized(jsonCall(touch, "bind", func(_ context.Context, req bindRequest) (struct{}, error) {
 			if err := scope.allowIdentities(req.Containers); err != nil {
 				return struct{}{}, err
@@ -111,7 +117,11 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		if err := scope.allowPack(req); err != nil {
 			return PackResult{}, err
 		}
-		return Pack(ctx, req, reg(req.Insecure))
+		res, err := Pack(ctx, req, reg(req.Insecure))
+		if err == nil && req.Pages != nil {
+			err = direct.streamPages(ctx, req)
+		}
+		return res, err
 	})))
 	mux.Handle("POST "+pullPath, authorized(jsonCall(touch, "pull", func(ctx context.Context, req pullRequest) (PullResult, error) {
 		if err := haveRuntimeSocket(); err != nil {
@@ -136,7 +146,11 @@ func Handler(reg func(insecure bool) image.Registry, touch func(), direct *Direc
 		if err := haveRuntimeSocket(); err != nil {
 			return CheckpointResult{}, err
 		}
-		return checkpointContainer(ctx, runtimeSocketPath, req, wait.Backoff{})
+		stage := ""
+		if direct != nil {
+			stage = direct.StageDir
+		}
+		return checkpointContainer(ctx, runtimeSocketPath, stage, req, wait.Backoff{})
 	})))
 	mux.Handle("POST "+stopPodPath, authorized(jsonCall(touch, "stop pod", func(ctx context.Context, req stopPodRequest) (StopPodResult, error) {
 		if err := scope.allowPodCall(ctx, "stop pod", req.UID); err != nil {
