@@ -54,6 +54,7 @@ type migrationFlags struct {
 	AllowAnonymous    bool
 	MaxVolumeData     string
 	Restore           string
+	Pages             string
 	DeleteImage       bool // before images were deleted by default
 	Labels            []string
 	Output            string
@@ -99,6 +100,8 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs.StringVar(&f.MaxVolumeData, "max-volume-data", "1Gi", "the most emptyDir data the migrated containers' volumes may hold; it is copied to the target, and more is refused before any change")
 	fs.StringVar(&f.Restore, "restore", string(migrate.RestoreAuto), "cri: the target's container runtime restores from a checkpoint image; runtime: the kubectl-migrate runtime (kubectl migrate node-setup) restores from the checkpoint sent node to node, no image (containerd 2.4+); auto: runtime where installed, else cri")
 	_ = cmd.RegisterFlagCompletionFunc("restore", cobra.FixedCompletions([]string{"auto", "cri", "runtime"}, cobra.ShellCompDirectiveNoFileComp))
+	fs.StringVar(&f.Pages, "pages", string(migrate.PagesEager), "eager: the checkpoint holds the whole memory (the freeze grows with it); lazy: the memory stays in the frozen source while the copy runs on the target and faults it in, the rest following over the agents' stream (stop-and-copy and checkpoint-restore, a pod under RuntimeClass kubectl-migrate, the runtime on both nodes)")
+	_ = cmd.RegisterFlagCompletionFunc("pages", cobra.FixedCompletions([]string{"eager", "lazy"}, cobra.ShellCompDirectiveNoFileComp))
 	fs.BoolVar(&f.DeleteImage, "delete-image", true, "")
 	_ = fs.MarkDeprecated("delete-image", "checkpoint images are deleted by default now; --keep-image keeps them")
 	fs.StringSliceVar(&f.Labels, "label", nil, "key=value labels stored with the record, to compare runs (e.g. rate=10)")
@@ -190,7 +193,7 @@ func (f *migrationFlags) toConfig(pod *corev1.Pod, id string) (migrate.Config, e
 		KubeletTimeout: f.KubeletTimeout,
 		KeepOnFailure:  f.KeepOnFailure, DryRun: f.DryRun, ReadOnly: f.readOnly, KeepImages: f.KeepImage, AllowAnonymousCheckpoints: f.AllowAnonymous,
 		Labels: f.labels, InjectFailure: f.InjectFailure,
-		Restore: migrate.Restore(f.Restore), Transfer: migrate.ViaRegistry,
+		Restore: migrate.Restore(f.Restore), Transfer: migrate.ViaRegistry, Pages: migrate.Pages(f.Pages),
 	}
 	if f.MaxVolumeData != "" {
 		q, err := resource.ParseQuantity(f.MaxVolumeData)

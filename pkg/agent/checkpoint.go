@@ -155,17 +155,16 @@ func runtimeFailed(err error) bool {
 // Checkpoint checkpoints one container of the pod with uid on node,
 // through node's warm agent (started with a RuntimeSocket), and returns the
 // archive's path there. The container keeps running.
-func (l Launcher) Checkpoint(ctx context.Context, node string, req CheckpointRequest) (string, error) {
+func (l Launcher) Checkpoint(ctx context.Context, node string, req CheckpointRequest) (CheckpointResult, error) {
 	warm, ok := l.Serving.pod(node)
 	if !ok || !warm.runtime {
-		return "", fmt.Errorf("checkpoint %s/%s on node %s: no agent there reaches the node's runtime", req.Pod, req.Container, node)
+		return CheckpointResult{}, fmt.Errorf("checkpoint %s/%s on node %s: no agent there reaches the node's runtime", req.Pod, req.Container, node)
 	}
 	out, err := l.call(ctx, warm, http.MethodPost, checkpointPath, req)
 	if err != nil {
-		return "", explainCheckpoint(node, req, err)
+		return CheckpointResult{}, explainCheckpoint(node, req, err)
 	}
-	res, err := decodeAnswer[CheckpointResult](node, out)
-	return res.Archive, err
+	return decodeAnswer[CheckpointResult](node, out)
 }
 
 // CheckpointError is a checkpoint the runtime refused: what happened, and

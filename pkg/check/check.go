@@ -358,7 +358,8 @@ func (c *checker) labels() map[string]string {
 func MigrationID(id string) string { return "check-" + id }
 
 func (c *checker) checkpoint(ctx context.Context) (string, error) {
-	path, err := c.deps.Packer.Checkpoint(ctx, c.cfg.From, agent.CheckpointRequest{Namespace: c.cfg.Namespace, Pod: c.canary.Name, UID: string(c.canary.UID), Container: "canary", TimeoutSeconds: 60})
+	res, err := c.deps.Packer.Checkpoint(ctx, c.cfg.From, agent.CheckpointRequest{Namespace: c.cfg.Namespace, Pod: c.canary.Name, UID: string(c.canary.UID), Container: "canary", TimeoutSeconds: 60})
+	path := res.Archive
 	var explained *agent.CheckpointError
 	switch {
 	case errors.As(err, &explained):

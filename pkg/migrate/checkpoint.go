@@ -44,15 +44,22 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 			return err
 		}
 		start := time.Now()
-		path, err := m.deps.Packer.Checkpoint(ctx, m.state.SourceNode, agent.CheckpointRequest{
+		lazy := m.config.Pages == PagesLazy
+		res, err := m.deps.Packer.Checkpoint(ctx, m.state.SourceNode, agent.CheckpointRequest{
 			Namespace: m.config.Namespace, Pod: m.config.Pod, UID: string(m.state.Source.UID), Container: c,
 			TimeoutSeconds: int64(m.config.CheckpointTimeout.Round(time.Second) / time.Second),
+			LazyPages:      lazy,
 		})
 		if err != nil {
 			return err
 		}
 		m.step(report.CheckpointCall, c, start, 0)
-		m.state.Archives[c] = path
+		m.state.Archives[c] = res.Archive
+		if lazy && !res.LazyPages {
+			// A whole checkpoint: another runtime runs the container.
+			return fmt.Errorf("container %s of pod %s was checkpointed with its whole memory: the kubectl-migrate runtime does not run it on %s; move it with --pages eager", c, m.config.Pod, m.state.SourceNode)
+		}
+		path := res.Archive
 		if err := m.save(ctx); err != nil {
 			return err
 		}

@@ -42,6 +42,25 @@ const (
 	CheckpointRestore Strategy = "checkpoint-restore"
 )
 
+// Pages is how a checkpoint carries the process's memory.
+type Pages string
+
+// The ways of the pages.
+const (
+	// PagesEager puts the whole memory into the checkpoint: the freeze
+	// grows with it.
+	PagesEager Pages = "eager"
+	// PagesLazy leaves the pages in the frozen source while the copy runs
+	// on the target, which faults them in as it touches them while the
+	// rest follow over the agents' stream (CRIU's lazy pages, through the
+	// kubectl-migrate runtime on both nodes). The source resumes once the
+	// last page arrived, and the migration commits only then.
+	PagesLazy Pages = "lazy"
+)
+
+// PagesWays lists the valid ways of the pages.
+var PagesWays = []Pages{PagesEager, PagesLazy}
+
 // Strategies lists the valid strategies.
 var Strategies = []Strategy{MS2M, StopAndCopy, CheckpointRestore}
 
@@ -135,10 +154,12 @@ type Config struct {
 	StatefulSet string
 	Mode        StatefulSetMode
 
-	Transfer         Transfer
-	Restore          Restore // "" is RestoreAuto
-	ImageRepository  string  // where checkpoint images are pushed (ViaRegistry)
-	RegistrySecret   string  // dockerconfigjson secret for push and pull
+	Transfer Transfer
+	Restore  Restore // "" is RestoreAuto
+	// Pages is how the checkpoint carries the memory ("" is PagesEager).
+	Pages            Pages
+	ImageRepository  string // where checkpoint images are pushed (ViaRegistry)
+	RegistrySecret   string // dockerconfigjson secret for push and pull
 	InsecureRegistry bool
 	AgentImage       string
 	// AgentNamespace is where the agents run (agent.DefaultNamespace).
@@ -243,6 +264,12 @@ func (c Config) ValidateChoices() error {
 	if c.Restore != "" && !slices.Contains(Restores, c.Restore) {
 		errs = append(errs, fmt.Errorf("--restore must be one of %v, not %q", Restores, c.Restore))
 	}
+	if c.Pages != "" && !slices.Contains(PagesWays, c.Pages) {
+		errs = append(errs, fmt.Errorf("--pages must be one of %v, not %q", PagesWays, c.Pages))
+	}
+	if c.Pages == PagesLazy {
+		errs = append(errs, c.lazyPagesChoices()...)
+	}
 	if c.Transfer == Direct && c.StatefulSet != "" && c.Restore != RestoreRuntime {
 		errs = append(errs, errors.New("a StatefulSet pod's checkpoint goes without a registry only with --restore runtime: its rollback restores the source from the checkpoint image, which must then be pullable on the source node too; use a registry"))
 	}
@@ -288,4 +315,21 @@ func (c Config) ValidateChoices() error {
 		errs = append(errs, fmt.Errorf("--mode must be one of %v, not %q", Modes, c.Mode))
 	}
 	return errors.Join(errs...)
+}
+
+// lazyPagesChoices refuses what lazy pages cannot go with: they go between
+// the agents to the kubectl-migrate runtime, and need the source until the
+// last page arrived.
+func (c Config) lazyPagesChoices() []error {
+	var errs []error
+	if c.Strategy == MS2M {
+		errs = append(errs, errors.New("--pages lazy moves --strategy stop-and-copy and "+string(CheckpointRestore)+" pods; MS2M's source serves on after its checkpoint, which lazy pages would freeze until the copy has its memory"))
+	}
+	if c.Restore == RestoreCRI {
+		errs = append(errs, errors.New("--pages lazy restores through the kubectl-migrate runtime, not --restore cri: the container runtimes' restore takes the whole memory"))
+	}
+	if c.StatefulSet != "" {
+		errs = append(errs, errors.New("--pages lazy needs the source until the copy has its last page, and a StatefulSet pod's source goes before its copy runs under its name"))
+	}
+	return errs
 }

@@ -37,7 +37,9 @@ type Packer interface {
 	// Checkpoint has node's warm agent (started with a RuntimeSocket)
 	// checkpoint a container through the node's runtime and returns the
 	// archive's path there.
-	Checkpoint(ctx context.Context, node string, req agent.CheckpointRequest) (string, error)
+	Checkpoint(ctx context.Context, node string, req agent.CheckpointRequest) (agent.CheckpointResult, error)
+	// PagesResults says how the lazy restores of ids on node ended.
+	PagesResults(ctx context.Context, node string, ids []ociruntime.Identity) ([]agent.PagesStatus, error)
 	Pack(ctx context.Context, podName, node string, req agent.PackRequest) (agent.PackResult, error)
 	Remove(ctx context.Context, podName, node string, archives []string) error
 	// SnapshotVolumes has node's warm agent snapshot a pod's emptyDir

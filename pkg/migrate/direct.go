@@ -120,7 +120,7 @@ func (s *nodeSet) has(node string) bool {
 // none. A StatefulSet pod's agents also receive when the transfer is
 // direct, as setup starts them.
 func (m *Migration) agentOn(ctx context.Context, node string) error {
-	if m.path().receives() && m.config.StatefulSet != "" {
+	if m.sourceReceives() {
 		_, err := m.receiverOn(ctx, node)
 		return err
 	}
@@ -137,6 +137,14 @@ func (m *Migration) agentOn(ctx context.Context, node string) error {
 	}
 	m.warm.add(node)
 	return nil
+}
+
+// sourceReceives: the source node's agent is a receiver too. A StatefulSet
+// pod's rollback, and its move back, restore it on the source node; lazy
+// pages wait in the node's stage, which receivers mount, and go from there
+// over a receiver's stream.
+func (m *Migration) sourceReceives() bool {
+	return m.path().receives() && (m.config.StatefulSet != "" || m.config.Pages == PagesLazy)
 }
 
 // DirectAddress is where the source's agent sends node's agent the

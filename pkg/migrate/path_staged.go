@@ -31,6 +31,9 @@ func (p stagedPath) request(ctx context.Context, m *Migration, container, node s
 	req, err := p.send(ctx, m, container, node)
 	if err == nil {
 		req.StageAs = ptr.To(m.staged(container))
+		if m.config.Pages == PagesLazy && container != agent.VolumesKey && node == m.config.TargetNode {
+			req.Pages = &ociruntime.Identity{Namespace: m.config.Namespace, Pod: m.config.Pod, UID: string(m.state.Source.UID), Container: container}
+		}
 	}
 	return req, err
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/broker"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/lease"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
@@ -57,6 +58,7 @@ func (preflight) Run(ctx context.Context, m *Migration) error {
 		{"volumes", checkVolumes},
 		{"target pod name", checkTargetName},
 		{"checkpoint's way", checkPath},
+		{"lazy pages", checkLazyPages},
 	}
 	if m.config.Strategy.Contract() {
 		checks = append(checks, preflightCheck{"broker", checkBroker}, preflightCheck{"control token", checkControlToken}, preflightCheck{"application", checkApp})
@@ -308,6 +310,21 @@ func checkBroker(ctx context.Context, m *Migration) error {
 // checkPath checks what the checkpoint's way can check before the agents
 // run (see startAgents for the rest).
 func checkPath(ctx context.Context, m *Migration) error { return m.path().check(ctx, m) }
+
+// checkLazyPages refuses lazy pages where the kubectl-migrate runtime
+// does not run the source, or does not restore on the target.
+func checkLazyPages(_ context.Context, m *Migration) error {
+	if m.config.Pages != PagesLazy {
+		return nil
+	}
+	if m.state.RestoreVia != RestoreRuntime {
+		return fmt.Errorf("--pages lazy restores through the kubectl-migrate runtime, which node %s does not have: run %s node-setup %s, or move with --pages eager", m.config.TargetNode, version.Command(), m.config.TargetNode)
+	}
+	if rc := m.state.Source.Spec.RuntimeClassName; rc == nil || *rc != ociruntime.HandlerName {
+		return fmt.Errorf("pod %s does not run under RuntimeClass %s, whose runtime alone can leave its pages in the source: give its workload runtimeClassName: %s, or move it with --pages eager", m.config.Pod, ociruntime.HandlerName, ociruntime.HandlerName)
+	}
+	return nil
+}
 
 func checkControlToken(ctx context.Context, m *Migration) error {
 	token, err := ControlToken(ctx, m.deps.Client, m.config.Namespace)

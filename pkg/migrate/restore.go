@@ -56,6 +56,9 @@ func (restore) Name() report.PhaseName { return report.Restore }
 func (restore) Run(ctx context.Context, m *Migration) error {
 	if m.state.Target != nil { // created before the checkpoint existed
 		held, err := m.awaitRestored(ctx, m.config.TargetName, m.config.TargetNode, report.StagedRunning)
+		if err == nil && m.config.Pages == PagesLazy {
+			err = m.awaitLastPage(ctx)
+		}
 		m.state.TargetRestored = held
 		if saveErr := m.save(ctx); err == nil {
 			err = saveErr

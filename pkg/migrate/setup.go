@@ -107,9 +107,7 @@ func (m *Migration) startAgents(ctx context.Context) error {
 	if targetOpts, toTarget, err = path.receiver(m.nodes.target, targetOpts); err != nil {
 		return err
 	}
-	// A StatefulSet pod's rollback, and its move back, restore it on the
-	// source node.
-	if m.config.StatefulSet != "" {
+	if m.sourceReceives() {
 		if sourceOpts, toSource, err = path.receiver(m.nodes.source, sourceOpts); err != nil {
 			return err
 		}

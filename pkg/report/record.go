@@ -202,6 +202,10 @@ const (
 	StagedRunning StepName = "staged → running"
 	// AppHolding is the restored application answering and holding.
 	AppHolding StepName = "application holding"
+	// LastPage is, with lazy pages, the copy running to the last of its
+	// pages arriving from the frozen source: the migration's commit waits
+	// for it, the application does not.
+	LastPage StepName = "last page arrived"
 )
 
 // runtimeSteps are the runtime's own work on the critical path.

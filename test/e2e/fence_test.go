@@ -128,11 +128,11 @@ func TestAFenceCutsAPodOffAndOutlivesItsCheckpoint(t *testing.T) {
 	}
 	until("the fenced pod is cut off both ways", func() bool { return !served() && out() == "out cut" })
 
-	archive, err := own.Checkpoint(ctx, "node-a", agent.CheckpointRequest{Namespace: ns, Pod: "server", UID: string(pod.UID), Container: "server", TimeoutSeconds: 60})
+	checkpointed, err := own.Checkpoint(ctx, "node-a", agent.CheckpointRequest{Namespace: ns, Pod: "server", UID: string(pod.UID), Container: "server", TimeoutSeconds: 60})
 	if err != nil {
 		t.Fatalf("the kubelet could not checkpoint the fenced pod: %v", err)
 	}
-	if err := own.Remove(ctx, "remove-"+id, "node-a", []string{archive}); err != nil {
+	if err := own.Remove(ctx, "remove-"+id, "node-a", []string{checkpointed.Archive}); err != nil {
 		t.Fatal(err)
 	}
 	// Still cut off, a while after CRIU unlocked the network it dumped.

@@ -131,6 +131,9 @@ func (f *fakePacker) Pack(_ context.Context, podName, node string, req agent.Pac
 			}
 			staged := agent.StagedPath(*req.StageAs)
 			w.record("stage %s", staged)
+			if req.Pages != nil {
+				w.record("pages of %s/%s/%s (uid %s) follow", req.Pages.Namespace, req.Pages.Pod, req.Pages.Container, req.Pages.UID)
+			}
 			w.Mu.Lock()
 			defer w.Mu.Unlock()
 			if !req.KeepArchive {
@@ -290,17 +293,20 @@ func (f *fakePacker) serve(node string, runtime, fences bool) {
 
 // Checkpoint checkpoints as a node's agent does through the node's
 // runtime: only a warm agent that reaches it can.
-func (f *fakePacker) Checkpoint(_ context.Context, node string, req agent.CheckpointRequest) (string, error) {
+func (f *fakePacker) Checkpoint(_ context.Context, node string, req agent.CheckpointRequest) (agent.CheckpointResult, error) {
 	w := f.w
 	w.record("checkpoint %s/%s/%s on %s", req.Namespace, req.Pod, req.Container, node)
+	if req.LazyPages {
+		w.record("the pages of %s/%s/%s stay in the source", req.Namespace, req.Pod, req.Container)
+	}
 	f.mu.Lock()
 	reaches := f.runtime[node]
 	f.mu.Unlock()
 	if !reaches {
-		return "", fmt.Errorf("checkpoint %s/%s on node %s: no agent there reaches the node's runtime", req.Pod, req.Container, node)
+		return agent.CheckpointResult{}, fmt.Errorf("checkpoint %s/%s on node %s: no agent there reaches the node's runtime", req.Pod, req.Container, node)
 	}
 	if err := w.fail(report.Checkpoint); err != nil {
-		return "", err
+		return agent.CheckpointResult{}, err
 	}
 	archive := agent.CheckpointDir + "/checkpoint-" + req.Pod + "_" + req.Namespace + "-" + req.Container + "-2026-12-01T09:00:00Z.tar"
 	w.Mu.Lock()
@@ -320,7 +326,29 @@ func (f *fakePacker) Checkpoint(_ context.Context, node string, req agent.Checkp
 	if after != nil {
 		after()
 	}
-	return archive, nil
+	// The kubectl-migrate runtime leaves the pages of a container it runs
+	// in the source when asked; the fake runs every container so.
+	return agent.CheckpointResult{Archive: archive, LazyPages: req.LazyPages}, nil
+}
+
+// PagesResults: every lazy restore's last page arrived, unless the
+// world's streams break (PagesLost).
+func (f *fakePacker) PagesResults(_ context.Context, node string, ids []ociruntime.Identity) ([]agent.PagesStatus, error) {
+	w := f.w
+	w.record("pages of %d container(s) on %s", len(ids), node)
+	w.Mu.Lock()
+	lost := w.PagesLost
+	w.Mu.Unlock()
+	out := make([]agent.PagesStatus, 0, len(ids))
+	for _, id := range ids {
+		st := agent.PagesStatus{Container: id.Container, Ended: true}
+		st.Done = !lost
+		if lost {
+			st.Error = "no page stream from the source: EOF"
+		}
+		out = append(out, st)
+	}
+	return out, nil
 }
 
 func (f *fakePacker) serving(node string) bool {

@@ -79,6 +79,9 @@ type World struct {
 	// SIGKILL ends the process) as soon as an agent has staged a
 	// checkpoint for it: before the migration could journal it. Once.
 	DieAfterStaging bool
+	// PagesLost, if set, breaks every lazy restore's page stream before
+	// its last page.
+	PagesLost bool
 
 	// VolumeBytes is what the source's emptyDir volumes hold, as its agent
 	// measures them.
