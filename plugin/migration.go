@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -100,8 +101,9 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs.StringVar(&f.MaxVolumeData, "max-volume-data", "1Gi", "the most emptyDir data the migrated containers' volumes may hold; it is copied to the target, and more is refused before any change")
 	fs.StringVar(&f.Restore, "restore", string(migrate.RestoreAuto), "cri: the target's container runtime restores from a checkpoint image; runtime: the kubectl-migrate runtime (kubectl migrate node-setup) restores from the checkpoint sent node to node, no image (containerd 2.4+); auto: runtime where installed, else cri")
 	_ = cmd.RegisterFlagCompletionFunc("restore", cobra.FixedCompletions([]string{"auto", "cri", "runtime"}, cobra.ShellCompDirectiveNoFileComp))
-	fs.StringVar(&f.Pages, "pages", string(migrate.PagesEager), "eager: the checkpoint holds the whole memory (the freeze grows with it); lazy: the memory stays in the frozen source while the copy runs on the target and faults it in, the rest following over the agents' stream (stop-and-copy and checkpoint-restore, a pod under RuntimeClass kubectl-migrate, the runtime on both nodes)")
+	fs.StringVar(&f.Pages, "pages", string(migrate.PagesEager), "experimental: "+"eager: the checkpoint holds the whole memory (the freeze grows with it); lazy: the memory stays in the frozen source while the copy runs on the target and faults it in, the rest following over the agents' stream (stop-and-copy and checkpoint-restore, a pod under RuntimeClass kubectl-migrate, the runtime on both nodes)")
 	_ = cmd.RegisterFlagCompletionFunc("pages", cobra.FixedCompletions([]string{"eager", "lazy"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = fs.MarkHidden("pages") // experimental (experimentalEnv)
 	fs.BoolVar(&f.DeleteImage, "delete-image", true, "")
 	_ = fs.MarkDeprecated("delete-image", "checkpoint images are deleted by default now; --keep-image keeps them")
 	fs.StringSliceVar(&f.Labels, "label", nil, "key=value labels stored with the record, to compare runs (e.g. rate=10)")
@@ -162,8 +164,15 @@ func (f *migrationFlags) validate(mc migrationCommand) error {
 	if err := c.ValidateChoices(); err != nil {
 		return err
 	}
+	if c.Pages == migrate.PagesLazy && !slices.Contains(strings.Split(f.getenv(experimentalEnv), ","), "lazy-pages") {
+		return fmt.Errorf("--pages lazy is experimental: in the lab, a copy killed while its pages arrived lost messages its rollback should have kept; to try it anyway, set %s=lazy-pages", experimentalEnv)
+	}
 	return validateNamedOutput(f.Output)
 }
+
+// experimentalEnv lists, comma-separated, the experimental features a
+// user opts into.
+const experimentalEnv = "KUBECTL_MIGRATE_EXPERIMENTAL"
 
 // toConfig turns the flags and, where a flag is not set, the pod's
 // annotations into the engine's config for migration id; with pod nil, the

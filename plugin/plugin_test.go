@@ -78,6 +78,8 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		{[]string{"report", "--group-by", "rate"}, "--group-by applies to --compare"},
 		{[]string{"report", "--compare", "-l", "rate in (10"}, "is not a label selector"},
 		{[]string{"--color", "sometimes", "version"}, "--color must be auto, always or never"},
+		{[]string{"pod", "consumer", "--to", "node-b", "--strategy", "stop-and-copy", "--pages", "lazy"}, "--pages lazy is experimental"},
+		{[]string{"pod", "consumer", "--to", "node-b", "--pages", "lazier"}, `--pages must be one of [eager lazy], not "lazier"`},
 		{[]string{"sts", "consumer-0", "--to", "node-b", "--mode", "parallel"}, `--mode must be one of [sequential shadow], not "parallel"`},
 		{[]string{"sts", "consumer", "--to", "node-b"}, `"consumer" is not NAME-ORDINAL`},
 		{[]string{"sts", "sts/consumer", "--to", "node-b"}, "give the pod's ordinal with --ordinal N"},

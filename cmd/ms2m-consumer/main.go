@@ -8,11 +8,13 @@ import (
 	"context"
 	"encoding/binary"
 	"flag"
+	"hash/crc32"
 	"log"
 	"os"
 	"os/signal"
 	"runtime"
 	"syscall"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -35,12 +37,28 @@ func makeBallast(n int64) []byte {
 	return b
 }
 
+// verifyBallast recomputes the ballast's checksum every period, logging
+// each check, and ends the process if it ever differs from the first:
+// every page is read, so a page a move lost or garbled shows.
+func verifyBallast(b []byte, period time.Duration) {
+	want := crc32.ChecksumIEEE(b)
+	log.Printf("ballast of %d bytes: crc32 %08x", len(b), want)
+	for n := 1; ; n++ {
+		time.Sleep(period)
+		if got := crc32.ChecksumIEEE(b); got != want {
+			log.Fatalf("ballast changed: crc32 %08x, was %08x", got, want)
+		}
+		log.Printf("ballast intact: crc32 %08x, check %d", want, n)
+	}
+}
+
 func main() {
 	var cfg ms2m.ConsumerConfig
 	ms2m.BrokerFlags(flag.CommandLine, &cfg.URL, &cfg.Exchange, &cfg.Queue)
 	work := flag.Duration("work", 0, "time to apply one message, e.g. 50ms")
 	listen := flag.String("listen", ":8080", "HTTP address of the MS2M endpoints")
 	ballast := flag.String("ballast", "", "extra resident memory the consumer holds, e.g. 64Mi: how a checkpoint's cost grows with the state")
+	verify := flag.Duration("verify-ballast", 0, "recompute the ballast's checksum this often and exit if it changed: proof that a move kept every page of it")
 	ledger := flag.String("ledger", "", "file to append each applied value to, as state on disk (e.g. in an emptyDir); read back into the state's ledgerSum")
 	flag.Parse()
 	cfg.Logf = log.Printf
@@ -58,6 +76,9 @@ func main() {
 			log.Fatalf("--ballast %q: %v", *ballast, err)
 		}
 		held = makeBallast(size.Value())
+		if *verify > 0 {
+			go verifyBallast(held, *verify)
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

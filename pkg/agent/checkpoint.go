@@ -136,7 +136,16 @@ func askLazy(stage string, id ociruntime.Identity) error {
 // request and serves the pages. A request left behind means another
 // runtime checkpointed the container whole; it goes.
 func tookLazy(stage string, id ociruntime.Identity) bool {
-	if os.Remove(ociruntime.LazyRequestPath(stage, id)) == nil {
+	request := ociruntime.LazyRequestPath(stage, id)
+	left := os.Remove(request) == nil
+	// The directories askLazy made go once empty: nothing is staged on
+	// this node for the pod.
+	for dir := filepath.Dir(request); dir != filepath.Clean(stage) && strings.HasPrefix(dir, stage); dir = filepath.Dir(dir) {
+		if os.Remove(dir) != nil {
+			break
+		}
+	}
+	if left {
 		return false
 	}
 	_, err := os.Stat(ociruntime.PagesSocket(stage, id))

@@ -207,6 +207,13 @@ func TestALazyCheckpointIsAskedOfTheRuntimeAndConfirmed(t *testing.T) {
 		if _, err := os.Stat(ociruntime.LazyRequestPath(stage, ociruntime.Identity{Namespace: "ns", Pod: "p", UID: "uid-1", Container: "app"})); !os.IsNotExist(err) {
 			t.Errorf("runtime ours=%v: the request outlived the checkpoint: %v", ours, err)
 		}
+		// Nothing but the pages' own directory is left in the stage.
+		entries, _ := os.ReadDir(stage)
+		for _, e := range entries {
+			if e.Name() != ociruntime.PagesDir {
+				t.Errorf("runtime ours=%v: %s left in the stage", ours, e.Name())
+			}
+		}
 	}
 	if _, err := checkpointContainer(context.Background(), serveRuntime(t, &fakeCheckpointer{}), "", CheckpointRequest{Namespace: "ns", Pod: "p", Container: "app", LazyPages: true}, fastRetry); err == nil {
 		t.Error("a lazy checkpoint without the pod's UID or the stage")

@@ -80,6 +80,9 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 }
 
 func (checkpoint) Rollback(ctx context.Context, m *Migration) error {
+	if err := m.awaitSourceResumed(ctx); err != nil {
+		return err
+	}
 	if err := m.removeArchives(ctx); err != nil {
 		return err
 	}

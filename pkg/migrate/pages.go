@@ -3,6 +3,7 @@ package migrate
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,23 +11,31 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/agent"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
-// pagesPoll paces the asks for the last page.
-const pagesPoll = 50 * time.Millisecond
+// pagesPoll paces the asks for the last page, and the looks at the copy.
+const pagesPoll = 200 * time.Millisecond
 
 // awaitLastPage waits, with lazy pages, until every migrated container's
-// pages have all arrived on the target, and the copy still runs: the
+// pages have all arrived on the target, the copy running all along: the
 // commit point. Until then the source is frozen (never killed) and a
 // failure rolls back to it: the target goes, and the source resumes as its
-// page session ends.
+// page session ends. A copy that stops fails the wait at once: the source
+// is frozen meanwhile.
 func (m *Migration) awaitLastPage(ctx context.Context) error {
 	start := time.Now()
 	node := m.config.TargetNode
 	var statuses []agent.PagesStatus
 	err := wait.PollUntilContextTimeout(ctx, pagesPoll, m.config.PhaseTimeout, true, func(ctx context.Context) (bool, error) {
-		var err error
+		pod, err := m.deps.Client.CoreV1().Pods(m.config.Namespace).Get(ctx, m.config.TargetName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if c, stopped := stoppedContainer(pod, m.state.Migrated); stopped {
+			return false, fmt.Errorf("container %s of pod %s stopped while its pages arrived", c, m.config.TargetName)
+		}
 		if statuses, err = m.deps.Packer.PagesResults(ctx, node, m.expectedIDs()); err != nil {
 			return false, err
 		}
@@ -45,30 +54,54 @@ func (m *Migration) awaitLastPage(ctx context.Context) error {
 			return fmt.Errorf("the pages of container %s did not all arrive on %s: %s", s.Container, node, s.Error)
 		}
 	}
-	// A copy that died meanwhile was restarted afresh by the kubelet.
-	pod, err := m.deps.Client.CoreV1().Pods(m.config.Namespace).Get(ctx, m.config.TargetName, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	if c, stopped := stoppedContainer(pod, m.state.Migrated); stopped {
-		return fmt.Errorf("container %s of pod %s stopped while its pages arrived", c, m.config.TargetName)
-	}
 	m.step(report.LastPage, "", start, 0)
 	m.progress(report.Restore, "the last page arrived on "+node)
 	return nil
 }
 
-// stoppedContainer names a migrated container of pod that does not run, or
-// ran again.
+// stoppedContainer names a migrated container of pod that ended, or ran
+// again (the kubelet may not report it running yet: that is no stop).
 func stoppedContainer(pod *corev1.Pod, migrated []string) (string, bool) {
-	running := map[string]bool{}
 	for _, cs := range pod.Status.ContainerStatuses {
-		running[cs.Name] = cs.State.Running != nil && cs.RestartCount == 0
-	}
-	for _, c := range migrated {
-		if !running[c] {
-			return c, true
+		if slices.Contains(migrated, cs.Name) && (cs.State.Terminated != nil || cs.RestartCount > 0 || cs.LastTerminationState.Terminated != nil) {
+			return cs.Name, true
 		}
 	}
 	return "", false
+}
+
+// sourcePagesTimeout bounds the wait for the source's page session to
+// end: its bridges end a session in which nothing moved for 10 s.
+const sourcePagesTimeout = 30 * time.Second
+
+// awaitSourceResumed waits, with lazy pages, until the source's page
+// session ended and the source runs again (frozen, it answers nothing):
+// a rollback resumes it only then.
+func (m *Migration) awaitSourceResumed(ctx context.Context) error {
+	if m.config.Pages != PagesLazy || !m.sourceReceives() {
+		return nil
+	}
+	ids := make([]ociruntime.Identity, 0, len(m.state.Migrated))
+	for _, c := range m.state.Migrated {
+		ids = append(ids, ociruntime.Identity{Namespace: m.config.Namespace, Pod: m.config.Pod, UID: string(m.state.Source.UID), Container: c})
+	}
+	if err := m.agentOn(ctx, m.state.SourceNode); err != nil {
+		return err
+	}
+	err := wait.PollUntilContextTimeout(ctx, pagesPoll, sourcePagesTimeout, true, func(ctx context.Context) (bool, error) {
+		statuses, err := m.deps.Packer.PagesResults(ctx, m.state.SourceNode, ids)
+		if err != nil {
+			return false, err
+		}
+		for _, s := range statuses {
+			if !s.Ended {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the source's page session on %s did not end: %w", m.state.SourceNode, err)
+	}
+	return nil
 }

@@ -56,6 +56,9 @@ const (
 	// pagesIdle bounds each helper's wait for the other side of its
 	// socket: a migration that died leaves no frozen source behind.
 	pagesIdle = 2 * time.Minute
+	// pagesStall ends a page session in which nothing moved this long
+	// (bridge).
+	pagesStall = 10 * time.Second
 )
 
 // LazyRequestPath is where a source agent asks for lazy pages at the next
@@ -79,7 +82,8 @@ func PagesSocket(stage string, id Identity) string {
 }
 
 // PagesResultPath is where the target's helper records how id's lazy
-// restore ended.
+// restore ended, and the source's how its page session did (the source
+// runs again from then on).
 func PagesResultPath(stage string, id Identity) string {
 	return filepath.Join(stage, PagesDir, pagesKey(id)+".json")
 }
@@ -124,6 +128,14 @@ type helperConfig struct {
 	Images  string `json:"images"`
 	Work    string `json:"work"`
 	Discard string `json:"discard,omitempty"`
+	// Resume is runc resume of the checkpointed container: the CRI
+	// runtime paused it around the checkpoint call and resumed it as the
+	// call returned, but CRIU puts the cgroup freezer back as it found it
+	// (frozen) when the page session ends, long after.
+	Resume []string `json:"resume,omitempty"`
+	// PidFile is where runc restore writes the restored process's PID:
+	// the restore's helper ends the daemon if that process dies.
+	PidFile string `json:"pidFile,omitempty"`
 	// Isolated: the helper runs in a network namespace of its own and
 	// must bring its loopback up.
 	Isolated bool `json:"isolated"`
@@ -149,10 +161,17 @@ func (r Runtime) checkpointLazily(inv invocation) (ok bool, err error) {
 	command := append(append([]string{r.Runc}, inv.global...), "checkpoint")
 	command = append(command, inv.flags...)
 	command = append(command, "--lazy-pages", "--page-server", "127.0.0.1:{{port}}", "--status-fd", "3", inv.id)
+	// runc makes the directory itself; the mark goes in first.
+	if err := os.MkdirAll(images, 0o700); err != nil {
+		return true, err
+	}
 	if err := os.WriteFile(filepath.Join(images, lazyMarker), nil, 0o600); err != nil {
 		return true, err
 	}
-	return true, r.startHelper(helperConfig{Role: "dump", Command: command, Socket: PagesSocket(r.Stage, id), Images: images, Work: work})
+	result := PagesResultPath(r.Stage, id.Unbound())
+	_ = os.Remove(result)
+	resume := append(append([]string{r.Runc}, inv.global...), "resume", inv.id)
+	return true, r.startHelper(helperConfig{Role: "dump", Command: command, Resume: resume, Socket: PagesSocket(r.Stage, id), Result: result, Images: images, Work: work})
 }
 
 // restoreLazily restores a lazy checkpoint: the daemon first, then runc
@@ -171,6 +190,7 @@ func (r Runtime) restoreLazily(inv invocation, id Identity, checkpoint string) e
 		Command: []string{criu, "lazy-pages", "--page-server", "--address", "127.0.0.1", "--port", "{{port}}", "-D", images, "-W", checkpoint, "-o", "lazy-pages.log"},
 		Socket:  PagesSocket(r.Stage, id.Unbound()), Result: result, Images: images, Work: checkpoint, Discard: checkpoint,
 	}
+	cfg.PidFile, _ = value(inv.flags, "--pid-file")
 	if err := r.startHelper(cfg); err != nil {
 		discard(checkpoint)
 		return err

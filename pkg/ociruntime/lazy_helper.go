@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -125,7 +126,14 @@ func helperWork(cfg helperConfig, ready func()) error {
 // source is frozen and its page server listens, then joins the page server
 // to the first connection on the socket (the source agent's), and waits
 // for the session's end.
-func helperDump(cfg helperConfig, ready func()) error {
+func helperDump(cfg helperConfig, ready func()) (err error) {
+	defer func() {
+		res := PagesResult{Done: err == nil, LastPage: time.Now()}
+		if err != nil {
+			res.Error = err.Error()
+		}
+		writeResult(cfg.Result, res)
+	}()
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -176,6 +184,13 @@ func helperDump(cfg helperConfig, ready func()) error {
 	if waitErr := <-exited; waitErr != nil && err == nil {
 		err = fmt.Errorf("runc checkpoint --lazy-pages: %v: %s", waitErr, logTail(filepath.Join(cfg.Work, "dump.log")))
 	}
+	if len(cfg.Resume) > 0 {
+		// Not paused (CRIU found it running): runc says so, and that is
+		// as it should be.
+		resume := exec.Command(cfg.Resume[0], cfg.Resume[1:]...)
+		resume.Stdout, resume.Stderr = os.Stdout, os.Stderr
+		_ = resume.Run()
+	}
 	return err
 }
 
@@ -222,6 +237,14 @@ func helperRestore(cfg helperConfig, ready func()) (err error) {
 	}
 	ready()
 	res.Restored = time.Now()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		// A copy that died takes no more pages: its daemon would wait on.
+		if watchProcess(cfg.PidFile, stop) {
+			_ = cmd.Process.Kill()
+		}
+	}()
 	daemon, err := acceptWithin(ln, pagesIdle)
 	if daemon == nil {
 		_ = cmd.Process.Kill()
@@ -251,6 +274,37 @@ func helperCommand(cfg helperConfig, port int) *exec.Cmd {
 	return cmd
 }
 
+// watchProcess waits until the process whose PID runc writes to pidFile
+// has run and ended (true), or stop closes (false).
+func watchProcess(pidFile string, stop <-chan struct{}) bool {
+	if pidFile == "" {
+		return false
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	pid := 0
+	for {
+		select {
+		case <-stop:
+			return false
+		case <-tick.C:
+		}
+		if pid == 0 {
+			raw, err := os.ReadFile(pidFile)
+			if err != nil {
+				continue
+			}
+			if pid, err = strconv.Atoi(strings.TrimSpace(string(raw))); err != nil {
+				pid = 0
+				continue
+			}
+		}
+		if !processAlive(pid) {
+			return true
+		}
+	}
+}
+
 func writeResult(path string, res PagesResult) {
 	if path == "" {
 		return
@@ -264,23 +318,62 @@ func writeResult(path string, res PagesResult) {
 
 // bridge copies both ways until both sides are done, closing each side's
 // writing half as the other's reading ends.
+//
+// A session in which nothing moved for pagesStall is over: CRIU's daemon
+// asks for pages without pause until it has them all, so silence means an
+// end that went away (a target node lost, a copy killed), and ending the
+// session resumes the source, whose liveness probe would otherwise fail.
 func bridge(a, b net.Conn) {
 	var wg sync.WaitGroup
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
 	half := func(dst, src net.Conn) {
 		defer wg.Done()
-		_, _ = io.Copy(dst, src)
+		_, _ = io.Copy(dst, activity{src, &last})
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		} else {
 			_ = dst.Close()
 		}
 	}
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(pagesStall / 10)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				if time.Since(time.Unix(0, last.Load())) > pagesStall {
+					a.Close()
+					b.Close()
+					return
+				}
+			}
+		}
+	}()
 	wg.Add(2)
 	go half(a, b)
 	go half(b, a)
 	wg.Wait()
+	close(done)
 	a.Close()
 	b.Close()
+}
+
+// activity notes the time of each read that moved bytes.
+type activity struct {
+	net.Conn
+	last *atomic.Int64
+}
+
+func (c activity) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.last.Store(time.Now().UnixNano())
+	}
+	return n, err
 }
 
 // Bridge is bridge for the agents, which join a page socket to the

@@ -1,6 +1,9 @@
 package ociruntime
 
 import (
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -33,4 +36,16 @@ func helperAttr(isolated bool) *syscall.SysProcAttr {
 		attr.Cloneflags = syscall.CLONE_NEWNET
 	}
 	return attr
+}
+
+// processAlive: pid runs (a zombie has ended).
+func processAlive(pid int) bool {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command's closing parenthesis.
+	s := string(raw)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }

@@ -10,3 +10,5 @@ import (
 func loopbackUp() error { return errors.New("lazy pages need Linux") }
 
 func helperAttr(bool) *syscall.SysProcAttr { return nil }
+
+func processAlive(int) bool { return false }

@@ -201,6 +201,14 @@ func TestLazyPagesGoFromTheFrozenSourceToTheCopy(t *testing.T) {
 	if !res.Done || res.Error != "" || res.LastPage.Before(res.Restored) {
 		t.Fatalf("result %+v; want every page arrived", res)
 	}
+	// The source's session ends too, and the source is thawed: CRIU
+	// froze it back as the CRI runtime had paused it.
+	if src := waitResult(t, w.r.Stage, src); !src.Done {
+		t.Errorf("the source's session: %+v", src)
+	}
+	if !slices.Contains(w.calls(t), "runc: --root /run/runc resume ctr1") {
+		t.Errorf("the source was not resumed after its session: %q", w.calls(t))
+	}
 	if got, _ := os.ReadFile(w.received); string(got) != "the process's memory" {
 		t.Errorf("the daemon got %q", got)
 	}

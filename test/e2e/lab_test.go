@@ -173,11 +173,11 @@ func state(t testing.TB, w *workload.Workload, pod string) protocol.State {
 	return st
 }
 
-// kubectlCommand is the real kubectl with the built plugin on its PATH and
-// colour off.
+// kubectlCommand is the real kubectl with the built plugin on its PATH,
+// colour off and the experimental features on (the lab proves them too).
 func (l *lab) kubectlCommand(argv ...string) *exec.Cmd {
 	cmd := exec.Command(l.kubectl, argv...)
-	cmd.Env = append(os.Environ(), "PATH="+l.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1")
+	cmd.Env = append(os.Environ(), "PATH="+l.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1", "KUBECTL_MIGRATE_EXPERIMENTAL=lazy-pages")
 	return cmd
 }
 

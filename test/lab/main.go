@@ -137,6 +137,7 @@ func (d dirs) up() error {
 		fn   func() error
 	}{
 		{"network", networkUp},
+		{"pipe size", d.raisePipeMaxSize},
 		{"pki", func() error { return generatePKI(d) }},
 		{"registry and broker", d.servicesUp},
 		{"images", func() error { return d.pushImages(context.Background(), repo) }},
@@ -196,6 +197,9 @@ func (d dirs) down() error {
 		}
 	}
 	if err := networkDown(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.restorePipeMaxSize(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(d.run); err != nil {

@@ -37,6 +37,11 @@ type Options struct {
 	Rate        string // producer messages per second
 	Work        string // consumer time per message
 	Ballast     string // extra resident memory of the consumer, e.g. 64Mi
+	// VerifyBallast has the consumer recompute its ballast's checksum
+	// this often, ending if it changed (e.g. "2s").
+	VerifyBallast string
+	// RuntimeClass runs the consumer under this RuntimeClass.
+	RuntimeClass string
 	// App is the application: "" the sample (ms2m-consumer and
 	// ms2m-producer), "inventory" the example in examples/inventory,
 	// "python" the sample's consumer in Python (examples/python) with the
@@ -109,6 +114,9 @@ func Deploy(ctx context.Context, client kubernetes.Interface, o Options) (*Workl
 	producerImage, producerArgs := "ms2m-producer", append(slices.Clone(common), "--rate="+o.Rate)
 	if o.Ballast != "" {
 		consumerArgs = append(consumerArgs, "--ballast="+o.Ballast)
+		if o.VerifyBallast != "" {
+			consumerArgs = append(consumerArgs, "--verify-ballast="+o.VerifyBallast)
+		}
 	}
 	switch o.App {
 	case "inventory":
@@ -122,6 +130,9 @@ func Deploy(ctx context.Context, client kubernetes.Interface, o Options) (*Workl
 		"ms2m.io/registry": o.Registry + "/checkpoints",
 	})
 	AddProbes(&consumer.Spec.Containers[0])
+	if o.RuntimeClass != "" {
+		consumer.Spec.RuntimeClassName = &o.RuntimeClass
+	}
 	if o.Scratch != "" {
 		medium := corev1.StorageMediumDefault
 		if o.Scratch == "memory" {

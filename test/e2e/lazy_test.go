@@ -1,0 +1,186 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
+)
+
+// lazyConsumer is a consumer holding 512 MiB that checks them every
+// second (ending if a byte changed), under the kubectl-migrate runtime.
+var lazyConsumer = workload.Options{Rate: "10", Ballast: "512Mi", VerifyBallast: "1s", RuntimeClass: ociruntime.HandlerName}
+
+// TestLazyPagesMoveA512MiBConsumer: stop-and-copy with --pages lazy moves
+// a consumer holding 512 MiB: its pages stay in the frozen source while
+// the copy runs on the target, and follow over the agents' stream; the
+// migration commits once the last page arrived (a step of the report).
+// Every message is applied exactly once, the copy is the same process,
+// and its memory checks out whole after the move (it recomputes the
+// ballast's checksum every second, and ends if one byte changed).
+func TestLazyPagesMoveA512MiBConsumer(t *testing.T) {
+	concurrent(t)
+	l := setup(t)
+	l.shareRuntime(t)
+	l, w, rec, _, _ := migrateLiveApp(t, lazyConsumer, 20, "--strategy", "stop-and-copy", "--pages", "lazy")
+	checkConservation(t, w, rec.TargetPod)
+	ph, _ := rec.Phase(report.Restore)
+	var lastPage time.Duration
+	for _, s := range ph.Steps {
+		if s.Name == report.LastPage {
+			lastPage = time.Duration(s.DurationMillis) * time.Millisecond
+		}
+	}
+	if lastPage == 0 {
+		t.Fatalf("no %q step in the restore: %+v", report.LastPage, ph.Steps)
+	}
+	checked := l.ballastChecksAfter(t, w.Namespace, rec.TargetPod, 2)
+	t.Logf("lazy pages, 512 MiB: downtime %d ms, critical path %d ms, last page %s after the copy ran; %s",
+		rec.Downtime.Millis, rec.CriticalPathMillis(), lastPage, checked)
+}
+
+// ballastChecksAfter waits until the consumer in pod has checked its whole
+// ballast n times (its log), having never restarted, and returns its last
+// check.
+func (l *lab) ballastChecksAfter(t testing.TB, namespace, pod string, n int) string {
+	t.Helper()
+	ctx := context.Background()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := l.client.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.RestartCount > 0 {
+				return false, fmt.Errorf("container %s of %s restarted: its memory did not survive the move (last state %+v)", cs.Name, pod, cs.LastTerminationState)
+			}
+		}
+		logs, err := l.client.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return false, nil
+		}
+		checks := 0
+		for _, line := range strings.Split(string(logs), "\n") {
+			if strings.Contains(line, "ballast changed") {
+				return false, fmt.Errorf("%s", line)
+			}
+			if strings.Contains(line, "ballast intact") {
+				checks++
+				last = line
+			}
+		}
+		return checks >= n, nil
+	})
+	if err != nil {
+		t.Fatalf("the copy's ballast checks: %v", err)
+	}
+	return last
+}
+
+// TestLazyPagesRollBackWhenTheTargetDiesDuringThePush: the restored copy
+// is killed while its pages still arrive; the migration rolls back, the
+// source (frozen until then, never killed) resumes as the same process
+// with its memory whole, and every message is applied exactly once.
+//
+// Skipped while it fails: the rollback keeps the source, the same process
+// with its memory whole, but the source then misses the ten or so messages
+// sent meanwhile (a sequence gap on its resume, 2026-12-07). Until that is
+// found, --pages lazy stays experimental
+// (KUBECTL_MIGRATE_EXPERIMENTAL=lazy-pages).
+func TestLazyPagesRollBackWhenTheTargetDiesDuringThePush(t *testing.T) {
+	t.Skip("the source misses the messages sent while the copy ran: issue 42; --pages lazy is experimental until this passes")
+	concurrent(t)
+	l := setup(t)
+	l.shareRuntime(t)
+	w := l.deployWith(t, lazyConsumer)
+	before := waitApplied(t, w, "consumer", 20)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	killed := make(chan string, 1)
+	go func() { killed <- l.killRestoredConsumer(ctx, w.Namespace) }()
+	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--strategy", "stop-and-copy", "--pages", "lazy")
+	cancel()
+	what := <-killed
+	if err == nil || rec.Outcome != report.RolledBack {
+		t.Fatalf("outcome %s after %s: %v\n%s", rec.Outcome, what, err, stderr)
+	}
+	t.Logf("%s; the migration: %s", what, rec.Error)
+	st := state(t, w, "consumer")
+	if st.Process != before.Process {
+		t.Fatalf("the source is not the same process after the rollback: %+v, was %+v", st, before)
+	}
+	waitApplied(t, w, "consumer", st.LastSeq+5)
+	l.ballastChecksAfter(t, w.Namespace, "consumer", 2)
+	for _, n := range []string{"node-a", "node-b"} {
+		l.nothingStaged(t, n)
+	}
+	checkConservation(t, w, "consumer")
+}
+
+// killRestoredConsumer kills the consumer process restored on node-b as
+// soon as it runs (the lab's nodes share this host's PID namespace: its
+// cgroup names the target pod), and says what it did.
+func (l *lab) killRestoredConsumer(ctx context.Context, namespace string) string {
+	for ctx.Err() == nil {
+		pods, err := l.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			for _, p := range pods.Items {
+				// Once the copy runs (its CRIU restore done): while its
+				// pages still arrive.
+				if p.Spec.NodeName != "node-b" || !strings.HasPrefix(p.Name, "consumer-") || !containerRunning(&p, "consumer") {
+					continue
+				}
+				if pid := processInPod(string(p.UID), "ms2m-consumer"); pid > 0 {
+					if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+						return fmt.Sprintf("killed the restored consumer (pid %d) of %s", pid, p.Name)
+					}
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return "never saw the restored consumer run"
+}
+
+// processInPod finds a process named comm whose cgroup is the pod's.
+func processInPod(uid, comm string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(c)) != comm {
+			continue
+		}
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if strings.Contains(string(cg), "pod"+uid) || strings.Contains(string(cg), "pod"+strings.ReplaceAll(uid, "-", "_")) {
+			return pid
+		}
+	}
+	return 0
+}
+
+func containerRunning(p *corev1.Pod, name string) bool {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == name && cs.State.Running != nil {
+			return true
+		}
+	}
+	return false
+}
