@@ -9,7 +9,7 @@ KUBECTL   := $(LAB_CACHE)/bin/kubectl
 # (cold, each compile of client-go and its tree costs minutes).
 export GOFLAGS += -trimpath
 
-.PHONY: help build lint unit integration e2e e2e-containerd e2e-containerd24 bench-restore bench-size bench-anypod eval-quick bench eval eval-figures slow-faults lazy-probe soak crash-matrix test demo bench-transfer lab-up lab-down services-up services-down release-check krew-manifest python-image
+.PHONY: help build lint unit integration e2e e2e-containerd e2e-containerd24 bench-restore bench-size bench-lazy bench-anypod eval-quick bench eval eval-figures slow-faults lazy-probe soak crash-matrix test demo bench-transfer lab-up lab-down services-up services-down release-check krew-manifest python-image
 
 # The linter, pinned, installed from the module proxy into GOPATH's bin
 # under a versioned name, so every clone on a machine shares one build.
@@ -119,6 +119,12 @@ bench-restore: ## the restore paths side by side, into docs/bench/restore-paths.
 # file.
 bench-size: ## 512 MiB restored through each path, into docs/bench/restore-at-size.txt (lab, ~30 min)
 	$(call lab-bench,bench-size,RestoreAtSize,90m,docs/bench/restore-at-size.txt)
+
+# Lazy pages against eager ones, stop-and-copy of a consumer under the
+# kubectl-migrate runtime holding 64 MiB, 512 MiB and 2 GiB, medians of
+# E2E_EVAL_RUNS alternated rounds (CRI-O lane); a generated file.
+bench-lazy: ## 64 MiB, 512 MiB and 2 GiB moved with eager and lazy pages, into docs/bench/lazy-pages.txt (lab, ~40 min)
+	$(call lab-bench,bench-lazy,LazyPages,120m,docs/bench/lazy-pages.txt)
 
 # The freeze of a pod without the MS2M contract (checkpoint/restore):
 # Debian's redis-server idle and holding 256 MiB, through the container

@@ -2,6 +2,7 @@ package migrate_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -135,5 +136,21 @@ func TestLazyPagesNeedThePodUnderTheRuntime(t *testing.T) {
 		if err := cfg.ValidateChoices(); err == nil || !strings.Contains(err.Error(), "--pages") {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// TestRecoverLazyPagesFromACrashAtEveryStep kills a lazy stop-and-copy at
+// each step and recovers it: before the commit point (the last page) the
+// source serves again, nothing left behind; after it the target serves;
+// no message is lost or applied twice.
+func TestRecoverLazyPagesFromACrashAtEveryStep(t *testing.T) {
+	t.Parallel()
+	world := func(t *testing.T) *migratetest.World { return lazyWorld(t, true) }
+	steps := crashSteps(t, world, lazyConfig())
+	for n := 1; n <= steps; n++ {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			t.Parallel()
+			recoverPodAt(t, world(t), lazyConfig(), n)
+		})
 	}
 }

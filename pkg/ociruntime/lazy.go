@@ -90,6 +90,8 @@ func PagesResultPath(stage string, id Identity) string {
 
 // PagesResult is how a lazy restore's page transfer ended on the target.
 type PagesResult struct {
+	// UID is the restored pod's.
+	UID string `json:"uid,omitempty"`
 	// Done: every page arrived (CRIU's lazy-pages daemon ended well).
 	Done bool `json:"done"`
 	// Error says why not.
@@ -122,6 +124,10 @@ type helperConfig struct {
 	// Socket is PagesSocket; Result, the restore's PagesResultPath.
 	Socket string `json:"socket"`
 	Result string `json:"result,omitempty"`
+	// Running marks the restore's transfer as not ended; UID is the
+	// restored pod's (PagesResult.UID).
+	Running string `json:"running,omitempty"`
+	UID     string `json:"uid,omitempty"`
 	// Images is CRIU's image directory; Work its work directory (where
 	// the daemon's socket appears) and the helper's log; Discard, what the
 	// restore deletes once its daemon ended.
@@ -185,14 +191,24 @@ func (r Runtime) restoreLazily(inv invocation, id Identity, checkpoint string) e
 	}
 	result := PagesResultPath(r.Stage, id.Unbound())
 	_ = os.Remove(result)
+	running := pagesRunningPath(r.Stage, id.Unbound())
+	if err := os.MkdirAll(filepath.Dir(running), 0o700); err != nil {
+		discard(checkpoint)
+		return err
+	}
+	if err := os.WriteFile(running, []byte(id.UID), 0o600); err != nil {
+		discard(checkpoint)
+		return err
+	}
 	cfg := helperConfig{
 		Role:    "restore",
 		Command: []string{criu, "lazy-pages", "--page-server", "--address", "127.0.0.1", "--port", "{{port}}", "-D", images, "-W", checkpoint, "-o", "lazy-pages.log"},
-		Socket:  PagesSocket(r.Stage, id.Unbound()), Result: result, Images: images, Work: checkpoint, Discard: checkpoint,
+		Socket:  PagesSocket(r.Stage, id.Unbound()), Result: result, Running: running, UID: id.UID, Images: images, Work: checkpoint, Discard: checkpoint,
 	}
 	cfg.PidFile, _ = value(inv.flags, "--pid-file")
 	if err := r.startHelper(cfg); err != nil {
 		discard(checkpoint)
+		_ = os.Remove(running)
 		return err
 	}
 	args := restoreArgs(inv, checkpoint)
@@ -206,10 +222,34 @@ func (r Runtime) restoreLazily(inv invocation, id Identity, checkpoint string) e
 		// The daemon waits for a restore that will not come: closing its
 		// socket ends it, and the helper records the failure.
 		_ = os.Remove(filepath.Join(checkpoint, "lazy-pages.socket"))
-		writeResult(result, PagesResult{Error: "runc restore failed: " + err.Error(), LastPage: time.Now()})
+		writeResult(result, PagesResult{UID: id.UID, Error: "runc restore failed: " + err.Error(), LastPage: time.Now()})
+		_ = os.Remove(running)
 		return fmt.Errorf("runc restore --lazy-pages: %w", err)
 	}
 	return os.WriteFile(filepath.Join(r.State, inv.id), nil, 0o600)
+}
+
+// restartAfterLazyRestore refuses to start afresh a container of the pod
+// whose lazy restore has not ended well: a copy that died while its pages
+// arrived is restarted by the kubelet, and a fresh process would take the
+// work its migration is rolling back to the source (a consumer would take
+// its queue's messages). The kubelet tries again until the rollback
+// deletes the pod; once every page arrived, a restart starts afresh as any
+// does.
+func (r Runtime) restartAfterLazyRestore(id Identity) error {
+	if _, err := os.Stat(pagesRunningPath(r.Stage, id.Unbound())); err == nil {
+		return fmt.Errorf("%s/%s %s is being restored with lazy pages: it does not start afresh meanwhile", id.Namespace, id.Pod, id.Container)
+	}
+	res, ended, err := ReadPagesResult(r.Stage, id.Unbound())
+	if err != nil || !ended || res.Done || res.UID != id.UID {
+		return nil
+	}
+	return fmt.Errorf("the pages of %s/%s %s did not all arrive (%s): it does not start afresh while its migration rolls back", id.Namespace, id.Pod, id.Container, res.Error)
+}
+
+// pagesRunningPath marks a lazy restore whose transfer has not ended.
+func pagesRunningPath(stage string, id Identity) string {
+	return filepath.Join(stage, PagesDir, pagesKey(id)+".running")
 }
 
 // isLazy: the checkpoint's pages wait in its source.

@@ -198,7 +198,7 @@ func helperDump(cfg helperConfig, ready func()) (err error) {
 // waits for the restore, joins the daemon's connection to the page server
 // to the agent's socket, and records how the transfer ended.
 func helperRestore(cfg helperConfig, ready func()) (err error) {
-	res := PagesResult{}
+	res := PagesResult{UID: cfg.UID}
 	defer func() {
 		res.LastPage = time.Now()
 		res.Done = err == nil
@@ -206,6 +206,9 @@ func helperRestore(cfg helperConfig, ready func()) (err error) {
 			res.Error = err.Error()
 		}
 		writeResult(cfg.Result, res)
+		if cfg.Running != "" {
+			_ = os.Remove(cfg.Running)
+		}
 		discard(cfg.Discard)
 	}()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -232,6 +232,10 @@ func TestLazyPagesGoFromTheFrozenSourceToTheCopy(t *testing.T) {
 	if st := w2.state(t); st["status"] != "created" {
 		t.Errorf("state before its start: %v", st)
 	}
+	// Every page arrived: a later restart starts afresh, as any does.
+	if pass, err := w2.r.Run(createArgs(w2.bundle)); !pass || err != nil {
+		t.Errorf("a restart after the last page: pass %v, err %v", pass, err)
+	}
 }
 
 // agentsBetween joins the target's page socket to the source's (at
@@ -275,6 +279,18 @@ func TestALazyRestoreWhoseStreamBreaksIsNotDone(t *testing.T) {
 	}
 	if _, err := os.Stat(staged + ".claimed-ctr1"); !os.IsNotExist(err) {
 		t.Errorf("the checkpoint is left: %v", err)
+	}
+	// The kubelet restarts the dead copy: it must not start afresh and
+	// take the work its migration gives back to the source.
+	if pass, err := w.r.Run(createArgs(w.bundle)); pass || err == nil || !strings.Contains(err.Error(), "does not start afresh") {
+		t.Fatalf("a restart of the copy whose pages did not arrive: pass %v, err %v", pass, err)
+	}
+	// Another pod that takes the name later starts as any does.
+	later := newLazyWorld(t)
+	later.r.Stage = w.r.Stage
+	must(t, os.WriteFile(filepath.Join(later.bundle, "config.json"), []byte(`{"root":{"path":"`+later.rootfs+`"},"annotations":{"io.kubernetes.cri-o.ContainerType":"container","io.kubernetes.pod.namespace":"shop","io.kubernetes.pod.name":"consumer-2","io.kubernetes.pod.uid":"`+laterUID+`","io.kubernetes.container.name":"app"}}`), 0o644))
+	if pass, err := later.r.Run(createArgs(later.bundle)); !pass || err != nil {
+		t.Fatalf("a later pod of the name: pass %v, err %v", pass, err)
 	}
 }
 

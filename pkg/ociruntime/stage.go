@@ -63,7 +63,7 @@ func (r Runtime) claim(inv invocation) (string, Identity, error) {
 		return "", Identity{}, err
 	}
 	if _, err := os.Stat(staged); err != nil {
-		return "", Identity{}, nil
+		return "", Identity{}, r.restartAfterLazyRestore(id)
 	}
 	if err := os.MkdirAll(r.State, 0o700); err != nil {
 		return "", Identity{}, err

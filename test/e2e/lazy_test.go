@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -95,15 +97,10 @@ func (l *lab) ballastChecksAfter(t testing.TB, namespace, pod string, n int) str
 // TestLazyPagesRollBackWhenTheTargetDiesDuringThePush: the restored copy
 // is killed while its pages still arrive; the migration rolls back, the
 // source (frozen until then, never killed) resumes as the same process
-// with its memory whole, and every message is applied exactly once.
-//
-// Skipped while it fails: the rollback keeps the source, the same process
-// with its memory whole, but the source then misses the ten or so messages
-// sent meanwhile (a sequence gap on its resume, 2026-12-07). Until that is
-// found, --pages lazy stays experimental
-// (KUBECTL_MIGRATE_EXPERIMENTAL=lazy-pages).
+// with its memory whole, and every message is applied exactly once: the
+// kubelet's restart of the dead copy does not start it afresh, which would
+// take the queue's messages from the source.
 func TestLazyPagesRollBackWhenTheTargetDiesDuringThePush(t *testing.T) {
-	t.Skip("the source misses the messages sent while the copy ran: issue 42; --pages lazy is experimental until this passes")
 	concurrent(t)
 	l := setup(t)
 	l.shareRuntime(t)
@@ -183,4 +180,67 @@ func containerRunning(p *corev1.Pod, name string) bool {
 		}
 	}
 	return false
+}
+
+// BenchmarkLazyPages moves a consumer under the kubectl-migrate runtime
+// holding each of E2E_SIZES (default 64Mi, 512Mi, 2Gi) with stop-and-copy,
+// its memory in the checkpoint (eager) and left in the source (lazy),
+// alternating within each of E2E_EVAL_RUNS rounds (default 5). Per size
+// and way: the downtime, the checkpoint call (the source's freeze as the
+// dump holds it), and with lazy pages the copy running to its last page,
+// beside a plain node-to-node copy of the same bytes.
+//
+//	go test -tags e2e -run '^$' -bench LazyPages -benchtime 1x ./test/e2e
+func BenchmarkLazyPages(b *testing.B) {
+	rounds := evalRounds(5)
+	sizes := strings.Split(cmp.Or(os.Getenv("E2E_SIZES"), "64Mi,512Mi,2Gi"), ",")
+	l := setup(b)
+	l.setUpRuntime(b)
+	figures := map[string][]float64{}
+	for i := 0; i < rounds; i++ {
+		for _, size := range sizes {
+			for _, pages := range []string{"eager", "lazy"} {
+				o := lazyConsumer
+				o.Ballast, o.VerifyBallast = size, ""
+				w := l.deployWith(b, o)
+				before := waitApplied(b, w, "consumer", 20)
+				rec, stderr, err := l.migrate(b, w, "pod", "consumer", "--to", "node-b", "--strategy", "stop-and-copy", "--pages", pages, "--label", "variant="+pages+"-"+size)
+				if err != nil {
+					b.Fatalf("%s %s: %v\n%s", pages, size, err, stderr)
+				}
+				l.checkMigrated(b, w, rec, before)
+				checkConservation(b, w, rec.TargetPod)
+				key := size + "-" + pages
+				figures[key+"-downtime"] = append(figures[key+"-downtime"], float64(rec.Downtime.Millis))
+				for _, p := range rec.Phases {
+					for _, st := range p.Steps {
+						switch st.Name {
+						case report.CheckpointCall:
+							figures[key+"-checkpoint-call"] = append(figures[key+"-checkpoint-call"], float64(st.DurationMillis))
+						case report.LastPage:
+							figures[key+"-last-page"] = append(figures[key+"-last-page"], float64(st.DurationMillis))
+						}
+					}
+				}
+				b.Logf("%s, %s: %s", pages, size, stepSummary(rec))
+				if err := w.Delete(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			q := resource.MustParse(size)
+			took, err := fileNodeCopy(env(b, "LAB_RUN"), q.Value())
+			if err != nil {
+				b.Fatal(err)
+			}
+			figures[size+"-file-node-copy"] = append(figures[size+"-file-node-copy"], float64(took.Milliseconds()))
+		}
+	}
+	for _, size := range sizes {
+		for _, name := range []string{"eager-downtime", "lazy-downtime", "eager-checkpoint-call", "lazy-checkpoint-call", "lazy-last-page", "file-node-copy"} {
+			b.ReportMetric(median(figures[size+"-"+name]), size+"-"+name+"-ms")
+		}
+		b.ReportMetric(median(figures[size+"-lazy-downtime"])/median(figures[size+"-eager-downtime"]), size+"-lazy/eager-downtime-ratio")
+		b.ReportMetric(median(figures[size+"-lazy-checkpoint-call"])/median(figures[size+"-eager-checkpoint-call"]), size+"-lazy/eager-checkpoint-call-ratio")
+		b.ReportMetric(median(figures[size+"-lazy-last-page"])/median(figures[size+"-file-node-copy"]), size+"-last-page/file-copy-ratio")
+	}
 }
