@@ -165,7 +165,7 @@ func (f *migrationFlags) validate(mc migrationCommand) error {
 		return err
 	}
 	if c.Pages == migrate.PagesLazy && !slices.Contains(strings.Split(f.getenv(experimentalEnv), ","), "lazy-pages") {
-		return fmt.Errorf("--pages lazy is experimental: in the lab, a copy killed while its pages arrived lost messages its rollback should have kept; to try it anyway, set %s=lazy-pages", experimentalEnv)
+		return fmt.Errorf("--pages lazy is experimental (docs/runtime.md says what is proven); to use it, set %s=lazy-pages", experimentalEnv)
 	}
 	return validateNamedOutput(f.Output)
 }

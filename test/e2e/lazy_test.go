@@ -27,32 +27,42 @@ import (
 // second (ending if a byte changed), under the kubectl-migrate runtime.
 var lazyConsumer = workload.Options{Rate: "10", Ballast: "512Mi", VerifyBallast: "1s", RuntimeClass: ociruntime.HandlerName}
 
-// TestLazyPagesMoveA512MiBConsumer: stop-and-copy with --pages lazy moves
-// a consumer holding 512 MiB: its pages stay in the frozen source while
-// the copy runs on the target, and follow over the agents' stream; the
-// migration commits once the last page arrived (a step of the report).
-// Every message is applied exactly once, the copy is the same process,
-// and its memory checks out whole after the move (it recomputes the
-// ballast's checksum every second, and ends if one byte changed).
-func TestLazyPagesMoveA512MiBConsumer(t *testing.T) {
-	concurrent(t)
+// TestLazyPages sets the runtime up with node-setup (not beside the
+// concurrent tests: their migrations would take it), and:
+//
+//   - moves a consumer holding 512 MiB with stop-and-copy --pages lazy:
+//     its pages stay in the frozen source while the copy runs on the
+//     target, and follow over the agents' stream; the migration commits
+//     once the last page arrived (a step of the report). Every message is
+//     applied exactly once, the copy is the same process, and its memory
+//     checks out whole after the move (it recomputes the ballast's checksum
+//     every second, and ends if one byte changed);
+//   - kills the restored copy while its pages still arrive: the migration
+//     rolls back, the source (frozen until then, never killed) resumes as
+//     the same process with its memory whole, and every message is applied
+//     exactly once: the kubelet's restart of the dead copy does not start
+//     it afresh, which would take the queue's messages from the source.
+func TestLazyPages(t *testing.T) {
 	l := setup(t)
-	l.shareRuntime(t)
-	l, w, rec, _, _ := migrateLiveApp(t, lazyConsumer, 20, "--strategy", "stop-and-copy", "--pages", "lazy")
-	checkConservation(t, w, rec.TargetPod)
-	ph, _ := rec.Phase(report.Restore)
-	var lastPage time.Duration
-	for _, s := range ph.Steps {
-		if s.Name == report.LastPage {
-			lastPage = time.Duration(s.DurationMillis) * time.Millisecond
+	l.setUpRuntime(t)
+	t.Run("512MiB", func(t *testing.T) {
+		_, w, rec, _, _ := migrateLiveApp(t, lazyConsumer, 20, "--strategy", "stop-and-copy", "--pages", "lazy")
+		checkConservation(t, w, rec.TargetPod)
+		ph, _ := rec.Phase(report.Restore)
+		var lastPage time.Duration
+		for _, s := range ph.Steps {
+			if s.Name == report.LastPage {
+				lastPage = time.Duration(s.DurationMillis) * time.Millisecond
+			}
 		}
-	}
-	if lastPage == 0 {
-		t.Fatalf("no %q step in the restore: %+v", report.LastPage, ph.Steps)
-	}
-	checked := l.ballastChecksAfter(t, w.Namespace, rec.TargetPod, 2)
-	t.Logf("lazy pages, 512 MiB: downtime %d ms, critical path %d ms, last page %s after the copy ran; %s",
-		rec.Downtime.Millis, rec.CriticalPathMillis(), lastPage, checked)
+		if lastPage == 0 {
+			t.Fatalf("no %q step in the restore: %+v", report.LastPage, ph.Steps)
+		}
+		checked := l.ballastChecksAfter(t, w.Namespace, rec.TargetPod, 2)
+		t.Logf("lazy pages, 512 MiB: downtime %d ms, critical path %d ms, last page %s after the copy ran; %s",
+			rec.Downtime.Millis, rec.CriticalPathMillis(), lastPage, checked)
+	})
+	t.Run("rollback/copy-killed-during-the-push", func(t *testing.T) { lazyRollBackWhenTheCopyDies(t, l) })
 }
 
 // ballastChecksAfter waits until the consumer in pod has checked its whole
@@ -94,16 +104,8 @@ func (l *lab) ballastChecksAfter(t testing.TB, namespace, pod string, n int) str
 	return last
 }
 
-// TestLazyPagesRollBackWhenTheTargetDiesDuringThePush: the restored copy
-// is killed while its pages still arrive; the migration rolls back, the
-// source (frozen until then, never killed) resumes as the same process
-// with its memory whole, and every message is applied exactly once: the
-// kubelet's restart of the dead copy does not start it afresh, which would
-// take the queue's messages from the source.
-func TestLazyPagesRollBackWhenTheTargetDiesDuringThePush(t *testing.T) {
-	concurrent(t)
-	l := setup(t)
-	l.shareRuntime(t)
+// lazyRollBackWhenTheCopyDies: TestLazyPages's rollback.
+func lazyRollBackWhenTheCopyDies(t *testing.T, l *lab) {
 	w := l.deployWith(t, lazyConsumer)
 	before := waitApplied(t, w, "consumer", 20)
 	ctx, cancel := context.WithCancel(context.Background())
