@@ -281,13 +281,8 @@ func (d *Direct) receive(w http.ResponseWriter, r *http.Request, blobs string, p
 	repository, tag, container := q.Get("repository"), q.Get("tag"), q.Get("container")
 	var stageAs *ociruntime.Identity
 	if s := q.Get("stage"); s != "" {
-		id, err := parseStageQuery(s)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		if err := d.Scope.allowIdentities([]ociruntime.Identity{id}); err != nil {
-			http.Error(w, err.Error(), http.StatusForbidden)
+		id, ok := d.stageIdentity(w, s)
+		if !ok {
 			return
 		}
 		stageAs = &id

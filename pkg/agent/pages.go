@@ -118,13 +118,8 @@ func dialPages(ctx context.Context, req PackRequest) (net.Conn, error) {
 // receivePages is the target's end: it switches the sender's request to
 // the raw stream and joins it to the restore's helper on the page socket.
 func (d *Direct) receivePages(w http.ResponseWriter, r *http.Request) {
-	id, err := parseStageQuery(r.URL.Query().Get("stage"))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	if err := d.Scope.allowIdentities([]ociruntime.Identity{id}); err != nil {
-		http.Error(w, err.Error(), http.StatusForbidden)
+	id, ok := d.stageIdentity(w, r.URL.Query().Get("stage"))
+	if !ok {
 		return
 	}
 	if d.StageDir == "" {

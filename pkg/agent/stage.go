@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -141,6 +142,21 @@ func stageQuery(id ociruntime.Identity) string {
 		q += "/" + id.UID
 	}
 	return q
+}
+
+// stageIdentity reads a request's stage query (stageQuery), which must
+// name a container of the agent's scope; it answers the refusal itself.
+func (d *Direct) stageIdentity(w http.ResponseWriter, query string) (ociruntime.Identity, bool) {
+	id, err := parseStageQuery(query)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return id, false
+	}
+	if err := d.Scope.allowIdentities([]ociruntime.Identity{id}); err != nil {
+		http.Error(w, err.Error(), http.StatusForbidden)
+		return id, false
+	}
+	return id, true
 }
 
 func parseStageQuery(s string) (ociruntime.Identity, error) {

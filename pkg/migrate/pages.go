@@ -36,15 +36,9 @@ func (m *Migration) awaitLastPage(ctx context.Context) error {
 		if c, stopped := stoppedContainer(pod, m.state.Migrated); stopped {
 			return false, fmt.Errorf("container %s of pod %s stopped while its pages arrived", c, m.config.TargetName)
 		}
-		if statuses, err = m.deps.Packer.PagesResults(ctx, node, m.expectedIDs()); err != nil {
-			return false, err
-		}
-		for _, s := range statuses {
-			if !s.Ended {
-				return false, nil
-			}
-		}
-		return true, nil
+		var ended bool
+		statuses, ended, err = m.pagesEnded(ctx, node, m.expectedIDs())
+		return ended, err
 	})
 	if err != nil {
 		return fmt.Errorf("wait for the last pages of pod %s on %s: %w", m.config.TargetName, node, err)
@@ -89,19 +83,26 @@ func (m *Migration) awaitSourceResumed(ctx context.Context) error {
 		return err
 	}
 	err := wait.PollUntilContextTimeout(ctx, pagesPoll, sourcePagesTimeout, true, func(ctx context.Context) (bool, error) {
-		statuses, err := m.deps.Packer.PagesResults(ctx, m.state.SourceNode, ids)
-		if err != nil {
-			return false, err
-		}
-		for _, s := range statuses {
-			if !s.Ended {
-				return false, nil
-			}
-		}
-		return true, nil
+		_, ended, err := m.pagesEnded(ctx, m.state.SourceNode, ids)
+		return ended, err
 	})
 	if err != nil {
 		return fmt.Errorf("the source's page session on %s did not end: %w", m.state.SourceNode, err)
 	}
 	return nil
+}
+
+// pagesEnded asks node's agent how the page sessions of ids went, and
+// whether all of them ended.
+func (m *Migration) pagesEnded(ctx context.Context, node string, ids []ociruntime.Identity) ([]agent.PagesStatus, bool, error) {
+	statuses, err := m.deps.Packer.PagesResults(ctx, node, ids)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, s := range statuses {
+		if !s.Ended {
+			return statuses, false, nil
+		}
+	}
+	return statuses, true, nil
 }
