@@ -53,8 +53,9 @@ const (
 	// PagesLazy leaves the pages in the frozen source while the copy runs
 	// on the target, which faults them in as it touches them while the
 	// rest follow over the agents' stream (CRIU's lazy pages, through the
-	// kubectl-migrate runtime on both nodes). The source resumes once the
-	// last page arrived, and the migration commits only then.
+	// kubectl-migrate runtime on both nodes; stop-and-copy only). The
+	// source resumes once the last page arrived, and the migration commits
+	// only then.
 	PagesLazy Pages = "lazy"
 )
 
@@ -322,8 +323,13 @@ func (c Config) ValidateChoices() error {
 // last page arrived.
 func (c Config) lazyPagesChoices() []error {
 	var errs []error
-	if c.Strategy == MS2M {
-		errs = append(errs, errors.New("--pages lazy moves --strategy stop-and-copy and "+string(CheckpointRestore)+" pods; MS2M's source serves on after its checkpoint, which lazy pages would freeze until the copy has its memory"))
+	switch c.Strategy {
+	case MS2M:
+		errs = append(errs, errors.New("--pages lazy moves --strategy stop-and-copy pods: MS2M's source serves on after its checkpoint, which lazy pages would freeze until the copy has its memory"))
+	case CheckpointRestore:
+		// Its copy serves clients as soon as it runs: a rollback before the
+		// last page would lose the writes it acknowledged.
+		errs = append(errs, errors.New("--pages lazy moves --strategy stop-and-copy pods: a "+string(CheckpointRestore)+" copy serves its clients before its last page arrives, and a rollback then would lose what it acknowledged"))
 	}
 	if c.Restore == RestoreCRI {
 		errs = append(errs, errors.New("--pages lazy restores through the kubectl-migrate runtime, not --restore cri: the container runtimes' restore takes the whole memory"))

@@ -127,6 +127,7 @@ func TestLazyPagesNeedThePodUnderTheRuntime(t *testing.T) {
 	}
 	for name, c := range map[string]func(*migrate.Config){
 		"ms2m":          func(c *migrate.Config) { c.Strategy = migrate.MS2M },
+		"any pod":       func(c *migrate.Config) { c.Strategy = migrate.CheckpointRestore },
 		"cri restore":   func(c *migrate.Config) { c.Restore = migrate.RestoreCRI },
 		"a statefulset": func(c *migrate.Config) { c.StatefulSet, c.TargetName, c.Mode = "web", "consumer", migrate.Sequential },
 		"a typo":        func(c *migrate.Config) { c.Pages = "lazzy" },
