@@ -73,17 +73,29 @@ func (m *Migration) unisolate(ctx context.Context) error {
 // For a copy without the MS2M contract that is when its clients reach it
 // again, which ends the downtime.
 func (m *Migration) revealLabels(ctx context.Context) error {
+	if err := m.giveHiddenLabels(ctx, m.config.TargetName); err != nil {
+		return err
+	}
+	if !m.state.IsolatedAt.IsZero() && m.Record.Downtime == nil {
+		m.Record.Downtime = &report.Downtime{Millis: time.Since(m.state.IsolatedAt).Milliseconds()}
+	}
+	return nil
+}
+
+// giveHiddenLabels gives pod (created without them) the source's labels of
+// State.HiddenLabels.
+func (m *Migration) giveHiddenLabels(ctx context.Context, pod string) error {
+	if len(m.state.HiddenLabels) == 0 {
+		return nil
+	}
 	revealed := map[string]string{}
 	for _, k := range m.state.HiddenLabels {
 		if v, ok := m.state.Source.Labels[k]; ok {
 			revealed[k] = v
 		}
 	}
-	if err := m.patchPod(ctx, m.config.TargetName, map[string]any{"metadata": map[string]any{"labels": revealed}}); err != nil {
-		return fmt.Errorf("give %s the source's labels: %w", m.config.TargetName, err)
-	}
-	if !m.state.IsolatedAt.IsZero() && m.Record.Downtime == nil {
-		m.Record.Downtime = &report.Downtime{Millis: time.Since(m.state.IsolatedAt).Milliseconds()}
+	if err := m.patchPod(ctx, pod, map[string]any{"metadata": map[string]any{"labels": revealed}}); err != nil {
+		return fmt.Errorf("give %s the source's labels: %w", pod, err)
 	}
 	return nil
 }

@@ -131,11 +131,11 @@ func checkSourcePod(ctx context.Context, m *Migration) error {
 		m.state.Migrated = m.config.Containers
 	}
 	m.Record.SourceNode = m.state.SourceNode
-	if !m.config.Strategy.Contract() && m.config.StatefulSet == "" {
+	if !m.config.Strategy.Contract() {
 		// Until it takes the source's place, nothing selects the copy: no
-		// Service sends it a client the rollback would then cut off. A
-		// StatefulSet pod's copy takes the name only once the source is
-		// gone, and keeps the labels its StatefulSet adopts it by.
+		// Service sends it a client whose writes a rollback would lose. A
+		// StatefulSet pod's copy gets the labels its StatefulSet adopts it
+		// by at the switchover, before the adoption.
 		m.state.HiddenLabels = slices.Sorted(maps.Keys(pod.Labels))
 	}
 	return nil

@@ -19,7 +19,11 @@ func Phases(s Strategy, statefulSet bool, mode StatefulSetMode) []Phase {
 	if statefulSet {
 		switch s {
 		case CheckpointRestore:
-			return []Phase{preflight{}, setup{}, isolateSource{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{}, switchover{}, cleanup{}}
+			// The copy is restored without the labels anything selects by
+			// (clients reaching it before the commit would lose their writes
+			// to a rollback), so its StatefulSet adopts it only once the
+			// switchover has given them back.
+			return []Phase{preflight{}, setup{}, isolateSource{}, checkpoint{}, packImages{}, detach{}, restore{}, switchover{}, adopt{}, cleanup{}}
 		case StopAndCopy:
 			return []Phase{preflight{}, setup{}, stopSource{}, checkpoint{}, packImages{}, detach{}, restore{}, adopt{}, switchover{}, cleanup{}}
 		}

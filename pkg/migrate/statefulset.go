@@ -117,7 +117,12 @@ func (m *Migration) restoreSourceInPlace(ctx context.Context) error {
 	}
 	if !m.config.Strategy.Contract() {
 		// It runs from its checkpoint, in a pod of its own that no cut
-		// holds: what it acknowledged before the cut is in it.
+		// holds: what it acknowledged before the cut is in it. It was
+		// created as a copy is, without the labels its clients and its
+		// StatefulSet select it by.
+		if err := m.giveHiddenLabels(ctx, m.config.Pod); err != nil {
+			return err
+		}
 		m.state.SourceDeleted, m.state.SourceIsolated = false, false
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -105,6 +106,23 @@ func consumer1(t *testing.T, w *migratetest.World) *corev1.Pod {
 	return pod
 }
 
+// selectedCopy is the labels of consumer-0's copy that its StatefulSet
+// (app) or a per-pod Service selects it by.
+func selectedCopy(t *testing.T, w *migratetest.World) []string {
+	pod, err := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer-0", metav1.GetOptions{})
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	var selected []string
+	for _, k := range []string{"app", appsv1.StatefulSetPodNameLabel} {
+		if _, ok := pod.Labels[k]; ok {
+			selected = append(selected, k)
+		}
+	}
+	return selected
+}
+
 func TestStatefulSetModes(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -114,16 +132,27 @@ func TestStatefulSetModes(t *testing.T) {
 	}{
 		{migrate.MS2M, migrate.Sequential, "preflight setup prepare checkpoint image detach restore adopt replay switchover cleanup"},
 		{migrate.StopAndCopy, migrate.Sequential, "preflight setup stop checkpoint image detach restore adopt switchover cleanup"},
-		{migrate.CheckpointRestore, migrate.Sequential, "preflight setup stop checkpoint image detach restore adopt switchover cleanup"},
+		{migrate.CheckpointRestore, migrate.Sequential, "preflight setup stop checkpoint image detach restore switchover adopt cleanup"},
 		{migrate.MS2M, migrate.Shadow, "preflight setup prepare/shadow checkpoint/shadow image/shadow restore/shadow replay/shadow switchover/shadow " +
 			"prepare/final checkpoint/final image/final detach/final restore/final adopt/final replay/final switchover/final cleanup/final"},
 	} {
 		t.Run(string(tc.strategy)+"/"+string(tc.mode), func(t *testing.T) {
 			w, cfg := stsWorld(t, tc.strategy, tc.mode)
 			other := consumer1(t, w)
-			rec, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{})
+			var selectedEarly []string
+			hooks := migrate.Hooks{PhaseStarted: func(p report.PhaseTiming) {
+				if tc.strategy == migrate.CheckpointRestore && p.Name == report.Switchover {
+					selectedEarly = selectedCopy(t, w)
+				}
+			}}
+			rec, err := migrate.Run(context.Background(), cfg, w.Deps(), hooks)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if len(selectedEarly) > 0 {
+				// A client it had before the commit would lose its writes to
+				// a rollback, which restores the checkpoint.
+				t.Fatalf("before the switchover the copy carried labels a Service or its StatefulSet selects it by: %v", selectedEarly)
 			}
 			var phases []string
 			for _, p := range rec.Phases {
@@ -175,7 +204,7 @@ func TestStatefulSetRollbackAtEveryPhase(t *testing.T) {
 			{report.Prepare, 0}, {report.Checkpoint, 0}, {report.Image, 0}, {report.Detach, 0},
 			{report.Restore, 1}, {report.Adopt, 0}, {report.Replay, 1}, {report.Switchover, 1}}},
 		{migrate.StopAndCopy, migrate.Sequential, []failure{{report.Checkpoint, 0}, {report.Restore, 1}, {report.Adopt, 0}}},
-		{migrate.CheckpointRestore, migrate.Sequential, []failure{{report.Stop, 0}, {report.Checkpoint, 0}, {report.Image, 0}, {report.Detach, 0}, {report.Restore, 1}, {report.Adopt, 0}}},
+		{migrate.CheckpointRestore, migrate.Sequential, []failure{{report.Stop, 0}, {report.Checkpoint, 0}, {report.Image, 0}, {report.Detach, 0}, {report.Restore, 1}}},
 		{migrate.MS2M, migrate.Shadow, []failure{
 			{report.Prepare, 1}, {report.Checkpoint, 1}, {report.Image, 1}, {report.Restore, 1}, {report.Replay, 1}, {report.Switchover, 1},
 			{report.Prepare, 2}, {report.Checkpoint, 2}, {report.Image, 2}, {report.Detach, 1}, {report.Restore, 2},

@@ -165,7 +165,14 @@ const (
 	contractPod crashSubject = iota
 	contractStatefulSet
 	withoutContract
+	withoutContractStatefulSet
 )
+
+func (s crashSubject) statefulSet() bool {
+	return s == contractStatefulSet || s == withoutContractStatefulSet
+}
+
+func (s crashSubject) contract() bool { return s == contractPod || s == contractStatefulSet }
 
 // everyStep, with E2E_CRASH_MATRIX=all (make crash-matrix), replaces a
 // test's chosen crash cases by one for each phase of each strategy and mode
@@ -176,31 +183,37 @@ func everyStep(chosen []crashCase, subject crashSubject) []crashCase {
 		return chosen
 	}
 	var all []crashCase
-	statefulSet := subject == contractStatefulSet
+	statefulSet := subject.statefulSet()
 	modes := []migrate.StatefulSetMode{""}
 	if statefulSet {
 		modes = migrate.Modes
 	}
 	for _, mode := range modes {
 		for _, strategy := range migrate.Strategies {
-			if mode == migrate.Shadow && strategy != migrate.MS2M || strategy.Contract() == (subject == withoutContract) {
+			if mode == migrate.Shadow && strategy != migrate.MS2M || strategy.Contract() != subject.contract() {
 				continue // shadow mode is MS2M's; checkpoint-restore moves only what lacks the contract
 			}
+			committed := false // a switchover (of the final stage) commits
 			for _, p := range migrate.Phases(strategy, statefulSet, mode) {
+				stage := ""
+				if s, ok := p.(interface{ Stage() string }); ok {
+					stage = s.Stage()
+				}
+				want := report.RolledBack
+				if committed {
+					want = report.Succeeded
+				}
+				committed = committed || p.Name() == report.Switchover && stage != "shadow"
 				if !migrate.Recoverable(p) {
 					continue // preflight and setup leave nothing to recover
 				}
 				step := string(p.Name())
-				if s, ok := p.(interface{ Stage() string }); ok && s.Stage() != "" {
-					step += "/" + s.Stage()
+				if stage != "" {
+					step += "/" + stage
 				}
 				args := []string{"--strategy", string(strategy), "--inject-crash", step}
 				if statefulSet {
 					args = append(args, "--mode", string(mode))
-				}
-				want := report.RolledBack
-				if p.Name() == report.Cleanup { // past the commit point
-					want = report.Succeeded
 				}
 				all = append(all, crashCase{name: strings.Trim(string(mode)+"/"+string(strategy), "/") + "/" + step, args: args, want: want})
 			}

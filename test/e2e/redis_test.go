@@ -31,6 +31,7 @@ import (
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
+	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
 
 // redisServerCommand runs Debian's redis-server in memory only.
@@ -85,6 +86,61 @@ func TestCheckpointRestoreMovesARedisStatefulSet(t *testing.T) {
 	}
 	if now, err := l.client.CoreV1().Pods(ns).Get(ctx, "redis-1", metav1.GetOptions{}); err != nil || now.UID != other.UID || now.Spec.NodeName != "node-a" {
 		t.Fatalf("redis-1 was touched: %v", err)
+	}
+}
+
+// TestRecoverRedisStatefulSetAfterCrash: the plugin moving ordinal 0 of a
+// StatefulSet of redis-server (checkpoint/restore: no contract) while a
+// client writes to it is killed at a step (with E2E_CRASH_MATRIX=all, at
+// each step that journals); kubectl migrate recover undoes the move before
+// its commit, restoring the checkpoint on node-a under the pod's name once
+// the source is gone, and finishes it after. Either way the StatefulSet
+// owns redis-0 where the outcome says, the server is the same process with
+// every acknowledged write, the client writes to it again, redis-1 was not
+// touched and no agent is left.
+func TestRecoverRedisStatefulSetAfterCrash(t *testing.T) {
+	for _, tc := range everyStep([]crashCase{
+		// The source is deleted (detach) before the restore: undoing the
+		// move restores its checkpoint on the source node.
+		{name: "checkpoint-restore/restore", args: []string{"--inject-crash", "restore"}, want: report.RolledBack},
+		{name: "checkpoint-restore/cleanup", args: []string{"--inject-crash", "cleanup"}, want: report.Succeeded},
+	}, withoutContractStatefulSet) {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case has a namespace and records of its own
+			l := setup(t)
+			l.restoresSomeWay(t)
+			ctx := context.Background()
+			ns := l.startRedisStatefulSet(t)
+			other, err := l.client.CoreV1().Pods(ns).Get(ctx, "redis-1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			writes := startRedisWrites(t, l, ns, appsv1.StatefulSetPodNameLabel+"=redis-0")
+			rec := l.crashAndRecover(t, workload.Attach(l.client, ns, "", ""), tc, "sts", "redis-0", "--registry", l.registry+"/checkpoints")
+			node := map[report.Outcome]string{report.RolledBack: "node-a", report.Succeeded: "node-b"}[rec.Outcome]
+			if _, err := kube.WaitForPod(ctx, l.client, ns, "redis-0", func(p *corev1.Pod) (bool, error) {
+				return p != nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
+			}); err != nil {
+				writes.stop()
+				t.Fatalf("redis-0 does not run after recovery: %v", err)
+			}
+			writes.checkOn(t, "redis-0", "redis-0", node)
+			pod, err := l.client.CoreV1().Pods(ns).Get(ctx, "redis-0", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sts, err := l.client.AppsV1().StatefulSets(ns).Get(ctx, "redis", metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("the StatefulSet is gone after recovery: %v", err)
+			}
+			if owner := metav1.GetControllerOf(pod); owner == nil || owner.UID != sts.UID {
+				t.Fatalf("redis-0 is owned by %+v, want StatefulSet redis (%s)", owner, sts.UID)
+			}
+			if now, err := l.client.CoreV1().Pods(ns).Get(ctx, "redis-1", metav1.GetOptions{}); err != nil || now.UID != other.UID || now.Spec.NodeName != "node-a" {
+				t.Fatalf("redis-1 was touched: %v", err)
+			}
+			l.noAgentsLeft(t, ns)
+		})
 	}
 }
 
@@ -339,11 +395,18 @@ func startRedisWrites(t testing.TB, l *lab, ns, selector string) *redisWrites {
 // reconnected to it, and it holds every acknowledged write with its value.
 func (r *redisWrites) check(t testing.TB, source, target string) {
 	t.Helper()
+	r.checkOn(t, source, target, "node-b")
+}
+
+// checkOn is check with the node where target must serve: node-a after a
+// StatefulSet's move rolled back by restoring its checkpoint there.
+func (r *redisWrites) checkOn(t testing.TB, source, target, node string) {
+	t.Helper()
 	ctx := context.Background()
 	copied, err := r.l.client.CoreV1().Pods(r.ns).Get(ctx, target, metav1.GetOptions{})
-	if err != nil || copied.Spec.NodeName != "node-b" || copied.Labels["app"] != "redis" {
+	if err != nil || copied.Spec.NodeName != node || copied.Labels["app"] != "redis" {
 		r.stop()
-		t.Fatalf("the copy %s: %v", target, err)
+		t.Fatalf("the copy %s, wanted on %s: %v", target, node, err)
 	}
 	atMigrated := len(r.log.all())
 	if !r.log.waitBeyond(atMigrated+50, 60*time.Second) {
