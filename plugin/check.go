@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -77,11 +78,11 @@ to --registry, or node to node without one) and restored on --to, where it
 must go on as the same process.
 
 Each link a migration relies on is reported with ✓ or ✗ and, for a ✗, what to
-change: RBAC, the nodes' runtimes and whether they restore, the agent image
-and its namespace (--agent-namespace), the runtime's checkpoint and CRIU,
-the transfer and the target's pull, the restore itself. Everything it created is
-removed again. It exits 6 if a link fails. With --pods it lists instead
-which pods can move, how, and why the others cannot.
+change (RBAC, runtimes, agent image, CRIU, transfer, pull, restore).
+Everything it created is removed again. It exits 6 if a link fails. With
+--pods it lists instead which pods can move, how, and why the others cannot;
+for one without the MS2M contract, the freeze its clients will wait, from
+its memory (metrics.k8s.io, or at most its limit) and earlier such moves.
 
 More: ` + version.DocsURL("check.md"),
 		Example: checkExample,
@@ -238,10 +239,15 @@ func (o *CheckOptions) listPods(ctx context.Context, client kubernetes.Interface
 		return fmt.Errorf("list pods: %w", err)
 	}
 	rows := []drain.Movability{} // [] for none in -o json, not null
+	var listed []*corev1.Pod
 	for i := range pods.Items {
 		if o.Node == "" || pods.Items[i].Spec.NodeName == o.Node {
 			rows = append(rows, drain.Movable(&pods.Items[i]))
+			listed = append(listed, &pods.Items[i])
 		}
+	}
+	if o.Output != outputName {
+		drain.PredictFreezes(ctx, client, namespace, rows, listed)
 	}
 	switch {
 	case o.Output == outputName: // the pods that can move, for xargs

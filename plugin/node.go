@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/drain"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
@@ -192,7 +193,7 @@ func (o *NodeOptions) Run(ctx context.Context) error {
 		return withCode(ExitRefused, fmt.Errorf("missing permissions, grant them with RBAC (docs/rbac.yaml has them all): %s", strings.Join(missing, "; ")))
 	}
 	if o.DryRun || o.Output == "" {
-		if err := o.printDrainPlan(plan); err != nil || o.DryRun {
+		if err := o.printDrainPlan(plan, o.predictFreezes(ctx, client, plan)); err != nil || o.DryRun {
 			return err
 		}
 	}
@@ -257,9 +258,23 @@ func (o *NodeOptions) leaveWhatTheFlagsCannotMove(plan drain.Plan) drain.Plan {
 	return plan
 }
 
+// predictFreezes is the freeze expected for each checkpoint/restore move of
+// plan, by its name.
+func (o *NodeOptions) predictFreezes(ctx context.Context, client kubernetes.Interface, plan drain.Plan) map[string]*report.Freeze {
+	freezes := map[string]*report.Freeze{}
+	model := migrate.NewFreezeModel(client, o.namespace)
+	for _, mv := range plan.Moves {
+		if o.strategy(mv.Pod) == migrate.CheckpointRestore {
+			freezes[mv.Name()] = model.Predict(ctx, mv.Pod)
+		}
+	}
+	return freezes
+}
+
 // printDrainPlan writes which pod goes where and what stays (on stdout for
-// --dry-run, else on stderr before the drain starts).
-func (o *NodeOptions) printDrainPlan(plan drain.Plan) error {
+// --dry-run, else on stderr before the drain starts), with the freeze
+// expected for each checkpoint/restore move.
+func (o *NodeOptions) printDrainPlan(plan drain.Plan, freezes map[string]*report.Freeze) error {
 	w := o.ErrOut
 	if o.DryRun {
 		w = o.Out
@@ -276,6 +291,9 @@ func (o *NodeOptions) printDrainPlan(plan drain.Plan) error {
 		extra := ""
 		if len(mv.Budgets) > 0 {
 			extra = "  (budget " + strings.Join(mv.Budgets, ", ") + ")"
+		}
+		if f := freezes[mv.Name()]; f != nil {
+			extra += "  (" + f.Summary() + ")"
 		}
 		fmt.Fprintf(&b, "  migrate %s → %s  [%s]%s\n", mv.Name(), mv.Target, kind, extra)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -38,7 +39,7 @@ func TestNodeDryRunPrintsThePlanAndChangesNothing(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("%v\n%s", r.err, r.errOut)
 	}
-	for _, want := range []string{"migrate default/consumer → node-b  [pod, ms2m]", "migrate default/plain → node-b  [pod, checkpoint-restore]", "Nothing was changed"} {
+	for _, want := range []string{"migrate default/consumer → node-b  [pod, ms2m]\n", "migrate default/plain → node-b  [pod, checkpoint-restore]  (freeze unknown: neither metrics.k8s.io nor a memory limit tells its memory)", "Nothing was changed"} {
 		if !strings.Contains(r.out.String(), want) {
 			t.Errorf("plan lacks %q:\n%s", want, r.out)
 		}
@@ -174,5 +175,24 @@ func TestRecoverAMigrationWithoutABroker(t *testing.T) {
 	}
 	if err := w.Conservation(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A dry run of a move without the contract predicts its freeze from the
+// pod's memory (here its limit: the fake serves no metrics.k8s.io).
+func TestPodDryRunPredictsTheFreeze(t *testing.T) {
+	w := drainWorld(t)
+	plain, err := w.Client.CoreV1().Pods("default").Get(context.Background(), "plain", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
+	if _, err := w.Client.CoreV1().Pods("default").Update(context.Background(), plain, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := execute(t, w, "pod", "plain", "--to", "node-b", "--dry-run", "--registry", "reg:5000/ckpt", "--allow-anonymous-checkpoints")
+	want := "Expected (checkpoint/restore: its clients wait through the freeze, which grows with its memory):\n  freeze ≤ 10.6s for its memory limit of 1024 MiB (metrics.k8s.io does not tell what it uses), at the lab's rate"
+	if r.err != nil || !strings.Contains(r.out.String(), want) {
+		t.Fatalf("%v: the plan lacks %q:\n%s%s", r.err, want, r.out, r.errOut)
 	}
 }

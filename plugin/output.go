@@ -154,6 +154,10 @@ func writePrediction(b *strings.Builder, p *report.Prediction) {
 	if p == nil {
 		return
 	}
+	if p.Freeze != nil {
+		fmt.Fprintf(b, "Expected (checkpoint/restore: its clients wait through the freeze, which grows with its memory):\n  %s\n", p.Freeze.Summary())
+		return
+	}
 	basis := fmt.Sprintf("phases from %d recent migration(s) on this cluster", p.FromRuns)
 	if p.FromRuns == 0 {
 		basis = "no earlier migration of this kind: the critical path is a conservative " + render.FormatMillis(p.CriticalPathMillis)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -540,6 +541,7 @@ func TestCheckPodsSaysWhatCanMove(t *testing.T) {
 	member := plain.DeepCopy()
 	member.Name = "cache-0"
 	member.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "cache", UID: "cache", Controller: ptr.To(true)}}
+	member.Spec.Containers = []corev1.Container{{Name: "cache", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}}}}
 	w := migratetest.NewWorld(t, migratetest.Node("node-a", "cri-o://1.34.0"), migratetest.Node("node-b", "cri-o://1.34.0"), source, plain, member)
 	w.Client.ClearActions()
 	table := execute(t, w, "check", "--pods")
@@ -548,6 +550,14 @@ func TestCheckPodsSaysWhatCanMove(t *testing.T) {
 		!regexp.MustCompile(`plain\s+node-a\s+yes\s+kubectl migrate pod plain: checkpoint/restore \(no MS2M contract\): .*connections are reset`).MatchString(out) ||
 		!regexp.MustCompile(`cache-0\s+node-a\s+yes\s+kubectl migrate sts cache-0: checkpoint/restore \(no MS2M contract\), keeping its name`).MatchString(out) {
 		t.Fatalf("check --pods: %v\n%s", table.err, out)
+	}
+	// The freeze each checkpoint/restore move's clients wait: bounded by
+	// a memory limit where metrics.k8s.io does not tell (the fake serves
+	// no metrics), unknown without either; none for MS2M.
+	if !regexp.MustCompile(`cache-0 .*; freeze ≤ 5.8s for its memory limit of 512 MiB \(metrics.k8s.io does not tell what it uses\), at the lab's rate`).MatchString(out) ||
+		!regexp.MustCompile(`plain .*; freeze unknown: neither metrics.k8s.io nor a memory limit`).MatchString(out) ||
+		regexp.MustCompile(`consumer .*freeze`).MatchString(out) {
+		t.Fatalf("check --pods does not predict the freezes:\n%s", out)
 	}
 	onlyReads(t, w.Client.Actions())
 	if names := execute(t, w, "check", "--pods", "-o", "name"); names.out.String() != "pod/cache-0\npod/consumer\npod/plain\n" {

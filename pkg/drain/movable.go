@@ -1,13 +1,16 @@
 package drain
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // Movability is whether and how a pod can be migrated (kubectl migrate
@@ -23,6 +26,12 @@ type Movability struct {
 	Why string `json:"why,omitempty"`
 	// Volumes are the emptyDir volumes whose data moves with it.
 	Volumes []string `json:"volumes,omitempty"`
+	// Strategy is how it moves: MS2M with the contract, checkpoint/restore
+	// without.
+	Strategy migrate.Strategy `json:"strategy,omitempty"`
+	// Freeze is what a checkpoint/restore move's clients are expected to
+	// wait (PredictFreezes sets it).
+	Freeze *report.Freeze `json:"freeze,omitempty"`
 }
 
 // Movable says whether and how pod can be migrated.
@@ -41,8 +50,9 @@ func Movable(pod *corev1.Pod) Movability {
 	m.Volumes = migrate.CarriedVolumes(pod, containers)
 	contract := pod.Annotations[migrate.QueueAnnotation] != ""
 	strategy := "MS2M"
+	m.Strategy = migrate.MS2M
 	if !contract {
-		strategy = "checkpoint/restore (no MS2M contract)"
+		strategy, m.Strategy = "checkpoint/restore (no MS2M contract)", migrate.CheckpointRestore
 	}
 	owner := metav1.GetControllerOf(pod)
 	switch {
@@ -61,4 +71,17 @@ func Movable(pod *corev1.Pod) Movability {
 		m.How += "; emptyDir " + strings.Join(m.Volumes, ", ") + " move with it"
 	}
 	return m
+}
+
+// PredictFreezes adds to each row that moves with checkpoint/restore the
+// freeze its clients are expected to wait, from its pod's memory and the
+// cluster's earlier such moves (migrate.FreezeModel); rows[i] is pods[i]'s.
+func PredictFreezes(ctx context.Context, client kubernetes.Interface, namespace string, rows []Movability, pods []*corev1.Pod) {
+	model := migrate.NewFreezeModel(client, namespace)
+	for i, pod := range pods {
+		if r := &rows[i]; r.Moves && r.Strategy == migrate.CheckpointRestore {
+			r.Freeze = model.Predict(ctx, pod)
+			r.How += "; " + r.Freeze.Summary()
+		}
+	}
 }

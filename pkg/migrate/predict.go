@@ -67,8 +67,14 @@ func (m *Migration) dropProbe(ctx context.Context) error {
 // the application's own service time, the critical path and the other
 // phases from the cluster's recent migrations of the same kind, and works
 // out replay, total and downtime for the configured strategy. Without a
-// probe it predicts nothing.
+// probe it predicts nothing. A move without the MS2M contract predicts its
+// freeze from the pod's memory instead (FreezeModel).
 func (m *Migration) predict(ctx context.Context, window time.Duration) (*report.Prediction, error) {
+	if !m.config.Strategy.Contract() && m.state.Source != nil {
+		// Its clients wait through the freeze, which grows with its memory.
+		f := NewFreezeModel(m.deps.Client, m.config.Namespace).Predict(ctx, m.state.Source)
+		return &report.Prediction{Freeze: f, DowntimeMillis: f.Millis, FromRuns: f.FromRuns}, nil
+	}
 	if m.probe == nil {
 		return nil, nil
 	}

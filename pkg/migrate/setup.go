@@ -64,7 +64,11 @@ func (m *Migration) expect(ctx context.Context) {
 		m.progress(report.Setup, "no prediction: "+err.Error())
 		return
 	}
-	if m.Record.Prediction = p; p == nil || p.TotalMillis == 0 {
+	if m.Record.Prediction = p; p != nil && p.Freeze != nil {
+		m.progress(report.Setup, "expected: "+p.Freeze.Summary())
+		return
+	}
+	if p == nil || p.TotalMillis == 0 {
 		return
 	}
 	msg := fmt.Sprintf("expected: total ≈ %s", time.Duration(p.TotalMillis)*time.Millisecond)

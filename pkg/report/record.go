@@ -6,9 +6,11 @@ package report
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/version"
 )
 
@@ -54,6 +56,39 @@ type Prediction struct {
 	TotalMillis        int64    `json:"totalMillis,omitempty"`
 	DowntimeMillis     int64    `json:"downtimeMillis,omitempty"`
 	Warnings           []string `json:"warnings,omitempty"`
+	// Freeze is a checkpoint/restore move's: its downtime is the freeze,
+	// which grows with the pod's memory (DowntimeMillis is Freeze.Millis).
+	Freeze *Freeze `json:"freeze,omitempty"`
+}
+
+// Freeze is the freeze a checkpoint/restore move of a pod is expected to
+// take: base + memory × rate, with the pod's memory from metrics.k8s.io (its
+// working set, as kubectl top shows it) or else its containers' memory
+// limits (then an upper bound), and base and rate fitted on the cluster's
+// earlier such moves (FromRuns of them; fewer than two of different
+// sizes: the lab's measured figures). Millis 0: the memory is unknown.
+type Freeze struct {
+	Millis      int64  `json:"millis,omitempty"`
+	MemoryBytes int64  `json:"memoryBytes,omitempty"`
+	MemoryFrom  string `json:"memoryFrom,omitempty"`
+	FromRuns    int    `json:"fromRuns"`
+}
+
+// Summary says the prediction in a phrase: "freeze ≈ 4s for the 321 MiB it
+// uses (metrics.k8s.io), at the rate of 3 earlier moves here".
+func (f *Freeze) Summary() string {
+	if f.Millis <= 0 {
+		return "freeze unknown: neither metrics.k8s.io nor a memory limit tells its memory"
+	}
+	approx, memory := "≈", fmt.Sprintf("the %d MiB it uses (%s)", f.MemoryBytes>>20, f.MemoryFrom)
+	if f.MemoryFrom == kube.MemoryFromLimits {
+		approx, memory = "≤", fmt.Sprintf("its memory limit of %d MiB (metrics.k8s.io does not tell what it uses)", f.MemoryBytes>>20)
+	}
+	basis := fmt.Sprintf("the rate of %d earlier moves here", f.FromRuns)
+	if f.FromRuns == 0 {
+		basis = "the lab's rate (no earlier moves of different sizes here)"
+	}
+	return fmt.Sprintf("freeze %s %s for %s, at %s", approx, (time.Duration(f.Millis) * time.Millisecond).Round(100*time.Millisecond), memory, basis)
 }
 
 // Where a prediction's μ came from.

@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
@@ -181,10 +182,15 @@ func moveKeyValueServer(t *testing.T, move func(l *lab, ns string) report.Record
 	t.Logf("%d acknowledged writes, all in the copy (%d keys); downtime %d ms", len(acked), len(after.Store), rec.Downtime.Millis)
 }
 
+// anyPodMemoryLimit is the memory limit of startAnyPod's pods, as a
+// platform team sets one: where metrics.k8s.io is not served (the lab),
+// the freeze a move predicts is bounded by it.
+var anyPodMemoryLimit = resource.MustParse("1Gi")
+
 // startAnyPod runs a pod called name (labelled app=name) on node-a in a
 // namespace of its own, with the lab's Debian image (python3, pika,
-// redis-server) running command, and returns the namespace once the pod
-// runs with an IP.
+// redis-server) running command under anyPodMemoryLimit, and returns the
+// namespace once the pod runs with an IP.
 func (l *lab) startAnyPod(t testing.TB, name string, command ...string) string {
 	t.Helper()
 	ctx := context.Background()
@@ -195,6 +201,7 @@ func (l *lab) startAnyPod(t testing.TB, name string, command ...string) string {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
 		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{
 			Name: name, Image: l.imagePrefix + "/python-consumer:lab", Command: command,
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: anyPodMemoryLimit}},
 		}}},
 	}
 	if _, err := l.client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {

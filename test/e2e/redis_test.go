@@ -5,6 +5,7 @@ package e2e
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -29,7 +30,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/drain"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
@@ -50,7 +53,23 @@ func TestCheckpointRestoreMovesRedis(t *testing.T) {
 	l := setup(t)
 	l.restoresSomeWay(t)
 	ns := l.startAnyPod(t, "redis", redisServerCommand...)
-	moveRedis(t, l, "pod", ns, "redis", "app=redis")
+	// Its clients wait through the freeze: check --pods predicts it from
+	// the pod's memory (its limit: the lab serves no metrics.k8s.io), and
+	// so does the move, whose record keeps it beside the downtime.
+	var rows []drain.Movability
+	if out := l.kubectlMigrate(t, "check", "--pods", "-n", ns, "-o", "json"); json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 1 {
+		t.Fatalf("check --pods:\n%s", out)
+	}
+	predicted := rows[0].Freeze
+	if rows[0].Strategy != migrate.CheckpointRestore || predicted == nil || predicted.MemoryFrom != kube.MemoryFromLimits ||
+		predicted.MemoryBytes != anyPodMemoryLimit.Value() || predicted.Millis <= 0 || !strings.Contains(rows[0].How, "freeze ≤ ") {
+		t.Fatalf("check --pods predicts no freeze from the memory limit: %+v %+v", rows[0], predicted)
+	}
+	rec := moveRedis(t, l, "pod", ns, "redis", "app=redis")
+	if p := rec.Prediction; p == nil || p.Freeze == nil || p.Freeze.MemoryBytes != predicted.MemoryBytes || p.DowntimeMillis != p.Freeze.Millis {
+		t.Fatalf("the move's record predicts no freeze: %+v", p)
+	}
+	t.Logf("freeze predicted %d ms (%s), measured %d ms", rec.Prediction.DowntimeMillis, predicted.Summary(), rec.Downtime.Millis)
 }
 
 // TestCheckpointRestoreMovesARedisStatefulSet: kubectl migrate sts moves
@@ -193,7 +212,7 @@ func TestCheckpointRestoreMovesARedisDeployment(t *testing.T) {
 	}
 	defer watcher.Stop()
 
-	target := moveRedis(t, l, "pod", ns, source.Name, "app=redis")
+	target := moveRedis(t, l, "pod", ns, source.Name, "app=redis").TargetPod
 
 	list, err := l.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=redis"})
 	if err != nil {
@@ -271,8 +290,8 @@ func (l *lab) startRedisStatefulSet(t *testing.T) string {
 // moveRedis moves the redis-server pod (with command, pod or sts) while a
 // client that dials whichever pod carries selector writes without pause,
 // and checks the copy is the same server, holds every acknowledged write,
-// and took the client's reconnection; it returns the copy's name.
-func moveRedis(t *testing.T, l *lab, command, ns, pod, selector string) string {
+// and took the client's reconnection; it returns the move's record.
+func moveRedis(t *testing.T, l *lab, command, ns, pod, selector string) report.Record {
 	t.Helper()
 	service := l.serviceFor(t, ns, "redis", selector)
 	writes := startRedisWrites(t, l, ns, selector)
@@ -288,7 +307,7 @@ func moveRedis(t *testing.T, l *lab, command, ns, pod, selector string) string {
 	writes.check(t, pod, rec.TargetPod)
 	l.endpointsFollow(t, ns, service, rec.TargetPod)
 	t.Logf("downtime %d ms", rec.Downtime.Millis)
-	return rec.TargetPod
+	return rec
 }
 
 // serviceFor creates a Service named name in ns for the pods of selector

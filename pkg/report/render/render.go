@@ -14,6 +14,7 @@ import (
 	"charm.land/lipgloss/v2"
 	"charm.land/lipgloss/v2/table"
 
+	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -201,7 +202,11 @@ func predictionSummary(r *report.Record) string {
 		if predicted <= 0 {
 			return
 		}
-		part := what + " ≈ " + FormatMillis(predicted)
+		approx := " ≈ "
+		if what == "downtime" && p.Freeze != nil && p.Freeze.MemoryFrom == kube.MemoryFromLimits {
+			approx = " ≤ " // from the pod's memory limit, not what it used
+		}
+		part := what + approx + FormatMillis(predicted)
 		if known && actual > 0 {
 			part += fmt.Sprintf(" (was %s, %+.0f%%)", FormatMillis(actual), 100*(float64(predicted)-float64(actual))/float64(actual))
 		}
