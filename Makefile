@@ -73,7 +73,7 @@ e2e-containerd: ## the core e2e and the restore opt-in on the containerd lane (r
 # after it, migrations restore through the kubectl-migrate runtime; after
 # --uninstall the nodes are as before. Brought up with
 # LAB_RUNTIME=containerd-2.4 and left down.
-E2E_CONTAINERD24 := ^(TestTheRuntimeRestoresWhereContainerdCannot|TestRuntimeRestore|TestEveryMoveThroughTheRuntime|TestTenantCannotClaimAStagedCheckpoint|TestTenantCannotSteerAnotherNamespacesConsumer|TestTenantCannotSteerARecoveryByItsJournal|TestTenantCannotOwnTheAgentsNamespace|TestTenantAgentsActOnlyWhereTheirRequesterMigrates|TestCheckpointRestoreMovesAProcessWithoutTheContract|TestCheckpointRestoreRollsBackAProcessWithoutTheContract|TestCheckpointRestoreMovesRedis|TestCheckpointRestoreMovesARedisStatefulSet|TestRecoverRedisStatefulSetAfterCrash|TestCheckpointRestoreMovesARedisDeployment|TestCheckpointRestoreMovesAConsumerWithoutTheContract)$$
+E2E_CONTAINERD24 := ^(TestTheRuntimeRestoresWhereContainerdCannot|TestRuntimeRestore|TestEveryMoveThroughTheRuntime|TestTenantCannotClaimAStagedCheckpoint|TestTenantCannotSteerAnotherNamespacesConsumer|TestTenantCannotSteerARecoveryByItsJournal|TestTenantCannotOwnTheAgentsNamespace|TestTenantAgentsActOnlyWhereTheirRequesterMigrates|TestCheckpointRestoreMovesAProcessWithoutTheContract|TestCheckpointRestoreRollsBackAProcessWithoutTheContract|TestCheckpointRestoreMovesRedis|TestCheckpointRestoreMovesRedisWithItsEmptyDir|TestCheckpointRestoreMovesARedisStatefulSet|TestRecoverRedisStatefulSetAfterCrash|TestCheckpointRestoreMovesARedisDeployment|TestCheckpointRestoreMovesAConsumerWithoutTheContract)$$
 e2e-containerd24: ## the runtime-level restore on containerd 2.4 nodes (root)
 	go run ./test/lab down
 	LAB_RUNTIME=containerd-2.4 go run ./test/lab up
@@ -123,7 +123,7 @@ bench-size: ## 512 MiB restored through each path, into docs/bench/restore-at-si
 # Lazy pages against eager ones, stop-and-copy of a consumer under the
 # kubectl-migrate runtime holding 64 MiB, 512 MiB and 2 GiB, medians of
 # E2E_EVAL_RUNS alternated rounds (CRI-O lane); a generated file.
-bench-lazy: ## 64 MiB, 512 MiB and 2 GiB moved with eager and lazy pages, into docs/bench/lazy-pages.txt (lab, ~40 min)
+bench-lazy: ## 64 MiB, 512 MiB and 2 GiB moved with stop-and-copy and MS2M, eager and lazy pages, into docs/bench/lazy-pages.txt (lab, ~80 min; E2E_EVAL_RUNS=3 ~50)
 	$(call lab-bench,bench-lazy,LazyPages,120m,docs/bench/lazy-pages.txt)
 
 # The freeze of a pod without the MS2M contract (checkpoint/restore):

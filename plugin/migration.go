@@ -101,7 +101,7 @@ func (f *migrationFlags) add(cmd *cobra.Command) {
 	fs.StringVar(&f.MaxVolumeData, "max-volume-data", "1Gi", "the most emptyDir data the migrated containers' volumes may hold; it is copied to the target, and more is refused before any change")
 	fs.StringVar(&f.Restore, "restore", string(migrate.RestoreAuto), "cri: the target's container runtime restores from a checkpoint image; runtime: the kubectl-migrate runtime (kubectl migrate node-setup) restores from the checkpoint sent node to node, no image (containerd 2.4+); auto: runtime where installed, else cri")
 	_ = cmd.RegisterFlagCompletionFunc("restore", cobra.FixedCompletions([]string{"auto", "cri", "runtime"}, cobra.ShellCompDirectiveNoFileComp))
-	fs.StringVar(&f.Pages, "pages", string(migrate.PagesEager), "experimental: "+"eager: the checkpoint holds the whole memory (the freeze grows with it); lazy: the memory stays in the frozen source while the copy runs on the target and faults it in, the rest following over the agents' stream (stop-and-copy of a pod under RuntimeClass kubectl-migrate, the runtime on both nodes)")
+	fs.StringVar(&f.Pages, "pages", string(migrate.PagesEager), "experimental: "+"eager: the checkpoint holds the whole memory (the freeze grows with it); lazy: the memory stays in the frozen source while the copy runs on the target and faults it in, the rest following over the agents' stream (MS2M, whose copy replays meanwhile, or stop-and-copy, of a pod under RuntimeClass kubectl-migrate, the runtime on both nodes)")
 	_ = cmd.RegisterFlagCompletionFunc("pages", cobra.FixedCompletions([]string{"eager", "lazy"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = fs.MarkHidden("pages") // experimental (experimentalEnv)
 	fs.BoolVar(&f.DeleteImage, "delete-image", true, "")

@@ -31,7 +31,10 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 		return err
 	}
 	volumes := m.carriedVolumes()
-	if len(volumes) > 0 && m.config.Strategy == MS2M && !m.state.SourceHalted {
+	lazy := m.config.Pages == PagesLazy
+	// A lazy checkpoint leaves the source frozen while its volumes are
+	// copied: no pause needed.
+	if len(volumes) > 0 && m.config.Strategy == MS2M && !m.state.SourceHalted && !lazy {
 		if err := m.pauseSource(ctx); err != nil {
 			return err
 		}
@@ -44,7 +47,6 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 			return err
 		}
 		start := time.Now()
-		lazy := m.config.Pages == PagesLazy
 		res, err := m.deps.Packer.Checkpoint(ctx, m.state.SourceNode, agent.CheckpointRequest{
 			Namespace: m.config.Namespace, Pod: m.config.Pod, UID: string(m.state.Source.UID), Container: c,
 			TimeoutSeconds: int64(m.config.CheckpointTimeout.Round(time.Second) / time.Second),
@@ -55,6 +57,7 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 		}
 		m.step(report.CheckpointCall, c, start, 0)
 		m.state.Archives[c] = res.Archive
+		m.state.SourceFrozen = m.state.SourceFrozen || res.LazyPages
 		if lazy && !res.LazyPages {
 			// A whole checkpoint: another runtime runs the container.
 			return fmt.Errorf("container %s of pod %s was checkpointed with its whole memory: the kubectl-migrate runtime does not run it on %s; move it with --pages eager", c, m.config.Pod, m.state.SourceNode)
@@ -70,13 +73,20 @@ func (checkpoint) Run(ctx context.Context, m *Migration) error {
 			return err
 		}
 	}
-	if m.config.Strategy == MS2M {
-		// The mark is in the checkpoint now; the live source drops it.
-		if _, err := m.deps.App.Control(ctx, m.sourceApp(), protocol.Control{Type: protocol.Checkpointed, Payload: protocol.ControlPayload{Migration: m.tag()}}); err != nil {
+	if m.config.Strategy == MS2M && !m.state.SourceFrozen {
+		if err := m.markCheckpointed(ctx); err != nil {
 			return err
 		}
 	}
 	return m.unpauseSource(ctx)
+}
+
+// markCheckpointed tells the live source its checkpoint is taken: the mark
+// is in the checkpoint now, and the source drops it. A source a lazy
+// checkpoint froze is told once its pages have left (replay).
+func (m *Migration) markCheckpointed(ctx context.Context) error {
+	_, err := m.deps.App.Control(ctx, m.sourceApp(), protocol.Control{Type: protocol.Checkpointed, Payload: protocol.ControlPayload{Migration: m.tag()}})
+	return err
 }
 
 func (checkpoint) Rollback(ctx context.Context, m *Migration) error {

@@ -323,13 +323,10 @@ func (c Config) ValidateChoices() error {
 // last page arrived.
 func (c Config) lazyPagesChoices() []error {
 	var errs []error
-	switch c.Strategy {
-	case MS2M:
-		errs = append(errs, errors.New("--pages lazy moves --strategy stop-and-copy pods: MS2M's source serves on after its checkpoint, which lazy pages would freeze until the copy has its memory"))
-	case CheckpointRestore:
-		// Its copy serves clients as soon as it runs: a rollback before the
-		// last page would lose the writes it acknowledged.
-		errs = append(errs, errors.New("--pages lazy moves --strategy stop-and-copy pods: a "+string(CheckpointRestore)+" copy serves its clients before its last page arrives, and a rollback then would lose what it acknowledged"))
+	if c.Strategy == CheckpointRestore {
+		// Nothing holds its copy back once it runs but its hidden labels,
+		// and a source frozen until the last page would gain nothing.
+		errs = append(errs, errors.New("--pages lazy moves --strategy ms2m and stop-and-copy pods: a "+string(CheckpointRestore)+" copy's clients reach it only at the commit, which waits for its last page, so lazy pages would not shorten its freeze"))
 	}
 	if c.Restore == RestoreCRI {
 		errs = append(errs, errors.New("--pages lazy restores through the kubectl-migrate runtime, not --restore cri: the container runtimes' restore takes the whole memory"))

@@ -62,6 +62,10 @@ type State struct {
 	// and its emptyDir volumes are taken, so files and memory are of one
 	// moment; set before the stop, cleared once it consumes again.
 	SourcePaused bool `json:"sourcePaused,omitempty"`
+	// SourceFrozen: a lazy checkpoint left the source frozen, serving its
+	// pages, until its page session ends (set once the checkpoint returns,
+	// cleared once the session ended): it answers nothing until then.
+	SourceFrozen bool `json:"sourceFrozen,omitempty"`
 	// SourceIsolated: a source without the MS2M contract
 	// (CheckpointRestore) is cut off the network before its checkpoint, at
 	// IsolatedAt (agent.Launcher.Fence); set before the cut, cleared once

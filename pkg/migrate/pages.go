@@ -49,7 +49,35 @@ func (m *Migration) awaitLastPage(ctx context.Context) error {
 		}
 	}
 	m.step(report.LastPage, "", start, 0)
-	m.progress(report.Restore, "the last page arrived on "+node)
+	phase := report.Restore
+	if m.phase < len(m.Record.Phases) {
+		phase = m.Record.Phases[m.phase].Name // MS2M's replay
+	}
+	m.progress(phase, "the last page arrived on "+node)
+	return nil
+}
+
+// thawAfterLastPage, after a lazy checkpoint of MS2M's live source, waits
+// while the copy replays until its last page arrived and the source, frozen
+// meanwhile, runs again, and then tells the source its checkpoint is taken:
+// it consumes its primary queue again until the switchover. Before the last
+// page a failure rolls back to the source: the replay queue had every
+// message the copy took.
+func (m *Migration) thawAfterLastPage(ctx context.Context) error {
+	if !m.state.SourceFrozen {
+		return nil
+	}
+	frozen := time.Now()
+	if err := m.awaitLastPage(ctx); err != nil {
+		return err
+	}
+	if err := m.awaitSourceResumed(ctx); err != nil {
+		return err
+	}
+	if err := m.markCheckpointed(ctx); err != nil {
+		return fmt.Errorf("tell the source, thawed, that its checkpoint is taken: %w", err)
+	}
+	m.progress(report.Replay, fmt.Sprintf("source runs again, %s after the copy began replaying", time.Since(frozen).Round(time.Millisecond)))
 	return nil
 }
 
@@ -68,11 +96,11 @@ func stoppedContainer(pod *corev1.Pod, migrated []string) (string, bool) {
 // end: its bridges end a session in which nothing moved for 10 s.
 const sourcePagesTimeout = 30 * time.Second
 
-// awaitSourceResumed waits, with lazy pages, until the source's page
-// session ended and the source runs again (frozen, it answers nothing):
-// a rollback resumes it only then.
+// awaitSourceResumed waits, once a lazy checkpoint froze the source,
+// until its page session ended and the source runs again (frozen, it
+// answers nothing): nothing asks anything of the source before.
 func (m *Migration) awaitSourceResumed(ctx context.Context) error {
-	if m.config.Pages != PagesLazy || !m.sourceReceives() {
+	if !m.state.SourceFrozen {
 		return nil
 	}
 	ids := make([]ociruntime.Identity, 0, len(m.state.Migrated))
@@ -89,7 +117,8 @@ func (m *Migration) awaitSourceResumed(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("the source's page session on %s did not end: %w", m.state.SourceNode, err)
 	}
-	return nil
+	m.state.SourceFrozen = false
+	return m.save(ctx)
 }
 
 // pagesEnded asks node's agent how the page sessions of ids went, and

@@ -86,6 +86,72 @@ func TestLazyPagesCommitOnlyOnceTheLastPageArrived(t *testing.T) {
 	}
 }
 
+func lazyMS2MConfig() migrate.Config {
+	c := testConfig(migrate.MS2M)
+	c.Pages = migrate.PagesLazy
+	return c
+}
+
+// TestLazyPagesWithMS2M: the copy replays while its pages arrive from the
+// source, which its lazy checkpoint froze; only once the last page arrived
+// and the source runs again is the source told its checkpoint is taken (a
+// frozen source answers nothing), and the switchover follows as always.
+func TestLazyPagesWithMS2M(t *testing.T) {
+	t.Parallel()
+	w := lazyWorld(t, true)
+	rec, err := migrate.Run(context.Background(), lazyMS2MConfig(), w.Deps(), migrate.Hooks{})
+	if err != nil || rec.Outcome != report.Succeeded {
+		t.Fatalf("%v %s", err, rec.Outcome)
+	}
+	calls := strings.Join(w.Calls, "\n")
+	order := []string{
+		"the pages of default/consumer/app stay in the source",
+		"control consumer-abcde START_REPLAY",
+		"pages of 1 container(s) on node-b",
+		"pages of 1 container(s) on node-a",
+		"control consumer CHECKPOINTED",
+		"control consumer STOP",
+		"control consumer-abcde END_REPLAY",
+	}
+	at := -1
+	for _, want := range order {
+		i := strings.Index(calls, want)
+		if i < at {
+			t.Fatalf("%q missing or out of order in:\n%s", want, calls)
+		}
+		at = i
+	}
+	ph, _ := rec.Phase(report.Replay)
+	if !slices.ContainsFunc(ph.Steps, func(s report.Step) bool { return s.Name == report.LastPage }) {
+		t.Errorf("no %q step in the replay: %+v", report.LastPage, ph.Steps)
+	}
+	if err := w.Conservation(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLazyPagesWithMS2MThatDoNotArriveRollBack: the page stream broke
+// while the copy replayed; the copy goes, the source runs again once its
+// session ended, and no message is lost or applied twice.
+func TestLazyPagesWithMS2MThatDoNotArriveRollBack(t *testing.T) {
+	t.Parallel()
+	w := lazyWorld(t, true)
+	w.PagesLost = true
+	rec, err := migrate.Run(context.Background(), lazyMS2MConfig(), w.Deps(), migrate.Hooks{})
+	if err == nil || rec.Outcome != report.RolledBack || !strings.Contains(err.Error(), "did not all arrive") {
+		t.Fatalf("%v %s", err, rec.Outcome)
+	}
+	if _, err := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer-abcde", metav1.GetOptions{}); err == nil {
+		t.Fatal("the target is left")
+	}
+	if len(w.Staged) != 0 || len(w.Archives) != 0 {
+		t.Fatalf("left: %v %v", w.Staged, w.Archives)
+	}
+	if err := w.Conservation(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestLazyPagesThatDoNotArriveRollBack: the page stream broke before the
 // last page; the copy is not committed to: the target goes, the source
 // (which resumes as its page session ends) stays, nothing is lost.
@@ -126,7 +192,6 @@ func TestLazyPagesNeedThePodUnderTheRuntime(t *testing.T) {
 		t.Fatal("checkpointed although refused")
 	}
 	for name, c := range map[string]func(*migrate.Config){
-		"ms2m":          func(c *migrate.Config) { c.Strategy = migrate.MS2M },
 		"any pod":       func(c *migrate.Config) { c.Strategy = migrate.CheckpointRestore },
 		"cri restore":   func(c *migrate.Config) { c.Restore = migrate.RestoreCRI },
 		"a statefulset": func(c *migrate.Config) { c.StatefulSet, c.TargetName, c.Mode = "web", "consumer", migrate.Sequential },
@@ -140,18 +205,20 @@ func TestLazyPagesNeedThePodUnderTheRuntime(t *testing.T) {
 	}
 }
 
-// TestRecoverLazyPagesFromACrashAtEveryStep kills a lazy stop-and-copy at
-// each step and recovers it: before the commit point (the last page) the
+// TestRecoverLazyPagesFromACrashAtEveryStep kills a lazy stop-and-copy
+// and a lazy MS2M move at each step and recovers it: before the commit point (the last page) the
 // source serves again, nothing left behind; after it the target serves;
 // no message is lost or applied twice.
 func TestRecoverLazyPagesFromACrashAtEveryStep(t *testing.T) {
 	t.Parallel()
 	world := func(t *testing.T) *migratetest.World { return lazyWorld(t, true) }
-	steps := crashSteps(t, world, lazyConfig())
-	for n := 1; n <= steps; n++ {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			t.Parallel()
-			recoverPodAt(t, world(t), lazyConfig(), n)
-		})
+	for _, cfg := range []migrate.Config{lazyConfig(), lazyMS2MConfig()} {
+		steps := crashSteps(t, world, cfg)
+		for n := 1; n <= steps; n++ {
+			t.Run(fmt.Sprintf("%s/%d", cfg.Strategy, n), func(t *testing.T) {
+				t.Parallel()
+				recoverPodAt(t, world(t), cfg, n)
+			})
+		}
 	}
 }

@@ -134,6 +134,10 @@ func resumeSource(ctx context.Context, m *Migration) error {
 			return nil // the name no longer holds the source
 		}
 	}
+	// A lazy checkpoint's source answers only once its page session ended.
+	if err := m.awaitSourceResumed(ctx); err != nil {
+		return err
+	}
 	if _, err := m.deps.App.Control(ctx, m.sourceApp(), protocol.Control{Type: protocol.Resume}); err != nil {
 		return fmt.Errorf("resume the source: %w", err)
 	}

@@ -42,6 +42,9 @@ func (replay) Run(ctx context.Context, m *Migration) error {
 		return err
 	}
 	m.progress(report.Replay, fmt.Sprintf("replaying %d buffered messages from %s", backlog, m.state.ReplayQueue))
+	if err := m.thawAfterLastPage(ctx); err != nil {
+		return err
+	}
 	policy := newCutoffPolicy(m.config.ReplayMax, m.config.Cutoff)
 	if policy.enabled() {
 		m.Record.Cutoff = &report.Cutoff{ReplayMaxMillis: m.config.ReplayMax.Milliseconds(), FixedMillis: m.config.Cutoff.Milliseconds()}

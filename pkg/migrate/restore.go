@@ -56,7 +56,8 @@ func (restore) Name() report.PhaseName { return report.Restore }
 func (restore) Run(ctx context.Context, m *Migration) error {
 	if m.state.Target != nil { // created before the checkpoint existed
 		held, err := m.awaitRestored(ctx, m.config.TargetName, m.config.TargetNode, report.StagedRunning)
-		if err == nil && m.config.Pages == PagesLazy {
+		if err == nil && m.config.Pages == PagesLazy && m.config.Strategy != MS2M {
+			// MS2M's copy replays meanwhile (replay waits for the pages).
 			err = m.awaitLastPage(ctx)
 		}
 		m.state.TargetRestored = held

@@ -193,6 +193,13 @@ var anyPodMemoryLimit = resource.MustParse("1Gi")
 // namespace once the pod runs with an IP.
 func (l *lab) startAnyPod(t testing.TB, name string, command ...string) string {
 	t.Helper()
+	return l.startAnyPodWith(t, name, nil, command...)
+}
+
+// startAnyPodWith is startAnyPod with change made to the pod before it is
+// created.
+func (l *lab) startAnyPodWith(t testing.TB, name string, change func(*corev1.Pod), command ...string) string {
+	t.Helper()
 	ctx := context.Background()
 	ns := fmt.Sprintf("e2e-%s-%06x", name, rand.Uint32()>>8)
 	l.namespaces(t, ns)
@@ -203,6 +210,9 @@ func (l *lab) startAnyPod(t testing.TB, name string, command ...string) string {
 			Name: name, Image: l.imagePrefix + "/python-consumer:lab", Command: command,
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: anyPodMemoryLimit}},
 		}}},
+	}
+	if change != nil {
+		change(pod)
 	}
 	if _, err := l.client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -296,6 +296,18 @@ func stepSummary(rec report.Record) string {
 	return fmt.Sprintf("total %d ms, critical path %d ms (ours %d ms); %s", rec.TotalMillis, rec.CriticalPathMillis(), rec.OverheadMillis(), strings.Join(parts, ", "))
 }
 
+// stepFigures adds to figures, under key+"-"+name, the duration of each
+// step of rec that names lists (step → name).
+func stepFigures(figures map[string][]float64, key string, rec report.Record, names map[report.StepName]string) {
+	for _, p := range rec.Phases {
+		for _, st := range p.Steps {
+			if name, ok := names[st.Name]; ok {
+				figures[key+"-"+name] = append(figures[key+"-"+name], float64(st.DurationMillis))
+			}
+		}
+	}
+}
+
 // keptRollback reports whether a failed migration is one of the
 // evaluation's runs to keep: in the full evaluation (not its quick mode, not
 // make bench) a migration that rolled back cleanly is an outcome the CSV

@@ -30,10 +30,11 @@ var lazyConsumer = workload.Options{Rate: "10", Ballast: "512Mi", VerifyBallast:
 // TestLazyPages sets the runtime up with node-setup (not beside the
 // concurrent tests: their migrations would take it), and:
 //
-//   - moves a consumer holding 512 MiB with stop-and-copy --pages lazy:
-//     its pages stay in the frozen source while the copy runs on the
-//     target, and follow over the agents' stream; the migration commits
-//     once the last page arrived (a step of the report). Every message is
+//   - moves a consumer holding 512 MiB with --pages lazy, stop-and-copy
+//     and MS2M: its pages stay in the frozen source while the copy runs on
+//     the target (with MS2M, replaying), and follow over the agents'
+//     stream; the migration switches over only once the last page arrived
+//     (a step of the report). Every message is
 //     applied exactly once, the copy is the same process, and its memory
 //     checks out whole after the move (it recomputes the ballast's checksum
 //     every second, and ends if one byte changed);
@@ -45,24 +46,33 @@ var lazyConsumer = workload.Options{Rate: "10", Ballast: "512Mi", VerifyBallast:
 func TestLazyPages(t *testing.T) {
 	l := setup(t)
 	l.setUpRuntime(t)
-	t.Run("512MiB", func(t *testing.T) {
-		_, w, rec, _, _ := migrateLiveApp(t, lazyConsumer, 20, "--strategy", "stop-and-copy", "--pages", "lazy")
-		checkConservation(t, w, rec.TargetPod)
-		ph, _ := rec.Phase(report.Restore)
-		var lastPage time.Duration
-		for _, s := range ph.Steps {
-			if s.Name == report.LastPage {
-				lastPage = time.Duration(s.DurationMillis) * time.Millisecond
+	for _, tc := range []struct {
+		strategy string
+		lastPage report.PhaseName // the phase that waits for it
+	}{
+		{"stop-and-copy", report.Restore},
+		// MS2M's copy replays while its pages arrive.
+		{"ms2m", report.Replay},
+	} {
+		t.Run(tc.strategy+"/512MiB", func(t *testing.T) {
+			_, w, rec, _, _ := migrateLiveApp(t, lazyConsumer, 20, "--strategy", tc.strategy, "--pages", "lazy")
+			checkConservation(t, w, rec.TargetPod)
+			ph, _ := rec.Phase(tc.lastPage)
+			var lastPage time.Duration
+			for _, s := range ph.Steps {
+				if s.Name == report.LastPage {
+					lastPage = time.Duration(s.DurationMillis) * time.Millisecond
+				}
 			}
-		}
-		if lastPage == 0 {
-			t.Fatalf("no %q step in the restore: %+v", report.LastPage, ph.Steps)
-		}
-		checked := l.ballastChecksAfter(t, w.Namespace, rec.TargetPod, 2)
-		t.Logf("lazy pages, 512 MiB: downtime %d ms, critical path %d ms, last page %s after the copy ran; %s",
-			rec.Downtime.Millis, rec.CriticalPathMillis(), lastPage, checked)
-	})
-	t.Run("rollback/copy-killed-during-the-push", func(t *testing.T) { lazyRollBackWhenTheCopyDies(t, l) })
+			if lastPage == 0 {
+				t.Fatalf("no %q step in the %s: %+v", report.LastPage, tc.lastPage, ph.Steps)
+			}
+			checked := l.ballastChecksAfter(t, w.Namespace, rec.TargetPod, 2)
+			t.Logf("lazy pages, %s, 512 MiB: downtime %d ms, critical path %d ms, last page %s after the copy ran; %s",
+				tc.strategy, rec.Downtime.Millis, rec.CriticalPathMillis(), lastPage, checked)
+		})
+		t.Run(tc.strategy+"/rollback/copy-killed-during-the-push", func(t *testing.T) { lazyRollBackWhenTheCopyDies(t, l, tc.strategy) })
+	}
 }
 
 // ballastChecksAfter waits until the consumer in pod has checked its whole
@@ -105,14 +115,14 @@ func (l *lab) ballastChecksAfter(t testing.TB, namespace, pod string, n int) str
 }
 
 // lazyRollBackWhenTheCopyDies: TestLazyPages's rollback.
-func lazyRollBackWhenTheCopyDies(t *testing.T, l *lab) {
+func lazyRollBackWhenTheCopyDies(t *testing.T, l *lab, strategy string) {
 	w := l.deployWith(t, lazyConsumer)
 	before := waitApplied(t, w, "consumer", 20)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	killed := make(chan string, 1)
 	go func() { killed <- l.killRestoredConsumer(ctx, w.Namespace) }()
-	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--strategy", "stop-and-copy", "--pages", "lazy")
+	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b", "--strategy", strategy, "--pages", "lazy")
 	cancel()
 	what := <-killed
 	if err == nil || rec.Outcome != report.RolledBack {
@@ -185,48 +195,45 @@ func containerRunning(p *corev1.Pod, name string) bool {
 }
 
 // BenchmarkLazyPages moves a consumer under the kubectl-migrate runtime
-// holding each of E2E_SIZES (default 64Mi, 512Mi, 2Gi) with stop-and-copy,
-// its memory in the checkpoint (eager) and left in the source (lazy),
-// alternating within each of E2E_EVAL_RUNS rounds (default 5). Per size
-// and way: the downtime, the checkpoint call (the source's freeze as the
-// dump holds it), and with lazy pages the copy running to its last page,
-// beside a plain node-to-node copy of the same bytes.
+// holding each of E2E_SIZES (default 64Mi, 512Mi, 2Gi) with stop-and-copy
+// and MS2M, its memory in the checkpoint (eager) and left in the source
+// (lazy), alternating within each of E2E_EVAL_RUNS rounds (default 5). Per
+// size, strategy and way: the downtime, the critical path, the checkpoint
+// call (the source's freeze as the dump holds it), and with lazy pages the
+// copy running to its last page, beside a plain node-to-node copy of the
+// same bytes; and how the lazy downtime (stop-and-copy) and critical path
+// (MS2M) grow from the smallest size to the largest.
 //
 //	go test -tags e2e -run '^$' -bench LazyPages -benchtime 1x ./test/e2e
 func BenchmarkLazyPages(b *testing.B) {
 	rounds := evalRounds(5)
 	sizes := strings.Split(cmp.Or(os.Getenv("E2E_SIZES"), "64Mi,512Mi,2Gi"), ",")
+	strategies := []string{"stop-and-copy", "ms2m"}
 	l := setup(b)
 	l.setUpRuntime(b)
 	figures := map[string][]float64{}
 	for i := 0; i < rounds; i++ {
 		for _, size := range sizes {
-			for _, pages := range []string{"eager", "lazy"} {
-				o := lazyConsumer
-				o.Ballast, o.VerifyBallast = size, ""
-				w := l.deployWith(b, o)
-				before := waitApplied(b, w, "consumer", 20)
-				rec, stderr, err := l.migrate(b, w, "pod", "consumer", "--to", "node-b", "--strategy", "stop-and-copy", "--pages", pages, "--label", "variant="+pages+"-"+size)
-				if err != nil {
-					b.Fatalf("%s %s: %v\n%s", pages, size, err, stderr)
-				}
-				l.checkMigrated(b, w, rec, before)
-				checkConservation(b, w, rec.TargetPod)
-				key := size + "-" + pages
-				figures[key+"-downtime"] = append(figures[key+"-downtime"], float64(rec.Downtime.Millis))
-				for _, p := range rec.Phases {
-					for _, st := range p.Steps {
-						switch st.Name {
-						case report.CheckpointCall:
-							figures[key+"-checkpoint-call"] = append(figures[key+"-checkpoint-call"], float64(st.DurationMillis))
-						case report.LastPage:
-							figures[key+"-last-page"] = append(figures[key+"-last-page"], float64(st.DurationMillis))
-						}
+			for _, strategy := range strategies {
+				for _, pages := range []string{"eager", "lazy"} {
+					o := lazyConsumer
+					o.Ballast, o.VerifyBallast = size, ""
+					w := l.deployWith(b, o)
+					before := waitApplied(b, w, "consumer", 20)
+					rec, stderr, err := l.migrate(b, w, "pod", "consumer", "--to", "node-b", "--strategy", strategy, "--pages", pages, "--label", "variant="+strategy+"-"+pages+"-"+size)
+					if err != nil {
+						b.Fatalf("%s %s %s: %v\n%s", strategy, pages, size, err, stderr)
 					}
-				}
-				b.Logf("%s, %s: %s", pages, size, stepSummary(rec))
-				if err := w.Delete(context.Background()); err != nil {
-					b.Fatal(err)
+					l.checkMigrated(b, w, rec, before)
+					checkConservation(b, w, rec.TargetPod)
+					key := size + "-" + strategy + "-" + pages
+					figures[key+"-downtime"] = append(figures[key+"-downtime"], float64(rec.Downtime.Millis))
+					figures[key+"-critical-path"] = append(figures[key+"-critical-path"], float64(rec.CriticalPathMillis()))
+					stepFigures(figures, key, rec, map[report.StepName]string{report.CheckpointCall: "checkpoint-call", report.LastPage: "last-page"})
+					b.Logf("%s, %s, %s: downtime %d ms; %s", strategy, pages, size, rec.Downtime.Millis, stepSummary(rec))
+					if err := w.Delete(context.Background()); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
 			q := resource.MustParse(size)
@@ -237,12 +244,24 @@ func BenchmarkLazyPages(b *testing.B) {
 			figures[size+"-file-node-copy"] = append(figures[size+"-file-node-copy"], float64(took.Milliseconds()))
 		}
 	}
+	ratio := func(a, b string) float64 { return median(figures[a]) / median(figures[b]) }
 	for _, size := range sizes {
-		for _, name := range []string{"eager-downtime", "lazy-downtime", "eager-checkpoint-call", "lazy-checkpoint-call", "lazy-last-page", "file-node-copy"} {
-			b.ReportMetric(median(figures[size+"-"+name]), size+"-"+name+"-ms")
+		b.ReportMetric(median(figures[size+"-file-node-copy"]), size+"-file-node-copy-ms")
+		for _, strategy := range strategies {
+			key := size + "-" + strategy
+			for _, name := range []string{"eager-downtime", "lazy-downtime", "eager-critical-path", "lazy-critical-path", "eager-checkpoint-call", "lazy-checkpoint-call", "lazy-last-page"} {
+				b.ReportMetric(median(figures[key+"-"+name]), key+"-"+name+"-ms")
+			}
+			b.ReportMetric(ratio(key+"-lazy-downtime", key+"-eager-downtime"), key+"-lazy/eager-downtime-ratio")
+			b.ReportMetric(ratio(key+"-lazy-critical-path", key+"-eager-critical-path"), key+"-lazy/eager-critical-path-ratio")
+			b.ReportMetric(ratio(key+"-lazy-last-page", size+"-file-node-copy"), key+"-last-page/file-copy-ratio")
 		}
-		b.ReportMetric(median(figures[size+"-lazy-downtime"])/median(figures[size+"-eager-downtime"]), size+"-lazy/eager-downtime-ratio")
-		b.ReportMetric(median(figures[size+"-lazy-checkpoint-call"])/median(figures[size+"-eager-checkpoint-call"]), size+"-lazy/eager-checkpoint-call-ratio")
-		b.ReportMetric(median(figures[size+"-lazy-last-page"])/median(figures[size+"-file-node-copy"]), size+"-last-page/file-copy-ratio")
+	}
+	// How the lazy figures grow with memory: the largest size against the
+	// smallest (the bound is 1.25).
+	if len(sizes) > 1 {
+		small, large := sizes[0], sizes[len(sizes)-1]
+		b.ReportMetric(ratio(large+"-stop-and-copy-lazy-downtime", small+"-stop-and-copy-lazy-downtime"), "stop-and-copy-lazy-downtime-"+large+"/"+small+"-ratio")
+		b.ReportMetric(ratio(large+"-ms2m-lazy-critical-path", small+"-ms2m-lazy-critical-path"), "ms2m-lazy-critical-path-"+large+"/"+small+"-ratio")
 	}
 }

@@ -72,6 +72,43 @@ func TestCheckpointRestoreMovesRedis(t *testing.T) {
 	t.Logf("freeze predicted %d ms (%s), measured %d ms", rec.Prediction.DowntimeMillis, predicted.Summary(), rec.Downtime.Millis)
 }
 
+// TestCheckpointRestoreMovesRedisWithItsEmptyDir: a redis-server that
+// logs every write to an append-only file in an emptyDir (fsync on each)
+// moves while a client writes without pause, its files with it: the copy
+// holds every acknowledged write in memory, as TestCheckpointRestoreMovesRedis
+// checks, and again after it reloads its dataset from the file it appended
+// to on node-a (DEBUG LOADAOF), so the file moved whole and of the same
+// moment as its memory.
+func TestCheckpointRestoreMovesRedisWithItsEmptyDir(t *testing.T) {
+	concurrent(t)
+	l := setup(t)
+	l.restoresSomeWay(t)
+	ctx := context.Background()
+	command := []string{"/usr/bin/redis-server", "--port", "6379", "--protected-mode", "no", "--save", "",
+		"--dir", "/data", "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes"}
+	ns := l.startAnyPodWith(t, "redis", func(pod *corev1.Pod) {
+		pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	}, command...)
+	writes := startRedisWrites(t, l, ns, "app=redis")
+	rec, err, jerr := l.migrateWithoutContract(t, "pod", ns, "redis")
+	if err != nil || jerr != nil || rec.Outcome != report.Succeeded {
+		writes.stop()
+		t.Fatalf("migration: %v %v %s", err, jerr, rec.Outcome)
+	}
+	writes.check(t, "redis", rec.TargetPod)
+	reload, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := writes.client.Do(reload, "DEBUG", "LOADAOF").Err(); err != nil {
+		t.Fatalf("the copy did not reload its append-only file: %v", err)
+	}
+	acked := writes.log.all()
+	if lost := writes.lost(t, acked); len(lost) > 0 {
+		t.Fatalf("%d of %d acknowledged writes are not in the append-only file the copy reloaded, e.g. %v", len(lost), len(acked), lost[:min(len(lost), 10)])
+	}
+	t.Logf("the copy reloaded all %d acknowledged writes from its emptyDir's append-only file; downtime %d ms", len(acked), rec.Downtime.Millis)
+}
+
 // TestCheckpointRestoreMovesARedisStatefulSet: kubectl migrate sts moves
 // ordinal 0 of a StatefulSet of redis-server (no contract, so
 // checkpoint/restore) while a client writes to it without pause, as
@@ -449,13 +486,23 @@ func (r *redisWrites) checkOn(t testing.TB, source, target, node string) {
 	if n := r.dials.count(copied.Status.PodIP); n == 0 {
 		t.Fatalf("the client never reconnected to the copy at %s (dials: %v)", copied.Status.PodIP, r.dials.log())
 	}
+	if lost := r.lost(t, acked); len(lost) > 0 {
+		t.Fatalf("%d of %d acknowledged writes lost, e.g. %v", len(lost), len(acked), lost[:min(len(lost), 10)])
+	}
+	t.Logf("redis: %d acknowledged writes (%d before the move ended), all in the copy %s; same server %s, up %d s; the client dialled %v",
+		len(acked), atMigrated, target, after.runID, after.uptime, r.dials.log())
+}
+
+// lost is the writes of acked the server does not hold with their value.
+func (r *redisWrites) lost(t testing.TB, acked []int) []int {
+	t.Helper()
 	var lost []int
 	for batch := range slices.Chunk(acked, 1000) {
 		keys := make([]string, len(batch))
 		for j, i := range batch {
 			keys[j] = "key_" + strconv.Itoa(i)
 		}
-		vals, err := r.client.MGet(ctx, keys...).Result()
+		vals, err := r.client.MGet(context.Background(), keys...).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -465,11 +512,7 @@ func (r *redisWrites) checkOn(t testing.TB, source, target, node string) {
 			}
 		}
 	}
-	if len(lost) > 0 {
-		t.Fatalf("%d of %d acknowledged writes lost, e.g. %v", len(lost), len(acked), lost[:min(len(lost), 10)])
-	}
-	t.Logf("redis: %d acknowledged writes (%d before the move ended), all in the copy %s; same server %s, up %d s; the client dialled %v",
-		len(acked), atMigrated, target, after.runID, after.uptime, r.dials.log())
+	return lost
 }
 
 // redisServer is what tells one redis-server process from another.
@@ -592,16 +635,7 @@ func BenchmarkAnyPodFreeze(b *testing.B) {
 				}
 				key := size + "-" + path
 				figures[key+"-freeze"] = append(figures[key+"-freeze"], float64(rec.Downtime.Millis))
-				for _, p := range rec.Phases {
-					for _, st := range p.Steps {
-						switch st.Name {
-						case report.CheckpointCall:
-							figures[key+"-checkpoint-call"] = append(figures[key+"-checkpoint-call"], float64(st.DurationMillis))
-						case report.StagedRunning, report.PodRunning:
-							figures[key+"-restore"] = append(figures[key+"-restore"], float64(st.DurationMillis))
-						}
-					}
-				}
+				stepFigures(figures, key, rec, map[report.StepName]string{report.CheckpointCall: "checkpoint-call", report.StagedRunning: "restore", report.PodRunning: "restore"})
 				b.Logf("%s, %s (redis used %d MiB): freeze %d ms; %s", path, size, used>>20, rec.Downtime.Millis, stepSummary(rec))
 				if err := l.client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}); err != nil {
 					b.Fatal(err)

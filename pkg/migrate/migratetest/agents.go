@@ -311,6 +311,9 @@ func (f *fakePacker) Checkpoint(_ context.Context, node string, req agent.Checkp
 	archive := agent.CheckpointDir + "/checkpoint-" + req.Pod + "_" + req.Namespace + "-" + req.Container + "-2026-12-01T09:00:00Z.tar"
 	w.Mu.Lock()
 	w.Archives[archive] = true
+	if req.LazyPages {
+		w.frozen[req.Pod], w.pageSessions[req.Pod] = true, true
+	}
 	st := w.Apps[req.Pod]
 	w.snapshot = *st
 	if st.Mode == protocol.ModePrimary && !st.PendingRestore && !w.Isolated[req.Pod] {
@@ -338,10 +341,17 @@ func (f *fakePacker) PagesResults(_ context.Context, node string, ids []ocirunti
 	w.record("pages of %d container(s) on %s", len(ids), node)
 	w.Mu.Lock()
 	lost := w.PagesLost
+	ended := map[string]bool{}
+	for _, id := range ids {
+		// Only a pod that served or took pages has a session's result;
+		// a source's session has ended, which thawed it.
+		ended[id.Pod] = w.pageSessions[id.Pod] || w.restored[id.Pod]
+		delete(w.frozen, id.Pod)
+	}
 	w.Mu.Unlock()
 	out := make([]agent.PagesStatus, 0, len(ids))
 	for _, id := range ids {
-		st := agent.PagesStatus{Container: id.Container, Ended: true}
+		st := agent.PagesStatus{Container: id.Container, Ended: ended[id.Pod]}
 		st.Done = !lost
 		if lost {
 			st.Error = "no page stream from the source: EOF"

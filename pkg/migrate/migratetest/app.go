@@ -95,10 +95,13 @@ type fakeApp World
 func (f *fakeApp) refused(t appctl.Target) error {
 	w := (*World)(f)
 	w.Mu.Lock()
-	noContract := w.NoContract
+	noContract, frozen := w.NoContract, w.frozen[t.Pod]
 	w.Mu.Unlock()
 	if noContract {
 		return fmt.Errorf("%s: connection refused (no MS2M endpoint)", t)
+	}
+	if frozen {
+		return fmt.Errorf("%s: no answer: its process is frozen until its pages have left", t)
 	}
 	if t.Token == ControlToken {
 		return nil
@@ -129,6 +132,10 @@ func (f *fakeApp) State(ctx context.Context, t appctl.Target) (protocol.State, e
 	}
 	if !ok {
 		return protocol.State{}, fmt.Errorf("%s unreachable", t)
+	}
+	if w.replaying[t.Pod] && st.Mode == protocol.ModeReplay {
+		// It replays what the source applies meanwhile, as it arrives.
+		st.LastSeq = max(st.LastSeq, w.published)
 	}
 	answer := *st
 	if w.reconnecting[t.Pod] {
@@ -170,6 +177,7 @@ func (f *fakeApp) Control(_ context.Context, t appctl.Target, msg protocol.Contr
 		st.Mode, st.PendingRestore = protocol.ModeReplay, false
 		if !stuck {
 			st.LastSeq = w.published // caught up at once
+			w.replaying[t.Pod] = true
 		}
 	}
 	return *st, nil

@@ -129,6 +129,13 @@ type World struct {
 	StallEnds []error
 	// reconnecting restored apps switch to hold after their first answer.
 	reconnecting map[string]bool
+	// frozen are the pods a lazy checkpoint left frozen until their page
+	// session ends (their agent reports it): they answer nothing.
+	frozen map[string]bool
+	// pageSessions are the pods a lazy checkpoint was taken of.
+	pageSessions map[string]bool
+	// replaying are the copies that replay whatever arrives.
+	replaying map[string]bool
 	// deletedSets are the StatefulSets whose deletion has begun.
 	deletedSets map[types.UID]bool
 
@@ -182,7 +189,7 @@ func NewWorld(t *testing.T, objects ...runtime.Object) *World {
 		T: t, Client: fake.NewClientset(objects...),
 		Queues:   map[string]bool{"work": true},
 		Apps:     map[string]*protocol.State{"consumer": {Contract: protocol.ContractVersion, Mode: protocol.ModePrimary, LastSeq: 100, Process: "p1", LastAppliedAt: time.Now()}},
-		Archives: map[string]bool{}, Images: map[string]bool{}, Staged: map[string]bool{}, BoundTo: map[string]types.UID{}, Expected: map[string]bool{}, Isolated: map[string]bool{}, reconnecting: map[string]bool{}, Unanswered: map[string]int{}, Stalled: map[string]int{},
+		Archives: map[string]bool{}, Images: map[string]bool{}, Staged: map[string]bool{}, BoundTo: map[string]types.UID{}, Expected: map[string]bool{}, Isolated: map[string]bool{}, reconnecting: map[string]bool{}, frozen: map[string]bool{}, pageSessions: map[string]bool{}, replaying: map[string]bool{}, Unanswered: map[string]int{}, Stalled: map[string]int{},
 		failed: map[report.PhaseName]int{}, published: 100, deletedSets: map[types.UID]bool{},
 		acked: map[string]uint64{}, restored: map[string]bool{},
 	}
