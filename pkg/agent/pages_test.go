@@ -95,7 +95,7 @@ func TestPagesTravelBetweenTheAgentsOverTheMigrationsStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The restore's helper on the target.
-	restorer, err := dialUntil(ociruntime.PagesSocket(target.StageDir, dst.Unbound()), 10*time.Second)
+	restorer, err := ociruntime.DialWithin(ociruntime.PagesSocket(target.StageDir, dst.Unbound()), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,15 +144,4 @@ func pagesStatus(t *testing.T, addr, auth, stage string) int {
 		t.Fatal(err)
 	}
 	return resp.StatusCode
-}
-
-func dialUntil(path string, d time.Duration) (net.Conn, error) {
-	deadline := time.Now().Add(d)
-	for {
-		c, err := net.Dial("unix", path)
-		if err == nil || time.Now().After(deadline) {
-			return c, err
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

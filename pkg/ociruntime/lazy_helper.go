@@ -254,7 +254,7 @@ func helperRestore(cfg helperConfig, ready func()) (err error) {
 		<-exited
 		return cmp.Or(err, errors.New("CRIU's lazy-pages daemon never asked for the pages"))
 	}
-	agent, err := dialWithin(cfg.Socket, pagesIdle)
+	agent, err := DialWithin(cfg.Socket, pagesIdle)
 	if err != nil {
 		daemon.Close()
 		_ = cmd.Process.Kill()
@@ -395,8 +395,9 @@ func acceptWithin(ln net.Listener, d time.Duration) (net.Conn, error) {
 	return c, nil
 }
 
-// dialWithin connects to a Unix socket that may not exist yet.
-func dialWithin(path string, d time.Duration) (net.Conn, error) {
+// DialWithin connects to a Unix socket that may not exist yet, trying
+// until d has passed (the runtime's binary links no client-go to poll with).
+func DialWithin(path string, d time.Duration) (net.Conn, error) {
 	deadline := time.Now().Add(d)
 	for {
 		c, err := net.Dial("unix", path)
