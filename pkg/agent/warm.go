@@ -226,6 +226,11 @@ func (l Launcher) call(ctx context.Context, agent served, verb, path string, bod
 	return out, nil
 }
 
+// ErrPortInUse: an agent on the node's network ended because another
+// process held its port, such as another migration's receiver that was
+// still ending.
+var ErrPortInUse = errors.New("its port was in use")
+
 // agentRunning holds once the serving agent's container runs, and fails
 // fast on states that will not get there.
 func agentRunning(image string) kube.PodCondition {
@@ -233,7 +238,11 @@ func agentRunning(image string) kube.PodCondition {
 	return func(pod *corev1.Pod) (bool, error) {
 		if done, err := finished(pod); err != nil || done {
 			if err == nil {
-				err = fmt.Errorf("the agent on %s ended: %s", pod.Spec.NodeName, terminationMessage(pod))
+				msg := terminationMessage(pod)
+				err = fmt.Errorf("the agent on %s ended: %s", pod.Spec.NodeName, msg)
+				if strings.Contains(msg, "address already in use") {
+					err = fmt.Errorf("%w: %w", ErrPortInUse, err)
+				}
 			}
 			return false, err
 		}

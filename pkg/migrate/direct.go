@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -209,8 +210,11 @@ func (m *Migration) receiverOn(ctx context.Context, node string) (Receiver, erro
 // own (host network), so migrations onto one node without a registry take
 // turns (a drain's parallel moves, two users at once). Of two that started
 // together, the kubelet refuses one; it waits for its turn again, and
-// warms again (attempt counts the tries, for a fresh pod name).
+// warms again (attempt counts the tries, for a fresh pod name). A
+// receiver that found the ports held by one that has ended since (its pod
+// gone before its process) tries again too, a few times.
 func (m *Migration) takeTurn(ctx context.Context, phase report.PhaseName, node string, warm func(attempt int) error) error {
+	heldByTheGone := 0
 	for attempt := 0; ; attempt++ {
 		holder, err := m.awaitFreeReceivePorts(ctx, phase, node)
 		if err != nil {
@@ -220,11 +224,29 @@ func (m *Migration) takeTurn(ctx context.Context, phase report.PhaseName, node s
 		if err == nil {
 			return nil
 		}
-		if other, _ := m.otherReceiverOn(ctx, node); other == "" {
+		if other, _ := m.otherReceiverOn(ctx, node); other != "" {
+			continue
+		}
+		if !errors.Is(err, agent.ErrPortInUse) || heldByTheGone == portInUseRetries {
+			return err
+		}
+		heldByTheGone++
+		m.progress(phase, fmt.Sprintf("%s's receive port was still held by a receiver that has ended; trying again", node))
+		select {
+		case <-time.After(portInUseWait):
+		case <-ctx.Done():
 			return err
 		}
 	}
 }
+
+// A receiver's port held by no receiver that runs is tried again
+// portInUseRetries times, portInUseWait apart: the process of one that
+// ended lets go of it within a second or two.
+const (
+	portInUseRetries = 5
+	portInUseWait    = time.Second
+)
 
 // awaitFreeReceivePorts waits, up to the phase's time limit, until no other
 // migration's receiver runs on node; it names the one it waited for.

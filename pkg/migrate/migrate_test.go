@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -965,6 +966,40 @@ func TestReceiversTakeTurns(t *testing.T) {
 	}
 	if err := w.Conservation(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAReceiverTriesAgainWhenAnEndedOneHeldItsPort: a receiver that ends
+// because the node's receive port is held, though no receiver's pod runs
+// any more (one whose process was still ending), is started again, a few
+// times: the migration goes on; one held for good fails it, rolled back.
+func TestAReceiverTriesAgainWhenAnEndedOneHeldItsPort(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		held     int
+		outcome  report.Outcome
+		attempts int
+	}{{held: 2, outcome: report.Succeeded, attempts: 3}, {held: 100, outcome: report.RolledBack, attempts: 6}} {
+		t.Run(fmt.Sprint(tc.held), func(t *testing.T) {
+			t.Parallel()
+			w := migratetest.NewWorld(t)
+			w.PortHeldByTheGone = tc.held
+			cfg := testConfig(migrate.MS2M)
+			cfg.Transfer, cfg.ImageRepository = migrate.Direct, ""
+			rec, err := migrate.Run(context.Background(), cfg, w.Deps(), migrate.Hooks{})
+			if rec.Outcome != tc.outcome {
+				t.Fatalf("%s: %v", rec.Outcome, err)
+			}
+			// Held for good: tried again, but no more than a few times
+			// (and not beyond the phase's time limit).
+			n := strings.Count(strings.Join(w.Calls, "\n"), "on node-b (direct true)")
+			if tc.outcome == report.Succeeded && n != tc.attempts || n < 2 || n > tc.attempts {
+				t.Fatalf("%d receivers started on node-b, want %d", n, tc.attempts)
+			}
+			if err := w.Conservation(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

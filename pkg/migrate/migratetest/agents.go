@@ -271,6 +271,15 @@ func (f *fakePacker) Warm(ctx context.Context, podName, node string, opts agent.
 				return fmt.Errorf("the agent on %s ended: no termination message (pod %s holds the receive port)", node, p.Name)
 			}
 		}
+		w.Mu.Lock()
+		gone := w.PortHeldByTheGone > 0
+		if gone {
+			w.PortHeldByTheGone--
+		}
+		w.Mu.Unlock()
+		if gone {
+			return fmt.Errorf("%w: the agent on %s ended: error: listen tcp :%d: bind: address already in use", agent.ErrPortInUse, node, agent.DirectReceivePort)
+		}
 		pod.Spec.HostNetwork = true
 		pod.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: agent.DirectReceivePort, HostPort: agent.DirectReceivePort}}
 	}

@@ -82,6 +82,9 @@ type World struct {
 	// PagesLost, if set, breaks every lazy restore's page stream before
 	// its last page.
 	PagesLost bool
+	// PortHeldByTheGone is how many receivers in a row end because their
+	// port is held by a process no pod shows any more (one that was ending).
+	PortHeldByTheGone int
 
 	// VolumeBytes is what the source's emptyDir volumes hold, as its agent
 	// measures them.
