@@ -195,13 +195,13 @@ soak: ## 24 back-to-back migrations, conservation after each, counts back to bas
 	mkdir -p docs/soak
 	eval "$$(go run ./test/lab env)" && E2E_SOAK=1 E2E_SOAK_CSV=$(CURDIR)/docs/soak/soak.csv go test -tags e2e -count=1 -v -timeout 60m -run 'TestSoak' ./test/e2e
 
-# Every step of every strategy and mode: the plugin SIGKILLed as each phase
+# Every step of every strategy and mode (and of lazy pages): the plugin SIGKILLed as each phase
 # starts, then recovered; e2e runs it too. CRASH_RUNS repeats it, since
 # races hide in single runs.
 CRASH_RUNS ?= 1
 crash-matrix: ## the plugin killed at every step of every mode, then recovered, CRASH_RUNS times (lab, ~5 min a run)
 	go run ./test/lab up
-	eval "$$(go run ./test/lab env)" && E2E_CRASH_MATRIX=all go test -tags e2e -count=$(CRASH_RUNS) -v -parallel $(E2E_PARALLEL) -timeout 90m -run 'TestRecover' ./test/e2e
+	eval "$$(go run ./test/lab env)" && E2E_CRASH_MATRIX=all,lazy go test -tags e2e -count=$(CRASH_RUNS) -v -parallel $(E2E_PARALLEL) -timeout 90m -run 'TestRecover' ./test/e2e
 
 # The release, offline: goreleaser check and a full local release (six
 # archives, checksums, the multi-arch agent image to the loopback registry,

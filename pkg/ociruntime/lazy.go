@@ -54,8 +54,12 @@ const (
 	// helperEnv runs this binary as a lazy-pages helper (its role).
 	helperEnv = "KUBECTL_MIGRATE_PAGES_HELPER"
 	// pagesIdle bounds each helper's wait for the other side of its
-	// socket: a migration that died leaves no frozen source behind.
-	pagesIdle = 2 * time.Minute
+	// socket: a migration that died leaves no frozen source behind, and
+	// none frozen for longer than a liveness probe may allow (the source's
+	// agent connects right after sending the archive, within a second on
+	// the lab; a plugin killed before that left a source frozen for two
+	// minutes, past its rollback's wait).
+	pagesIdle = 10 * time.Second
 	// pagesStall ends a page session in which nothing moved this long
 	// (bridge).
 	pagesStall = 10 * time.Second

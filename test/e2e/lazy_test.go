@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -72,6 +73,32 @@ func TestLazyPages(t *testing.T) {
 				tc.strategy, rec.Downtime.Millis, rec.CriticalPathMillis(), lastPage, checked)
 		})
 		t.Run(tc.strategy+"/rollback/copy-killed-during-the-push", func(t *testing.T) { lazyRollBackWhenTheCopyDies(t, l, tc.strategy) })
+	}
+}
+
+// TestRecoverLazyPagesAfterCrash kills the plugin at a step of a lazy MS2M
+// and a lazy stop-and-copy move, while the pages travel, and recovers it:
+// before the last page the source runs again with every message, after
+// the switchover the copy serves; conservation either way. With
+// E2E_CRASH_MATRIX naming lazy (make crash-matrix), at every step of both.
+// One at a time: a lazy move receives on both nodes' ports, which moves
+// take in turns.
+func TestRecoverLazyPagesAfterCrash(t *testing.T) {
+	l := setup(t)
+	l.setUpRuntime(t)
+	chosen := []crashCase{
+		{name: "ms2m/replay", args: []string{"--inject-crash", "replay"}, want: report.RolledBack},
+		{name: "stop-and-copy/restore", args: []string{"--strategy", "stop-and-copy", "--inject-crash", "restore"}, want: report.RolledBack},
+	}
+	cases := chosen
+	if slices.Contains(strings.Split(os.Getenv("E2E_CRASH_MATRIX"), ","), "lazy") {
+		cases = everyStep(nil, contractPod, true)
+	}
+	small := lazyConsumer
+	small.Ballast = "64Mi" // the path is the same; the runs are quicker
+	for _, tc := range cases {
+		tc.args = append(tc.args, "--pages", "lazy")
+		t.Run(tc.name, func(t *testing.T) { l.recoverPodAfterCrashWith(t, tc, small) })
 	}
 }
 

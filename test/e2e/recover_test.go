@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -174,12 +175,12 @@ func (s crashSubject) statefulSet() bool {
 
 func (s crashSubject) contract() bool { return s == contractPod || s == contractStatefulSet }
 
-// everyStep, with E2E_CRASH_MATRIX=all (make crash-matrix), replaces a
-// test's chosen crash cases by one for each phase of each strategy and mode
-// that journals (all after preflight and setup) and can move the subject:
-// the plugin killed as it starts.
-func everyStep(chosen []crashCase, subject crashSubject) []crashCase {
-	if os.Getenv("E2E_CRASH_MATRIX") != "all" {
+// everyStep, with E2E_CRASH_MATRIX=all (make crash-matrix), or always,
+// replaces a test's chosen crash cases by one for each phase of each
+// strategy and mode that journals (all after preflight and setup) and can
+// move the subject: the plugin killed as it starts.
+func everyStep(chosen []crashCase, subject crashSubject, always ...bool) []crashCase {
+	if !slices.Contains(strings.Split(os.Getenv("E2E_CRASH_MATRIX"), ","), "all") && len(always) == 0 {
 		return chosen
 	}
 	var all []crashCase
@@ -239,7 +240,12 @@ func TestRecoverPodAfterCrash(t *testing.T) {
 // consumer, recovers it and checks the outcome, conservation and that
 // nothing is left.
 func (l *lab) recoverPodAfterCrash(t *testing.T, tc crashCase) {
-	w := l.deploy(t, "10")
+	l.recoverPodAfterCrashWith(t, tc, workload.Options{Rate: "10"})
+}
+
+// recoverPodAfterCrashWith is recoverPodAfterCrash of the workload o.
+func (l *lab) recoverPodAfterCrashWith(t *testing.T, tc crashCase, o workload.Options) {
+	w := l.deployWith(t, o)
 	before := waitApplied(t, w, "consumer", 20)
 	rec := l.crashAndRecover(t, w, tc, "pod", "consumer")
 	consumer := "consumer"
