@@ -46,134 +46,95 @@ func lazyWorld(t *testing.T, underRuntime bool) *migratetest.World {
 	return w
 }
 
-func lazyConfig() migrate.Config {
-	c := testConfig(migrate.StopAndCopy)
+func lazyConfig(strategy migrate.Strategy) migrate.Config {
+	c := testConfig(strategy)
 	c.Pages = migrate.PagesLazy
 	return c
 }
 
 // TestLazyPagesCommitOnlyOnceTheLastPageArrived: the source's checkpoint
 // leaves its pages in it, the source's agent sends them after the
-// archive, and the migration commits only once the target reports its
-// last page: the step is in the report.
+// archive, and the migration switches over only once the target reports
+// its last page: the step is in the report. With MS2M the copy replays
+// meanwhile, and the source, which its lazy checkpoint froze, is told its
+// checkpoint is taken only once it runs again (frozen, it answers nothing).
 func TestLazyPagesCommitOnlyOnceTheLastPageArrived(t *testing.T) {
 	t.Parallel()
-	w := lazyWorld(t, true)
-	rec, err := migrate.Run(context.Background(), lazyConfig(), w.Deps(), migrate.Hooks{})
-	if err != nil || rec.Outcome != report.Succeeded {
-		t.Fatalf("%v %s", err, rec.Outcome)
-	}
-	calls := strings.Join(w.Calls, "\n")
-	order := []string{
-		"the pages of default/consumer/app stay in the source",
-		"pages of default/consumer/app (uid source-uid) follow",
-		"pages of 1 container(s) on node-b",
-	}
-	at := -1
-	for _, want := range order {
-		i := strings.Index(calls, want)
-		if i < at {
-			t.Fatalf("%q missing or out of order in:\n%s", want, calls)
-		}
-		at = i
-	}
-	ph, _ := rec.Phase(report.Restore)
-	if !slices.ContainsFunc(ph.Steps, func(s report.Step) bool { return s.Name == report.LastPage }) {
-		t.Errorf("no %q step in the restore: %+v", report.LastPage, ph.Steps)
-	}
-	if err := w.Conservation(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func lazyMS2MConfig() migrate.Config {
-	c := testConfig(migrate.MS2M)
-	c.Pages = migrate.PagesLazy
-	return c
-}
-
-// TestLazyPagesWithMS2M: the copy replays while its pages arrive from the
-// source, which its lazy checkpoint froze; only once the last page arrived
-// and the source runs again is the source told its checkpoint is taken (a
-// frozen source answers nothing), and the switchover follows as always.
-func TestLazyPagesWithMS2M(t *testing.T) {
-	t.Parallel()
-	w := lazyWorld(t, true)
-	rec, err := migrate.Run(context.Background(), lazyMS2MConfig(), w.Deps(), migrate.Hooks{})
-	if err != nil || rec.Outcome != report.Succeeded {
-		t.Fatalf("%v %s", err, rec.Outcome)
-	}
-	calls := strings.Join(w.Calls, "\n")
-	order := []string{
-		"the pages of default/consumer/app stay in the source",
-		"control consumer-abcde START_REPLAY",
-		"pages of 1 container(s) on node-b",
-		"pages of 1 container(s) on node-a",
-		"control consumer CHECKPOINTED",
-		"control consumer STOP",
-		"control consumer-abcde END_REPLAY",
-	}
-	at := -1
-	for _, want := range order {
-		i := strings.Index(calls, want)
-		if i < at {
-			t.Fatalf("%q missing or out of order in:\n%s", want, calls)
-		}
-		at = i
-	}
-	ph, _ := rec.Phase(report.Replay)
-	if !slices.ContainsFunc(ph.Steps, func(s report.Step) bool { return s.Name == report.LastPage }) {
-		t.Errorf("no %q step in the replay: %+v", report.LastPage, ph.Steps)
-	}
-	if err := w.Conservation(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestLazyPagesWithMS2MThatDoNotArriveRollBack: the page stream broke
-// while the copy replayed; the copy goes, the source runs again once its
-// session ended, and no message is lost or applied twice.
-func TestLazyPagesWithMS2MThatDoNotArriveRollBack(t *testing.T) {
-	t.Parallel()
-	w := lazyWorld(t, true)
-	w.PagesLost = true
-	rec, err := migrate.Run(context.Background(), lazyMS2MConfig(), w.Deps(), migrate.Hooks{})
-	if err == nil || rec.Outcome != report.RolledBack || !strings.Contains(err.Error(), "did not all arrive") {
-		t.Fatalf("%v %s", err, rec.Outcome)
-	}
-	if _, err := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer-abcde", metav1.GetOptions{}); err == nil {
-		t.Fatal("the target is left")
-	}
-	if len(w.Staged) != 0 || len(w.Archives) != 0 {
-		t.Fatalf("left: %v %v", w.Staged, w.Archives)
-	}
-	if err := w.Conservation(); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		strategy migrate.Strategy
+		order    []string
+		lastPage report.PhaseName
+	}{
+		{migrate.StopAndCopy, []string{
+			"the pages of default/consumer/app stay in the source",
+			"pages of default/consumer/app (uid source-uid) follow",
+			"pages of 1 container(s) on node-b",
+		}, report.Restore},
+		{migrate.MS2M, []string{
+			"the pages of default/consumer/app stay in the source",
+			"control consumer-abcde START_REPLAY",
+			"pages of 1 container(s) on node-b",
+			"pages of 1 container(s) on node-a",
+			"control consumer CHECKPOINTED",
+			"control consumer STOP",
+			"control consumer-abcde END_REPLAY",
+		}, report.Replay},
+	} {
+		t.Run(string(tc.strategy), func(t *testing.T) {
+			t.Parallel()
+			w := lazyWorld(t, true)
+			rec, err := migrate.Run(context.Background(), lazyConfig(tc.strategy), w.Deps(), migrate.Hooks{})
+			if err != nil || rec.Outcome != report.Succeeded {
+				t.Fatalf("%v %s", err, rec.Outcome)
+			}
+			calls := strings.Join(w.Calls, "\n")
+			at := -1
+			for _, want := range tc.order {
+				i := strings.Index(calls, want)
+				if i < at {
+					t.Fatalf("%q missing or out of order in:\n%s", want, calls)
+				}
+				at = i
+			}
+			ph, _ := rec.Phase(tc.lastPage)
+			if !slices.ContainsFunc(ph.Steps, func(s report.Step) bool { return s.Name == report.LastPage }) {
+				t.Errorf("no %q step in the %s: %+v", report.LastPage, tc.lastPage, ph.Steps)
+			}
+			if err := w.Conservation(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
 // TestLazyPagesThatDoNotArriveRollBack: the page stream broke before the
-// last page; the copy is not committed to: the target goes, the source
-// (which resumes as its page session ends) stays, nothing is lost.
+// last page (with MS2M, while the copy replayed); the copy is not
+// committed to: the target goes, the source (which resumes as its page
+// session ends) stays, nothing is lost or applied twice.
 func TestLazyPagesThatDoNotArriveRollBack(t *testing.T) {
 	t.Parallel()
-	w := lazyWorld(t, true)
-	w.PagesLost = true
-	rec, err := migrate.Run(context.Background(), lazyConfig(), w.Deps(), migrate.Hooks{})
-	if err == nil || rec.Outcome != report.RolledBack || !strings.Contains(err.Error(), "did not all arrive") {
-		t.Fatalf("%v %s", err, rec.Outcome)
-	}
-	if _, err := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer-abcde", metav1.GetOptions{}); err == nil {
-		t.Fatal("the target is left")
-	}
-	if _, err := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer", metav1.GetOptions{}); err != nil {
-		t.Fatalf("the source is gone: %v", err)
-	}
-	if len(w.Staged) != 0 || len(w.Archives) != 0 {
-		t.Fatalf("left: %v %v", w.Staged, w.Archives)
-	}
-	if err := w.Conservation(); err != nil {
-		t.Fatal(err)
+	for _, strategy := range []migrate.Strategy{migrate.StopAndCopy, migrate.MS2M} {
+		t.Run(string(strategy), func(t *testing.T) {
+			t.Parallel()
+			w := lazyWorld(t, true)
+			w.PagesLost = true
+			rec, err := migrate.Run(context.Background(), lazyConfig(strategy), w.Deps(), migrate.Hooks{})
+			if err == nil || rec.Outcome != report.RolledBack || !strings.Contains(err.Error(), "did not all arrive") {
+				t.Fatalf("%v %s", err, rec.Outcome)
+			}
+			if _, err := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer-abcde", metav1.GetOptions{}); err == nil {
+				t.Fatal("the target is left")
+			}
+			if _, err := w.Client.CoreV1().Pods("default").Get(context.Background(), "consumer", metav1.GetOptions{}); err != nil {
+				t.Fatalf("the source is gone: %v", err)
+			}
+			if len(w.Staged) != 0 || len(w.Archives) != 0 {
+				t.Fatalf("left: %v %v", w.Staged, w.Archives)
+			}
+			if err := w.Conservation(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
@@ -184,7 +145,7 @@ func TestLazyPagesThatDoNotArriveRollBack(t *testing.T) {
 func TestLazyPagesNeedThePodUnderTheRuntime(t *testing.T) {
 	t.Parallel()
 	w := lazyWorld(t, false)
-	_, err := migrate.Run(context.Background(), lazyConfig(), w.Deps(), migrate.Hooks{})
+	_, err := migrate.Run(context.Background(), lazyConfig(migrate.StopAndCopy), w.Deps(), migrate.Hooks{})
 	if err == nil || !strings.Contains(err.Error(), "runtimeClassName: kubectl-migrate") || !strings.Contains(err.Error(), "--pages eager") {
 		t.Fatalf("want a refusal naming the RuntimeClass, got %v", err)
 	}
@@ -197,7 +158,7 @@ func TestLazyPagesNeedThePodUnderTheRuntime(t *testing.T) {
 		"a statefulset": func(c *migrate.Config) { c.StatefulSet, c.TargetName, c.Mode = "web", "consumer", migrate.Sequential },
 		"a typo":        func(c *migrate.Config) { c.Pages = "lazzy" },
 	} {
-		cfg := lazyConfig()
+		cfg := lazyConfig(migrate.StopAndCopy)
 		c(&cfg)
 		if err := cfg.ValidateChoices(); err == nil || !strings.Contains(err.Error(), "--pages") {
 			t.Errorf("%s: %v", name, err)
@@ -212,7 +173,7 @@ func TestLazyPagesNeedThePodUnderTheRuntime(t *testing.T) {
 func TestRecoverLazyPagesFromACrashAtEveryStep(t *testing.T) {
 	t.Parallel()
 	world := func(t *testing.T) *migratetest.World { return lazyWorld(t, true) }
-	for _, cfg := range []migrate.Config{lazyConfig(), lazyMS2MConfig()} {
+	for _, cfg := range []migrate.Config{lazyConfig(migrate.StopAndCopy), lazyConfig(migrate.MS2M)} {
 		steps := crashSteps(t, world, cfg)
 		for n := 1; n <= steps; n++ {
 			t.Run(fmt.Sprintf("%s/%d", cfg.Strategy, n), func(t *testing.T) {

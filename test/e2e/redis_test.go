@@ -126,6 +126,14 @@ func TestCheckpointRestoreMovesARedisStatefulSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	moveRedis(t, l, "sts", ns, "redis-0", appsv1.StatefulSetPodNameLabel+"=redis-0")
+	l.redisStatefulSetHolds(t, ns, "node-b", other)
+}
+
+// redisStatefulSetHolds checks that StatefulSet redis, its spec unchanged,
+// owns redis-0 on node and that redis-1 is still other.
+func (l *lab) redisStatefulSetHolds(t *testing.T, ns, node string, other *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
 	pod, err := l.client.CoreV1().Pods(ns).Get(ctx, "redis-0", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -134,8 +142,8 @@ func TestCheckpointRestoreMovesARedisStatefulSet(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the StatefulSet is gone: %v", err)
 	}
-	if owner := metav1.GetControllerOf(pod); owner == nil || owner.UID != sts.UID || pod.Spec.NodeName != "node-b" {
-		t.Fatalf("redis-0 on %s owned by %+v, want node-b owned by StatefulSet redis (%s)", pod.Spec.NodeName, owner, sts.UID)
+	if owner := metav1.GetControllerOf(pod); owner == nil || owner.UID != sts.UID || pod.Spec.NodeName != node {
+		t.Fatalf("redis-0 on %s owned by %+v, want %s owned by StatefulSet redis (%s)", pod.Spec.NodeName, owner, node, sts.UID)
 	}
 	if *sts.Spec.Replicas != 2 {
 		t.Fatalf("the StatefulSet's spec changed: %d replicas", *sts.Spec.Replicas)
@@ -181,20 +189,7 @@ func TestRecoverRedisStatefulSetAfterCrash(t *testing.T) {
 				t.Fatalf("redis-0 does not run after recovery: %v", err)
 			}
 			writes.checkOn(t, "redis-0", "redis-0", node)
-			pod, err := l.client.CoreV1().Pods(ns).Get(ctx, "redis-0", metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sts, err := l.client.AppsV1().StatefulSets(ns).Get(ctx, "redis", metav1.GetOptions{})
-			if err != nil {
-				t.Fatalf("the StatefulSet is gone after recovery: %v", err)
-			}
-			if owner := metav1.GetControllerOf(pod); owner == nil || owner.UID != sts.UID {
-				t.Fatalf("redis-0 is owned by %+v, want StatefulSet redis (%s)", owner, sts.UID)
-			}
-			if now, err := l.client.CoreV1().Pods(ns).Get(ctx, "redis-1", metav1.GetOptions{}); err != nil || now.UID != other.UID || now.Spec.NodeName != "node-a" {
-				t.Fatalf("redis-1 was touched: %v", err)
-			}
+			l.redisStatefulSetHolds(t, ns, node, other)
 			l.noAgentsLeft(t, ns)
 		})
 	}
