@@ -101,7 +101,7 @@ define lab-bench
 	go run ./test/lab up
 	mkdir -p bin docs/bench
 	(eval "$$(go run ./test/lab env)" && go test -tags e2e -run '^$$' -bench '$(2)' -benchtime 1x -timeout $(3) -v ./test/e2e 2>&1; echo $$? > bin/$(1).rc) | tee bin/$(1).log; exit $$(cat bin/$(1).rc)
-	{ echo "# make $(1), $$(date -u +%Y-%m-%d), commit $$(git rev-parse --short HEAD), $$(nproc) CPUs, $$(go run ./test/lab env | sed -n 's/^export LAB_RUNTIME=//p'); medians in ms unless the name says ratio"; \
+	{ echo "# make $(1), $$(date -u +%Y-%m-%d), commit $$(git rev-parse --short HEAD), $$(nproc) CPUs, $$(go run ./test/lab env | sed -n 's/^export LAB_RUNTIME=//p')$${E2E_EVAL_RUNS:+, E2E_EVAL_RUNS=$$E2E_EVAL_RUNS}$${E2E_SIZES:+, E2E_SIZES=$$E2E_SIZES}; medians in ms unless the name says ratio"; \
 	  awk -f test/bench/distil.awk bin/$(1).log; } > $(4)
 	cat $(4)
 endef
