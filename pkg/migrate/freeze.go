@@ -5,7 +5,6 @@ import (
 	"math"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
@@ -62,21 +61,9 @@ func (f *FreezeModel) Predict(ctx context.Context, pod *corev1.Pod) *report.Free
 }
 
 func (f *FreezeModel) history(ctx context.Context) []*report.Record {
-	store := report.Store{Client: f.client}
-	all, err := store.List(ctx, metav1.NamespaceAll)
-	if err != nil {
-		all, _ = store.List(ctx, f.namespace)
-	}
-	var moves []*report.Record
-	for _, r := range all {
-		if r.Outcome == report.Succeeded && r.Strategy == string(CheckpointRestore) && r.Downtime != nil && r.Downtime.Millis > 0 && r.ArchiveBytes > 0 {
-			moves = append(moves, r)
-		}
-		if len(moves) == freezeHistoryRuns {
-			break
-		}
-	}
-	return moves
+	return recentRecords(ctx, f.client, f.namespace, freezeHistoryRuns, func(r *report.Record) bool {
+		return r.Outcome == report.Succeeded && r.Strategy == string(CheckpointRestore) && r.Downtime != nil && r.Downtime.Millis > 0 && r.ArchiveBytes > 0
+	})
 }
 
 // fitFreeze is the least-squares line through the moves' (checkpoint

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ms2m/protocol"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -170,20 +171,28 @@ func (m *Migration) predict(ctx context.Context, window time.Duration) (*report.
 // listed), newest first, at most ten: they measured the critical path and
 // the phases on this cluster, and those of this queue μ.
 func (m *Migration) history(ctx context.Context) []*report.Record {
-	store := report.Store{Client: m.deps.Client}
+	return recentRecords(ctx, m.deps.Client, m.config.Namespace, 10, func(r *report.Record) bool {
+		return r.Outcome == report.Succeeded && r.Strategy == string(m.config.Strategy) && r.Mode == string(m.config.Mode) && r.ID != m.config.ID
+	})
+}
+
+// recentRecords is the cluster's newest records that keep holds for (of
+// namespace when the cluster's cannot be listed), at most n.
+func recentRecords(ctx context.Context, client kubernetes.Interface, namespace string, n int, keep func(*report.Record) bool) []*report.Record {
+	store := report.Store{Client: client}
 	all, err := store.List(ctx, metav1.NamespaceAll)
 	if err != nil {
-		if all, err = store.List(ctx, m.config.Namespace); err != nil {
+		if all, err = store.List(ctx, namespace); err != nil {
 			return nil
 		}
 	}
 	var out []*report.Record
 	for _, r := range all {
-		if r.Outcome == report.Succeeded && r.Strategy == string(m.config.Strategy) && r.Mode == string(m.config.Mode) && r.ID != m.config.ID {
-			out = append(out, r)
-		}
-		if len(out) == 10 {
+		if len(out) == n {
 			break
+		}
+		if keep(r) {
+			out = append(out, r)
 		}
 	}
 	return out

@@ -74,6 +74,10 @@ type Freeze struct {
 	FromRuns    int    `json:"fromRuns"`
 }
 
+// AtMost: the memory figure is the pod's limits, not what it uses, so the
+// prediction is a bound.
+func (f *Freeze) AtMost() bool { return f.MemoryFrom == kube.MemoryFromLimits }
+
 // Summary says the prediction in a phrase: "freeze ≈ 4s for the 321 MiB it
 // uses (metrics.k8s.io), at the rate of 3 earlier moves here".
 func (f *Freeze) Summary() string {
@@ -81,7 +85,7 @@ func (f *Freeze) Summary() string {
 		return "freeze unknown: neither metrics.k8s.io nor a memory limit tells its memory"
 	}
 	approx, memory := "≈", fmt.Sprintf("the %d MiB it uses (%s)", f.MemoryBytes>>20, f.MemoryFrom)
-	if f.MemoryFrom == kube.MemoryFromLimits {
+	if f.AtMost() {
 		approx, memory = "≤", fmt.Sprintf("its memory limit of %d MiB (metrics.k8s.io does not tell what it uses)", f.MemoryBytes>>20)
 	}
 	basis := fmt.Sprintf("the rate of %d earlier moves here", f.FromRuns)

@@ -14,7 +14,6 @@ import (
 	"charm.land/lipgloss/v2"
 	"charm.land/lipgloss/v2/table"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/kube"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
 )
 
@@ -203,7 +202,7 @@ func predictionSummary(r *report.Record) string {
 			return
 		}
 		approx := " ≈ "
-		if what == "downtime" && p.Freeze != nil && p.Freeze.MemoryFrom == kube.MemoryFromLimits {
+		if what == "downtime" && p.Freeze != nil && p.Freeze.AtMost() {
 			approx = " ≤ " // from the pod's memory limit, not what it used
 		}
 		part := what + approx + FormatMillis(predicted)
