@@ -3,6 +3,7 @@ package migrate
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -134,4 +135,64 @@ func (m *Migration) pagesEnded(ctx context.Context, node string, ids []ociruntim
 		}
 	}
 	return statuses, true, nil
+}
+
+// checkProbesOutlastFreeze refuses lazy pages for a source whose
+// liveness probe would restart it while it is frozen: its pages stay in it
+// until the last one arrived, and a restart loses them with its memory and
+// the way back. The freeze is predicted as an eager move's (FreezeModel),
+// which takes longer than the page transfer: a bound.
+func checkProbesOutlastFreeze(ctx context.Context, m *Migration) error {
+	src := m.state.Source
+	var probed *corev1.Container
+	var tolerated time.Duration
+	for i := range src.Spec.Containers {
+		c := &src.Spec.Containers[i]
+		if c.LivenessProbe == nil {
+			continue
+		}
+		if d := frozenTolerated(c.LivenessProbe); probed == nil || d < tolerated {
+			probed, tolerated = c, d
+		}
+	}
+	if probed == nil {
+		return nil
+	}
+	freeze := NewFreezeModel(m.deps.Client, m.config.Namespace).Predict(ctx, src)
+	if freeze.Millis <= 0 {
+		return fmt.Errorf("pod %s stays frozen until its last page arrived, and container %s's liveness probe restarts it after %s frozen; how long that takes is unknown (neither metrics.k8s.io nor a memory limit tells its memory): give the pod memory limits, or move it with --pages eager",
+			src.Name, probed.Name, tolerated)
+	}
+	if frozen := time.Duration(freeze.Millis) * time.Millisecond; frozen > tolerated {
+		p := probeDefaults(probed.LivenessProbe)
+		need := int32(math.Ceil((frozen-time.Duration(p.TimeoutSeconds)*time.Second).Seconds()/float64(p.PeriodSeconds))) + 1
+		return fmt.Errorf("pod %s stays frozen until its last page arrived (%s), and container %s's liveness probe would restart it after %s frozen (failureThreshold %d, periodSeconds %d, timeoutSeconds %d): raise its failureThreshold to %d, or move it with --pages eager",
+			src.Name, freeze.Summary(), probed.Name, tolerated, p.FailureThreshold, p.PeriodSeconds, p.TimeoutSeconds, need)
+	}
+	return nil
+}
+
+// frozenTolerated is how long a frozen container outlives probe in the
+// worst case: the first probe to fail starts as the freeze does, and the
+// kubelet restarts the container when the failureThreshold-th one timed
+// out, (failureThreshold-1)·period + timeout later.
+func frozenTolerated(probe *corev1.Probe) time.Duration {
+	p := probeDefaults(probe)
+	return time.Duration((p.FailureThreshold-1)*p.PeriodSeconds+p.TimeoutSeconds) * time.Second
+}
+
+// probeDefaults is probe with the API server's defaults where it left a
+// field zero (a pod built without them, as in a fake clientset).
+func probeDefaults(probe *corev1.Probe) corev1.Probe {
+	p := *probe
+	if p.PeriodSeconds <= 0 {
+		p.PeriodSeconds = 10
+	}
+	if p.TimeoutSeconds <= 0 {
+		p.TimeoutSeconds = 1
+	}
+	if p.FailureThreshold <= 0 {
+		p.FailureThreshold = 3
+	}
+	return p
 }

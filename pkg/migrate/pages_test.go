@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
@@ -163,6 +166,63 @@ func TestLazyPagesNeedThePodUnderTheRuntime(t *testing.T) {
 		if err := cfg.ValidateChoices(); err == nil || !strings.Contains(err.Error(), "--pages") {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// TestLazyPagesOnlyWhereTheLivenessProbeOutlastsTheFreeze: the source
+// stays frozen until its last page arrived, and a liveness probe that
+// gives up sooner would have the kubelet restart it, its memory lost. With
+// the lab's rate (no earlier moves here), 2 GiB freeze about 20 s; a probe
+// every 5 s timing out after 2 s restarts it after 12 s frozen (3
+// failures), 22 s (5). Refused before any change, naming the
+// failureThreshold that would do; a freeze that cannot be told (no memory
+// limit) is refused too.
+func TestLazyPagesOnlyWhereTheLivenessProbeOutlastsTheFreeze(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		limit     string
+		threshold int32
+		refusal   string // "" runs
+	}{
+		{"2GiB, 3 failures", "2Gi", 3, "raise its failureThreshold to 5, or move it with --pages eager"},
+		{"no limit", "", 3, "give the pod memory limits, or move it with --pages eager"},
+		{"512MiB, 3 failures", "512Mi", 3, ""},
+		{"2GiB, 5 failures", "2Gi", 5, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			w := lazyWorld(t, true)
+			pod, err := w.Client.CoreV1().Pods("default").Get(ctx, "consumer", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := &pod.Spec.Containers[0]
+			c.LivenessProbe = &corev1.Probe{
+				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
+				PeriodSeconds: 5, TimeoutSeconds: 2, FailureThreshold: tc.threshold,
+			}
+			if tc.limit != "" {
+				c.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(tc.limit)}
+			}
+			if _, err := w.Client.CoreV1().Pods("default").Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			rec, err := migrate.Run(ctx, lazyConfig(migrate.StopAndCopy), w.Deps(), migrate.Hooks{})
+			if tc.refusal == "" {
+				if err != nil || rec.Outcome != report.Succeeded {
+					t.Fatalf("want the move, got %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.refusal) {
+				t.Fatalf("want a refusal ending %q, got %v", tc.refusal, err)
+			}
+			if strings.Contains(strings.Join(w.Calls, "\n"), "checkpoint default/consumer") {
+				t.Fatal("checkpointed although refused")
+			}
+		})
 	}
 }
 

@@ -312,8 +312,9 @@ func checkBroker(ctx context.Context, m *Migration) error {
 func checkPath(ctx context.Context, m *Migration) error { return m.path().check(ctx, m) }
 
 // checkLazyPages refuses lazy pages where the kubectl-migrate runtime
-// does not run the source, or does not restore on the target.
-func checkLazyPages(_ context.Context, m *Migration) error {
+// does not run the source, or does not restore on the target, or where the
+// source's liveness probe would not outlast its freeze.
+func checkLazyPages(ctx context.Context, m *Migration) error {
 	if m.config.Pages != PagesLazy {
 		return nil
 	}
@@ -323,7 +324,7 @@ func checkLazyPages(_ context.Context, m *Migration) error {
 	if rc := m.state.Source.Spec.RuntimeClassName; rc == nil || *rc != ociruntime.HandlerName {
 		return fmt.Errorf("pod %s does not run under RuntimeClass %s, whose runtime alone can leave its pages in the source: give its workload runtimeClassName: %s, or move it with --pages eager", m.config.Pod, ociruntime.HandlerName, ociruntime.HandlerName)
 	}
-	return nil
+	return checkProbesOutlastFreeze(ctx, m)
 }
 
 func checkControlToken(ctx context.Context, m *Migration) error {

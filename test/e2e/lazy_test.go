@@ -45,8 +45,7 @@ var lazyConsumer = workload.Options{Rate: "10", Ballast: "512Mi", VerifyBallast:
 //     exactly once: the kubelet's restart of the dead copy does not start
 //     it afresh, which would take the queue's messages from the source.
 func TestLazyPages(t *testing.T) {
-	l := setup(t)
-	l.setUpRuntime(t)
+	l := setupUnderRuntime(t)
 	for _, tc := range []struct {
 		strategy string
 		lastPage report.PhaseName // the phase that waits for it
@@ -84,8 +83,7 @@ func TestLazyPages(t *testing.T) {
 // One at a time: a lazy move receives on both nodes' ports, which moves
 // take in turns.
 func TestRecoverLazyPagesAfterCrash(t *testing.T) {
-	l := setup(t)
-	l.setUpRuntime(t)
+	l := setupUnderRuntime(t)
 	chosen := []crashCase{
 		{name: "ms2m/replay", args: []string{"--inject-crash", "replay"}, want: report.RolledBack},
 		{name: "stop-and-copy/restore", args: []string{"--strategy", "stop-and-copy", "--inject-crash", "restore"}, want: report.RolledBack},
@@ -245,6 +243,10 @@ func BenchmarkLazyPages(b *testing.B) {
 				for _, pages := range []string{"eager", "lazy"} {
 					o := lazyConsumer
 					o.Ballast, o.VerifyBallast = size, ""
+					// Frozen until its last page, the source must outlast the
+					// freeze preflight predicts for 2 GiB (≈ 23 s at the lab's
+					// rate): 8 failures of a probe every 5 s allow 37 s.
+					o.LivenessFailures = 8
 					w := l.deployWith(b, o)
 					before := waitApplied(b, w, "consumer", 20)
 					rec, stderr, err := l.migrate(b, w, "pod", "consumer", "--to", "node-b", "--strategy", strategy, "--pages", pages, "--label", "variant="+strategy+"-"+pages+"-"+size)

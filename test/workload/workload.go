@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -40,6 +41,9 @@ type Options struct {
 	// VerifyBallast has the consumer recompute its ballast's checksum
 	// this often, ending if it changed (e.g. "2s").
 	VerifyBallast string
+	// LivenessFailures is the consumer's liveness failureThreshold (0: 3,
+	// a probe every 5 s timing out after 2 s: 12 s frozen restart it).
+	LivenessFailures int32
 	// RuntimeClass runs the consumer under this RuntimeClass.
 	RuntimeClass string
 	// App is the application: "" the sample (ms2m-consumer and
@@ -130,6 +134,17 @@ func Deploy(ctx context.Context, client kubernetes.Interface, o Options) (*Workl
 		"ms2m.io/registry": o.Registry + "/checkpoints",
 	})
 	AddProbes(&consumer.Spec.Containers[0])
+	if o.LivenessFailures > 0 {
+		consumer.Spec.Containers[0].LivenessProbe.FailureThreshold = o.LivenessFailures
+	}
+	if o.Ballast != "" {
+		// A memory limit tells a migration how much there is to move
+		// (what it predicts a freeze from): the ballast and room for the
+		// rest of the process.
+		limit := resource.MustParse(o.Ballast)
+		limit.Add(resource.MustParse("256Mi"))
+		consumer.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: limit}
+	}
 	if o.RuntimeClass != "" {
 		consumer.Spec.RuntimeClassName = &o.RuntimeClass
 	}
