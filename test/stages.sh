@@ -19,13 +19,22 @@ mkdir -p bin
 summary=()
 t0=$(date +%s)
 
-# stage NAME CMD...: runs CMD, records its time.
+# cpu_ticks: the machine's busy and total CPU ticks so far (/proc/stat).
+cpu_ticks() {
+  awk '/^cpu /{total=0; for (i=2; i<=NF; i++) total+=$i; print total-$5-$6, total}' /proc/stat
+}
+
+# stage NAME CMD...: runs CMD, records its time and how busy the machine's
+# CPUs were meanwhile (a stage far below 100% waits on something else and
+# could share the machine; one near it cannot go faster beside others).
 stage() {
-  local name=$1 started rc=0
+  local name=$1 started rc=0 busy0 total0 busy1 total1
   shift
   started=$(date +%s)
+  read -r busy0 total0 < <(cpu_ticks)
   "$@" || rc=$?
-  record "$name" "$(($(date +%s) - started))" "$([ "$rc" -eq 0 ] && echo ran || echo "FAILED (exit $rc)")"
+  read -r busy1 total1 < <(cpu_ticks)
+  record "$name" "$(($(date +%s) - started))" "$([ "$rc" -eq 0 ] && echo ran || echo "FAILED (exit $rc)"), CPUs $(((busy1 - busy0) * 100 / (total1 - total0 + 1)))% busy"
   return "$rc"
 }
 

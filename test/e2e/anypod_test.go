@@ -90,6 +90,7 @@ func TestCheckpointRestoreRollsBackAProcessWithoutTheContract(t *testing.T) {
 // recover undoes the move before its commit and finishes it after, and
 // every acknowledged write is where the outcome says, in the same process.
 func TestRecoverAnyPodAfterCrash(t *testing.T) {
+	concurrent(t)
 	for _, tc := range everyStep([]crashCase{
 		{name: "checkpoint-restore/restore", args: []string{"--inject-crash", "restore"}, want: report.RolledBack},
 		{name: "checkpoint-restore/cleanup", args: []string{"--inject-crash", "cleanup"}, want: report.Succeeded},

@@ -39,6 +39,7 @@ func (l *lab) conformance(t *testing.T, image string, args ...string) (string, i
 // example and the Python consumer each keep every clause, the live
 // migration included, and leave nothing behind.
 func TestConformanceOfTheLabsApplications(t *testing.T) {
+	concurrent(t)
 	l := setup(t)
 	for _, app := range []struct {
 		name, image string

@@ -50,7 +50,31 @@ func env(t testing.TB, key string) string {
 	return testenv.Require(t, key, `go run ./test/lab up && eval "$(go run ./test/lab env)"`)
 }
 
+// setup is what every test calls first: the lab, and the container
+// runtime's own restore where the lane has one.
 func setup(t testing.TB) *lab {
+	t.Helper()
+	l := newLab(t)
+	if criRestores() {
+		// A runtime an earlier test kept would restore this test's moves
+		// (--restore auto): it needs the container runtime's own restore.
+		dropRuntime(t)
+	}
+	return l
+}
+
+// setupUnderRuntime is setup for a test that needs the kubectl-migrate
+// runtime installed on both nodes until it ends.
+func setupUnderRuntime(t testing.TB) *lab {
+	t.Helper()
+	l := newLab(t)
+	l.useRuntime(t)
+	return l
+}
+
+// newLab reads the lab's environment and installs the agents' controller
+// once per test process.
+func newLab(t testing.TB) *lab {
 	l := &lab{
 		kubectl: env(t, "LAB_KUBECTL"), imagePrefix: env(t, "LAB_IMAGE_PREFIX"),
 		registry: env(t, "LAB_REGISTRY"), brokerURL: env(t, "LAB_BROKER_URL"),
@@ -97,6 +121,11 @@ var agentsController struct {
 // themselves.
 func concurrent(t *testing.T) {
 	t.Parallel()
+	if criRestores() {
+		// The last serial test may have kept the runtime installed; the
+		// first concurrent test removes it while the others wait here.
+		dropRuntime(t)
+	}
 }
 
 // plugin is the plugin the tests run, built once per test process: a
@@ -124,6 +153,9 @@ func buildPlugin() (string, error) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if !dropRuntimeAtExit() {
+		code = 1
+	}
 	if plugin.dir != "" {
 		_ = os.RemoveAll(plugin.dir)
 	}

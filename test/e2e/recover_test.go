@@ -224,6 +224,7 @@ func everyStep(chosen []crashCase, subject crashSubject, always ...bool) []crash
 }
 
 func TestRecoverPodAfterCrash(t *testing.T) {
+	concurrent(t)
 	for _, tc := range everyStep([]crashCase{
 		{name: "ms2m/restore", args: []string{"--inject-crash", "restore"}, want: report.RolledBack},
 		{name: "ms2m/cleanup", args: []string{"--inject-crash", "cleanup"}, want: report.Succeeded},
@@ -260,6 +261,7 @@ func (l *lab) recoverPodAfterCrashWith(t *testing.T, tc crashCase, o workload.Op
 }
 
 func TestRecoverStatefulSetAfterCrash(t *testing.T) {
+	concurrent(t)
 	stsGone := func(ctx context.Context, l *lab, w *workload.Workload) bool {
 		_, err := l.client.AppsV1().StatefulSets(w.Namespace).Get(ctx, "consumer", metav1.GetOptions{})
 		return isNotFound(err)

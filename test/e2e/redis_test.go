@@ -163,6 +163,14 @@ func (l *lab) redisStatefulSetHolds(t *testing.T, ns, node string, other *corev1
 // every acknowledged write, the client writes to it again, redis-1 was not
 // touched and no agent is left.
 func TestRecoverRedisStatefulSetAfterCrash(t *testing.T) {
+	// Through the runtime (the containerd 2.4 lane) every move receives on
+	// the nodes' ports, which a killed move holds until its recovery: there
+	// the cases run one at a time, beside nothing else. Elsewhere each case
+	// has a namespace and records of its own.
+	oneAtATime := os.Getenv("LAB_RUNTIME") == "containerd-2.4"
+	if !oneAtATime {
+		concurrent(t)
+	}
 	for _, tc := range everyStep([]crashCase{
 		// The source is deleted (detach) before the restore: undoing the
 		// move restores its checkpoint on the source node.
@@ -170,10 +178,7 @@ func TestRecoverRedisStatefulSetAfterCrash(t *testing.T) {
 		{name: "checkpoint-restore/cleanup", args: []string{"--inject-crash", "cleanup"}, want: report.Succeeded},
 	}, withoutContractStatefulSet) {
 		t.Run(tc.name, func(t *testing.T) {
-			if os.Getenv("LAB_RUNTIME") != "containerd-2.4" {
-				// Each case has a namespace and records of its own. Through
-				// the runtime every move receives on the nodes' ports, which
-				// a killed move holds until its recovery: one at a time.
+			if !oneAtATime {
 				t.Parallel()
 			}
 			l := setup(t)

@@ -75,45 +75,124 @@ func nodeFiles(t testing.TB, node string) []string {
 	return files
 }
 
-// setUpRuntime installs the kubectl-migrate runtime on both nodes with
-// node-setup, and checks that it is there. The function it returns (also
-// the test's cleanup, if not called before) uninstalls it and checks the
-// nodes' files are as before.
+// installedRuntime is the kubectl-migrate runtime as the tests left it.
+// A test that only needs it (useRuntime) leaves it installed when it ends,
+// for the next test that needs it: node-setup and its uninstall restart
+// the nodes' container runtime, half a minute each way, and serial tests
+// follow one another. The next test that needs it gone (setup, on a lane
+// whose container runtime restores; setUpRuntime) uninstalls it, and
+// TestMain does if it is still there at the end.
+var installedRuntime struct {
+	sync.Mutex
+	uninstall func(testing.TB) // nil while not installed
+	users     int              // tests running that need it
+}
+
+// useRuntime makes sure the runtime is installed until t ends; tests
+// running side by side share it.
+func (l *lab) useRuntime(t testing.TB) {
+	t.Helper()
+	installedRuntime.Lock()
+	defer installedRuntime.Unlock()
+	if installedRuntime.uninstall == nil {
+		installedRuntime.uninstall = l.installRuntime(t)
+	}
+	installedRuntime.users++
+	t.Cleanup(func() {
+		installedRuntime.Lock()
+		defer installedRuntime.Unlock()
+		installedRuntime.users--
+	})
+}
+
+// dropRuntime uninstalls the runtime if it is installed and no running
+// test needs it, and checks the nodes' files are as before it.
+func dropRuntime(t testing.TB) {
+	t.Helper()
+	installedRuntime.Lock()
+	defer installedRuntime.Unlock()
+	if uninstall := installedRuntime.uninstall; uninstall != nil && installedRuntime.users == 0 {
+		installedRuntime.uninstall = nil
+		uninstall(t)
+	}
+}
+
+// dropRuntimeAtExit uninstalls a runtime the last tests kept, once they
+// all ended, so the lab is left as it was found; false if that failed.
+func dropRuntimeAtExit() (ok bool) {
+	exit := &exitTB{}
+	defer func() {
+		if r := recover(); r != nil && r != exit {
+			panic(r)
+		}
+		ok = !exit.failed
+	}()
+	dropRuntime(exit)
+	return
+}
+
+// exitTB reports for TestMain, where no test runs, on stderr; Fatal ends
+// the function dropRuntimeAtExit called. The methods it does not define
+// are never called (the nil testing.TB would panic).
+type exitTB struct {
+	testing.TB
+	failed bool
+}
+
+func (e *exitTB) Helper()                 {}
+func (e *exitTB) Log(args ...any)         { fmt.Fprintln(os.Stderr, args...) }
+func (e *exitTB) Logf(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }
+func (e *exitTB) Error(args ...any)       { e.failed = true; e.Log(args...) }
+func (e *exitTB) Errorf(f string, a ...any) {
+	e.failed = true
+	e.Logf(f, a...)
+}
+func (e *exitTB) Fatal(args ...any) { e.Error(args...); panic(e) }
+func (e *exitTB) Fatalf(f string, a ...any) {
+	e.Errorf(f, a...)
+	panic(e)
+}
+
+// setUpRuntime is for tests of node-setup itself: it uninstalls a runtime
+// an earlier test left, installs it again on both nodes and checks that it
+// is there. The function it returns (also the test's cleanup, if not
+// called before) uninstalls it and checks the nodes' files are as before.
 func (l *lab) setUpRuntime(t testing.TB) (uninstall func()) {
 	t.Helper()
-	undo := l.installRuntime(t)
+	dropRuntime(t)
+	func() {
+		installedRuntime.Lock()
+		defer installedRuntime.Unlock()
+		installedRuntime.uninstall = l.installRuntime(t)
+		installedRuntime.users++
+	}()
 	var once sync.Once
-	uninstall = func() { once.Do(func() { undo(t) }) }
+	uninstall = func() {
+		once.Do(func() {
+			installedRuntime.Lock()
+			installedRuntime.users--
+			installedRuntime.Unlock()
+			dropRuntime(t)
+		})
+	}
 	t.Cleanup(uninstall)
 	return uninstall
 }
 
-// sharedRuntime is the kubectl-migrate runtime the concurrent tests of a
-// lane share: the first to need it installs it, the last to end uninstalls
-// it (and checks the nodes' files), so they run side by side instead of
-// each installing it for itself, one at a time.
-var sharedRuntime struct {
-	sync.Mutex
-	users int
-	undo  func(testing.TB)
+// restoresSomeWay makes sure the kubectl-migrate runtime is installed
+// until t ends on lanes whose container runtime cannot restore (containerd
+// 2.4), for tests that run on every lane.
+func (l *lab) restoresSomeWay(t *testing.T) {
+	if !criRestores() {
+		l.useRuntime(t)
+	}
 }
 
-// shareRuntime makes sure the runtime is installed until t ends.
-func (l *lab) shareRuntime(t *testing.T) {
-	t.Helper()
-	sharedRuntime.Lock()
-	defer sharedRuntime.Unlock()
-	if sharedRuntime.users == 0 {
-		sharedRuntime.undo = l.installRuntime(t)
-	}
-	sharedRuntime.users++
-	t.Cleanup(func() {
-		sharedRuntime.Lock()
-		defer sharedRuntime.Unlock()
-		if sharedRuntime.users--; sharedRuntime.users == 0 {
-			sharedRuntime.undo(t)
-		}
-	})
+// criRestores says whether the lane's container runtime restores a
+// checkpoint itself (CRI-O, containerd 2.3 opted in); containerd 2.4 does
+// not, so there the runtime is kept installed between tests.
+func criRestores() bool {
+	return os.Getenv("LAB_RUNTIME") != "containerd-2.4"
 }
 
 // installRuntime runs node-setup on both nodes and checks the runtime is
@@ -255,6 +334,7 @@ func TestTheRuntimeRestoresWhereContainerdCannot(t *testing.T) {
 		t.Skip("needs a runtime without CRI restore: run on the containerd-2.4 lane (LAB_RUNTIME=containerd-2.4)")
 	}
 	l := setup(t)
+	dropRuntime(t) // an earlier test's, kept: check must find no way to restore
 	const remedy = "kubectl migrate node-setup node-b"
 	res, _, err := l.runCheck(t, "node-a", "node-b")
 	if bad := link(res, check.LinkNodes); err == nil || bad.Status != check.Failed || !strings.Contains(bad.Remedy, remedy) {
@@ -301,8 +381,7 @@ func TestEveryMoveThroughTheRuntime(t *testing.T) {
 	if os.Getenv("LAB_RUNTIME") != "containerd-2.4" {
 		t.Skip("needs a runtime without CRI restore: run on the containerd-2.4 lane (LAB_RUNTIME=containerd-2.4)")
 	}
-	l := setup(t)
-	l.setUpRuntime(t)
+	l := setupUnderRuntime(t)
 	for _, mode := range []string{"sequential", "shadow"} {
 		t.Run("sts/"+mode, func(t *testing.T) {
 			// Through a shadow, the emptyDir moves twice.

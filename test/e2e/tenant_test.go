@@ -454,8 +454,7 @@ func (l *lab) editorOf(t *testing.T, namespace string) kubernetes.Interface {
 // node-setup --uninstall refuses. Runs on both runtime lanes (CRI-O,
 // containerd 2.4).
 func TestTenantCannotClaimAStagedCheckpoint(t *testing.T) {
-	l := setup(t)
-	l.setUpRuntime(t)
+	l := setupUnderRuntime(t)
 	ctx := context.Background()
 	// The victim's target pod, by its UID: the migration binds what it
 	// stages to the pod it created.
@@ -814,16 +813,6 @@ for method, path, body in [%s]:
             codes.append(e.code)
 print("codes", *codes)
 `, strings.Join(list, ", "), literal(base), literal(header))
-}
-
-// restoresSomeWay makes sure the kubectl-migrate runtime is installed
-// until t ends on lanes whose container runtime cannot restore (containerd
-// 2.4), for tests that run on every lane; concurrent tests share one
-// installation.
-func (l *lab) restoresSomeWay(t *testing.T) {
-	if os.Getenv("LAB_RUNTIME") == "containerd-2.4" {
-		l.shareRuntime(t)
-	}
 }
 
 // TestTenantCannotOwnTheAgentsNamespace: a tenant who made the agents'
