@@ -93,8 +93,14 @@ func (detach) Rollback(ctx context.Context, m *Migration) error {
 	} else if err := resumeSource(ctx, m); err != nil {
 		errs = append(errs, err)
 	}
+	orphaned := m.state.STSDeleted
 	if err := recreateStatefulSet(ctx, m); err != nil {
 		errs = append(errs, err)
+	} else if orphaned && len(errs) == 0 {
+		// Rolled back means whole again: the StatefulSet owns its pod.
+		if err := awaitAdoption(ctx, m, m.config.Pod); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -196,7 +202,16 @@ func (adopt) Run(ctx context.Context, m *Migration) error {
 	if err := recreateStatefulSet(ctx, m); err != nil {
 		return err
 	}
-	_, err := kube.WaitForPod(ctx, m.deps.Client, m.config.Namespace, m.config.TargetName, func(pod *corev1.Pod) (bool, error) {
+	return awaitAdoption(ctx, m, m.config.TargetName)
+}
+
+// awaitAdoption waits until the StatefulSet, created again, owns pod name:
+// it adopts its orphaned pods by their labels, and until then the set is
+// not whole (and a user sees an orphan).
+func awaitAdoption(ctx context.Context, m *Migration, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, m.config.PhaseTimeout)
+	defer cancel()
+	_, err := kube.WaitForPod(ctx, m.deps.Client, m.config.Namespace, name, func(pod *corev1.Pod) (bool, error) {
 		if pod == nil {
 			return false, errors.New("the restored pod disappeared")
 		}
@@ -204,7 +219,7 @@ func (adopt) Run(ctx context.Context, m *Migration) error {
 		return owner != nil && owner.Kind == "StatefulSet" && owner.Name == m.config.StatefulSet, nil
 	})
 	if err != nil {
-		return fmt.Errorf("statefulset %s did not adopt pod %s: %w", m.config.StatefulSet, m.config.TargetName, err)
+		return fmt.Errorf("statefulset %s did not adopt pod %s: %w", m.config.StatefulSet, name, err)
 	}
 	return nil
 }

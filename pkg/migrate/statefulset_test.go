@@ -56,13 +56,11 @@ func checkStatefulSet(t *testing.T, w *migratetest.World, node string, before *c
 	if *sts.Spec.Replicas != 2 || sts.Spec.Selector.MatchLabels["app"] != "consumer" {
 		t.Fatalf("StatefulSet spec changed: %+v", sts.Spec)
 	}
-	err = wait(func() bool {
-		pod, err := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-0", metav1.GetOptions{})
-		owner := metav1.GetControllerOf(pod)
-		return err == nil && owner != nil && owner.UID == sts.UID
-	})
-	pod, _ := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-0", metav1.GetOptions{})
-	if err != nil || pod.Spec.NodeName != node || pod.Labels["statefulset.kubernetes.io/pod-name"] != "consumer-0" {
+	// Owned already: a migration ends, rolled back or not, only once the
+	// StatefulSet adopted its pod again (the controller does it a moment
+	// after the StatefulSet is created again).
+	pod, err := w.Client.CoreV1().Pods("default").Get(ctx, "consumer-0", metav1.GetOptions{})
+	if owner := metav1.GetControllerOf(pod); err != nil || owner == nil || owner.UID != sts.UID || pod.Spec.NodeName != node || pod.Labels["statefulset.kubernetes.io/pod-name"] != "consumer-0" {
 		t.Fatalf("consumer-0 on %s, labels %v, owned by %+v, want node %s owned by %s", pod.Spec.NodeName, pod.Labels, metav1.GetControllerOf(pod), node, sts.UID)
 	}
 	if err := w.Conservation(); err != nil {
