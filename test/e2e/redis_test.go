@@ -167,7 +167,7 @@ func TestRecoverRedisStatefulSetAfterCrash(t *testing.T) {
 	// the nodes' ports, which a killed move holds until its recovery: there
 	// the cases run one at a time, beside nothing else. Elsewhere each case
 	// has a namespace and records of its own.
-	oneAtATime := os.Getenv("LAB_RUNTIME") == "containerd-2.4"
+	oneAtATime := !criRestores()
 	if !oneAtATime {
 		concurrent(t)
 	}

@@ -330,7 +330,7 @@ func TestRuntimeRestore(t *testing.T) {
 // while the restored pod runs and waits for it once it is being deleted;
 // after it, check fails again.
 func TestTheRuntimeRestoresWhereContainerdCannot(t *testing.T) {
-	if os.Getenv("LAB_RUNTIME") != "containerd-2.4" {
+	if criRestores() {
 		t.Skip("needs a runtime without CRI restore: run on the containerd-2.4 lane (LAB_RUNTIME=containerd-2.4)")
 	}
 	l := setup(t)
@@ -378,7 +378,7 @@ func TestTheRuntimeRestoresWhereContainerdCannot(t *testing.T) {
 // cutoff; and a drain of bare, Deployment and StatefulSet pods. Each ends
 // with the conservation check; nothing is left staged.
 func TestEveryMoveThroughTheRuntime(t *testing.T) {
-	if os.Getenv("LAB_RUNTIME") != "containerd-2.4" {
+	if criRestores() {
 		t.Skip("needs a runtime without CRI restore: run on the containerd-2.4 lane (LAB_RUNTIME=containerd-2.4)")
 	}
 	l := setupUnderRuntime(t)
