@@ -167,6 +167,56 @@ func TestRestoreOptIn(t *testing.T) {
 	checkConservation(t, w, rec.TargetPod)
 }
 
+// TestTheRuntimeRestoresWhereContainerdCannot (containerd-2.4 lane):
+// containerd 2.4 has no CRI restore, so check fails and a migration is
+// refused in preflight, both naming node-setup, with the source untouched;
+// after node-setup both pass, the migration restoring through the runtime
+// without being told to (--restore auto); node-setup --uninstall refuses
+// while the restored pod runs and waits for it once it is being deleted;
+// after it, check fails again. It is TestRestoreOptIn's twin, and here, in
+// file order, before every other serial test that needs the runtime: it
+// alone needs it absent, and those after it share one installation.
+func TestTheRuntimeRestoresWhereContainerdCannot(t *testing.T) {
+	if criRestores() {
+		t.Skip("needs a runtime without CRI restore: run on the containerd-2.4 lane (LAB_RUNTIME=containerd-2.4)")
+	}
+	l := setup(t)
+	dropRuntime(t) // an earlier test's, kept: check must find no way to restore
+	const remedy = "kubectl migrate node-setup node-b"
+	res, _, err := l.runCheck(t, "node-a", "node-b")
+	if bad := link(res, check.LinkNodes); err == nil || bad.Status != check.Failed || !strings.Contains(bad.Remedy, remedy) {
+		t.Fatalf("want the nodes link failed naming %q, got %v %+v", remedy, err, res.Links)
+	}
+	w, before := l.refusedBeforeAnyChange(t, remedy)
+
+	uninstall := l.setUpRuntime(t)
+	if res, _, err := l.runCheck(t, "node-a", "node-b"); err != nil || !res.OK() {
+		t.Fatalf("check after node-setup: %v %+v", err, res.Links)
+	}
+	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
+	if err != nil {
+		t.Fatalf("migration after node-setup: %v\n%s", err, stderr)
+	}
+	if target, err := l.client.CoreV1().Pods(w.Namespace).Get(context.Background(), rec.TargetPod, metav1.GetOptions{}); err != nil || !runtimeRestored(target) {
+		t.Fatalf("the target was not restored through the runtime: %v", err)
+	}
+	l.checkMigrated(t, w, rec, before)
+	checkConservation(t, w, rec.TargetPod)
+
+	// node-setup --uninstall refuses while the restored pod runs under the
+	// RuntimeClass, and waits for it once it is being deleted.
+	if out, err := l.kubectlCommand("migrate", "node-setup", "--all", "--uninstall", "--yes", "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab").CombinedOutput(); err == nil || !strings.Contains(string(out), w.Namespace+"/"+rec.TargetPod) {
+		t.Fatalf("node-setup --uninstall with %s running under the RuntimeClass: %v\n%s", rec.TargetPod, err, out)
+	}
+	if err := l.client.CoreV1().Pods(w.Namespace).Delete(context.Background(), rec.TargetPod, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	uninstall()
+	if res, _, err := l.runCheck(t, "node-a", "node-b"); err == nil || link(res, check.LinkNodes).Status != check.Failed {
+		t.Fatalf("check after node-setup --uninstall: %v %+v", err, res.Links)
+	}
+}
+
 // refusedBeforeAnyChange deploys the workload and has its migration to
 // node-b (with args) refused (exit 3: in preflight, or in setup where only
 // the agents can tell) with one line naming remedy; the source must be

@@ -212,7 +212,7 @@ func TestFailedMigrationRollsBack(t *testing.T) {
 }
 
 // failedMigrationRollsBack is TestFailedMigrationRollsBack with flags.
-func failedMigrationRollsBack(t *testing.T, l *lab, flags ...string) {
+func failedMigrationRollsBack(t *testing.T, l *lab, flags ...string) *workload.Workload {
 	w := l.deploy(t, "10")
 	before := waitApplied(t, w, "consumer", 20)
 	rec, stderr, err := l.migrate(t, w, append([]string{"pod", "consumer", "--to", "node-b", "--replay-timeout", "1ms"}, flags...)...)
@@ -239,6 +239,7 @@ func failedMigrationRollsBack(t *testing.T, l *lab, flags ...string) {
 	waitApplied(t, w, "consumer", st.LastSeq+5) // it keeps applying
 	l.replayQueueGone(t, w)
 	checkConservation(t, w, "consumer")
+	return w
 }
 
 // TestThresholdCutoff migrates at 16 msg/s, close to the consumer's μ ≈ 20/s,

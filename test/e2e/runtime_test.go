@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubectl-migrate/kubectl-migrate/pkg/check"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/migrate"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/ociruntime"
 	"github.com/kubectl-migrate/kubectl-migrate/pkg/report"
@@ -35,9 +34,27 @@ func runtimeRestored(pod *corev1.Pod) bool {
 // is left in node's stage.
 func (l *lab) nothingStaged(t testing.TB, node string) {
 	t.Helper()
+	if left := staged(t, node, ""); len(left) != 0 {
+		t.Fatalf("checkpoints left staged on %s: %v", node, left)
+	}
+}
+
+// nothingStagedFor is nothingStaged on both nodes for namespace's pods
+// alone, for a test that runs beside others that stage theirs.
+func (l *lab) nothingStagedFor(t testing.TB, namespace string) {
+	t.Helper()
+	for _, node := range []string{"node-a", "node-b"} {
+		if left := staged(t, node, namespace); len(left) != 0 {
+			t.Fatalf("checkpoints of %s left staged on %s: %v", namespace, node, left)
+		}
+	}
+}
+
+// staged lists what node's stage holds, in namespace ("" for every one).
+func staged(t testing.TB, node, namespace string) []string {
 	stage := filepath.Join(env(t, "LAB_RUN"), node, "upper", ociruntime.StageDir)
 	var left []string
-	_ = filepath.WalkDir(stage, func(path string, d os.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(stage, namespace), func(path string, d os.DirEntry, err error) error {
 		if err == nil && path != stage {
 			// NAMESPACE/POD/CONTAINER, or NAMESPACE/POD/.uid-UID(/CONTAINER)
 			rel, _ := filepath.Rel(stage, path)
@@ -47,9 +64,7 @@ func (l *lab) nothingStaged(t testing.TB, node string) {
 		}
 		return nil
 	})
-	if len(left) != 0 {
-		t.Fatalf("checkpoints left staged on %s: %v", node, left)
-	}
+	return left
 }
 
 // nodeFiles lists the files of node's root that node-setup may touch
@@ -238,16 +253,35 @@ func (l *lab) installRuntime(t testing.TB) (undo func(testing.TB)) {
 	}
 }
 
-// TestRuntimeRestore sets the runtime up with node-setup, migrates the
-// live consumer with --restore runtime as MS2M and as stop-and-copy
-// (restored: same process, state continued; every message applied exactly
-// once; nothing staged left, no image made), with emptyDir volumes too, and
-// uninstalls it: the nodes' files are as before.
+// TestRuntimeRestore migrates the live consumer with --restore runtime as
+// MS2M and as stop-and-copy (restored: same process, state continued; every
+// message applied exactly once; nothing staged left, no image made), with
+// emptyDir volumes too. The runtime is installed (node-setup) for it and
+// the serial tests next to it; the uninstall that ends their share checks
+// the nodes' files are as before.
+//
+// The crash cases run first, one at a time (a killed move holds the nodes'
+// receive ports until its recovery); then the other moves side by side,
+// each in namespaces of its own, taking turns only for those ports.
 func TestRuntimeRestore(t *testing.T) {
-	l := setup(t)
-	l.setUpRuntime(t)
+	l := setupUnderRuntime(t)
+	// A migration whose process dies is recovered: rolled back with the
+	// checkpoint staged and not yet restored, completed after the target
+	// took over; nothing is staged after either.
+	for _, tc := range []crashCase{
+		{name: "crash/restore", args: []string{"--restore", "runtime", "--inject-crash", "restore"}, want: report.RolledBack},
+		{name: "crash/cleanup", args: []string{"--restore", "runtime", "--strategy", "stop-and-copy", "--inject-crash", "cleanup"}, want: report.Succeeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l.recoverPodAfterCrash(t, tc)
+			for _, n := range []string{"node-a", "node-b"} {
+				l.nothingStaged(t, n)
+			}
+		})
+	}
 	for _, strategy := range []string{"ms2m", "stop-and-copy"} {
 		t.Run(strategy, func(t *testing.T) {
+			t.Parallel()
 			l, w, rec := migrateLivePod(t, "--restore", "runtime", "--strategy", strategy)
 			// To the kubelet it was created, then started, as any
 			// container: no failed start.
@@ -261,6 +295,7 @@ func TestRuntimeRestore(t *testing.T) {
 				}
 			}
 			checkConservation(t, w, rec.TargetPod)
+			l.nothingStagedFor(t, w.Namespace)
 			t.Logf("runtime restore, %s: critical path %d ms, total %d ms, downtime %d ms", strategy, rec.CriticalPathMillis(), rec.TotalMillis, rec.Downtime.Millis)
 		})
 	}
@@ -279,6 +314,7 @@ func TestRuntimeRestore(t *testing.T) {
 			name += "/sidecar"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			l, w, rec, _, _ := migrateLiveApp(t, workload.Options{Rate: "10", Scratch: tc.scratch, Sidecar: tc.sidecar}, 30, "--restore", "runtime", "--strategy", tc.strategy)
 			target, err := l.client.CoreV1().Pods(w.Namespace).Get(context.Background(), rec.TargetPod, metav1.GetOptions{})
 			if err != nil {
@@ -293,81 +329,16 @@ func TestRuntimeRestore(t *testing.T) {
 				checkSidecarRunning(t, target, 0)
 			}
 			checkConservation(t, w, rec.TargetPod)
-			for _, n := range []string{"node-a", "node-b"} {
-				l.nothingStaged(t, n)
-			}
-		})
-	}
-	// A migration whose process dies is recovered: rolled back with the
-	// checkpoint staged and not yet restored, completed after the target
-	// took over; nothing is staged after either.
-	for _, tc := range []crashCase{
-		{name: "crash/restore", args: []string{"--restore", "runtime", "--inject-crash", "restore"}, want: report.RolledBack},
-		{name: "crash/cleanup", args: []string{"--restore", "runtime", "--strategy", "stop-and-copy", "--inject-crash", "cleanup"}, want: report.Succeeded},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			l.recoverPodAfterCrash(t, tc)
-			for _, n := range []string{"node-a", "node-b"} {
-				l.nothingStaged(t, n)
-			}
+			l.nothingStagedFor(t, w.Namespace)
 		})
 	}
 	// A migration that fails after the restore rolls back: the source
 	// serves, nothing is staged, every message is applied once.
 	t.Run("rollback", func(t *testing.T) {
-		failedMigrationRollsBack(t, l, "--restore", "runtime")
-		for _, n := range []string{"node-a", "node-b"} {
-			l.nothingStaged(t, n)
-		}
+		t.Parallel()
+		w := failedMigrationRollsBack(t, l, "--restore", "runtime")
+		l.nothingStagedFor(t, w.Namespace)
 	})
-}
-
-// TestTheRuntimeRestoresWhereContainerdCannot (containerd-2.4 lane):
-// containerd 2.4 has no CRI restore, so check fails and a migration is
-// refused in preflight, both naming node-setup, with the source untouched;
-// after node-setup both pass, the migration restoring through the runtime
-// without being told to (--restore auto); node-setup --uninstall refuses
-// while the restored pod runs and waits for it once it is being deleted;
-// after it, check fails again.
-func TestTheRuntimeRestoresWhereContainerdCannot(t *testing.T) {
-	if criRestores() {
-		t.Skip("needs a runtime without CRI restore: run on the containerd-2.4 lane (LAB_RUNTIME=containerd-2.4)")
-	}
-	l := setup(t)
-	dropRuntime(t) // an earlier test's, kept: check must find no way to restore
-	const remedy = "kubectl migrate node-setup node-b"
-	res, _, err := l.runCheck(t, "node-a", "node-b")
-	if bad := link(res, check.LinkNodes); err == nil || bad.Status != check.Failed || !strings.Contains(bad.Remedy, remedy) {
-		t.Fatalf("want the nodes link failed naming %q, got %v %+v", remedy, err, res.Links)
-	}
-	w, before := l.refusedBeforeAnyChange(t, remedy)
-
-	uninstall := l.setUpRuntime(t)
-	if res, _, err := l.runCheck(t, "node-a", "node-b"); err != nil || !res.OK() {
-		t.Fatalf("check after node-setup: %v %+v", err, res.Links)
-	}
-	rec, stderr, err := l.migrate(t, w, "pod", "consumer", "--to", "node-b")
-	if err != nil {
-		t.Fatalf("migration after node-setup: %v\n%s", err, stderr)
-	}
-	if target, err := l.client.CoreV1().Pods(w.Namespace).Get(context.Background(), rec.TargetPod, metav1.GetOptions{}); err != nil || !runtimeRestored(target) {
-		t.Fatalf("the target was not restored through the runtime: %v", err)
-	}
-	l.checkMigrated(t, w, rec, before)
-	checkConservation(t, w, rec.TargetPod)
-
-	// node-setup --uninstall refuses while the restored pod runs under the
-	// RuntimeClass, and waits for it once it is being deleted.
-	if out, err := l.kubectlCommand("migrate", "node-setup", "--all", "--uninstall", "--yes", "--agent-image", l.imagePrefix+"/kubectl-migrate-agent:lab").CombinedOutput(); err == nil || !strings.Contains(string(out), w.Namespace+"/"+rec.TargetPod) {
-		t.Fatalf("node-setup --uninstall with %s running under the RuntimeClass: %v\n%s", rec.TargetPod, err, out)
-	}
-	if err := l.client.CoreV1().Pods(w.Namespace).Delete(context.Background(), rec.TargetPod, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	uninstall()
-	if res, _, err := l.runCheck(t, "node-a", "node-b"); err == nil || link(res, check.LinkNodes).Status != check.Failed {
-		t.Fatalf("check after node-setup --uninstall: %v %+v", err, res.Links)
-	}
 }
 
 // TestEveryMoveThroughTheRuntime (containerd-2.4 lane): with the runtime

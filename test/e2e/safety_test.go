@@ -178,9 +178,14 @@ func restartsFromItsCheckpoint(t *testing.T, l *lab, w *workload.Workload, rec r
 	var st protocol.State
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, bound, true, func(ctx context.Context) (bool, error) {
 		p, err := l.client.CoreV1().Pods(w.Namespace).Get(ctx, rec.TargetPod, metav1.GetOptions{})
-		// The restart count stays 0: the restored container carries the
-		// checkpointed one's attempt number. Its last termination shows it.
-		if err != nil || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].LastTerminationState.Terminated == nil {
+		// The kubelet has seen the kill once it counts a restart or shows
+		// the last termination: CRI-O's restored container carries the
+		// checkpointed one's attempt number (the count stays 0); the
+		// containerd lane's may count 1 with no last state.
+		if err != nil || len(p.Status.ContainerStatuses) == 0 {
+			return false, nil
+		}
+		if cs := p.Status.ContainerStatuses[0]; cs.RestartCount == 0 && cs.LastTerminationState.Terminated == nil {
 			return false, nil
 		}
 		st, err = w.State(ctx, rec.TargetPod)

@@ -24,6 +24,10 @@ import (
 	"github.com/kubectl-migrate/kubectl-migrate/test/workload"
 )
 
+// This file's name puts its tests, in go test's order (files by name),
+// right before runtime_test.go's: the serial tests that need the runtime
+// follow one another and share one installation.
+
 // lazyConsumer is a consumer holding 512 MiB that checks them every
 // second (ending if a byte changed), under the kubectl-migrate runtime.
 var lazyConsumer = workload.Options{Rate: "10", Ballast: "512Mi", VerifyBallast: "1s", RuntimeClass: ociruntime.HandlerName}
