@@ -296,9 +296,12 @@ func outageDuring(t *testing.T, o workload.Options, phase report.PhaseName, daem
 
 // TestFaultAPIServerRestartedDuringRestore: the API server is away for 3 s
 // while the target is restored. The plugin's watch and its journal saves
-// ride it out: the migration completes.
+// ride it out: the migration completes. The kubelets' and the plugin's
+// watches come back only after their backoff, so the restore takes about
+// 30 s and the replay queue holds some 300 messages: the consumer takes
+// 20 ms a message (μ ≈ 50/s) to replay them in seconds, not half a minute.
 func TestFaultAPIServerRestartedDuringRestore(t *testing.T) {
-	if rec := outageDuring(t, workload.Options{Rate: "10"}, report.Restore, "kube-apiserver", 3*time.Second); rec.Outcome != report.Succeeded {
+	if rec := outageDuring(t, workload.Options{Rate: "10", Work: "20ms"}, report.Restore, "kube-apiserver", 3*time.Second); rec.Outcome != report.Succeeded {
 		t.Fatalf("an API server restart of 3 s made the migration %s", rec.Outcome)
 	}
 }

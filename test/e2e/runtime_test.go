@@ -353,28 +353,11 @@ func TestEveryMoveThroughTheRuntime(t *testing.T) {
 		t.Skip("needs a runtime without CRI restore: run on the containerd-2.4 lane (LAB_RUNTIME=containerd-2.4)")
 	}
 	l := setupUnderRuntime(t)
-	for _, mode := range []string{"sequential", "shadow"} {
-		t.Run("sts/"+mode, func(t *testing.T) {
-			// Through a shadow, the emptyDir moves twice.
-			var mutate func(string, *appsv1.StatefulSet)
-			if mode == "shadow" {
-				mutate = keepsALedger
-			}
-			rec := migrateStatefulSet(t, mutate, "--mode", mode)
-			if rec.Restore != "runtime" {
-				t.Fatalf("restored through %q", rec.Restore)
-			}
-			for _, n := range []string{"node-a", "node-b"} {
-				l.nothingStaged(t, n)
-			}
-		})
-	}
-	t.Run("sts/rollback", func(t *testing.T) {
-		rollBackStatefulSet(t, "--replay-timeout", "1ms")
-		for _, n := range []string{"node-a", "node-b"} {
-			l.nothingStaged(t, n)
-		}
-	})
+	// The crash cases and the drain run first, one at a time: a killed move
+	// holds the nodes' receive ports until its recovery, and the drain
+	// moves whatever runs on node-a. The other moves then run side by side,
+	// each in namespaces of its own.
+	//
 	// A StatefulSet move whose process dies is recovered through the
 	// runtime too: rolled back after the source was deleted (restored from
 	// the archives kept on its node) or during a shadow's final stage, and
@@ -394,24 +377,45 @@ func TestEveryMoveThroughTheRuntime(t *testing.T) {
 			}
 		})
 	}
-	// The bind comes after the target's address, so only checkpoint,
-	// transfer and restore (about a second) precede the replay here, and
-	// at 16 msg/s one replay ended in 1.96 s, before a T_cutoff of 2.5 s.
-	// At 18 msg/s against μ ≈ 19.5/s the replay would take many seconds,
-	// T_cutoff = 1 s · μ/λ ≈ 1.1 s: the cutoff fires however quick the
-	// restore.
-	t.Run("cutoff", func(t *testing.T) {
-		_, w, rec := migrateLivePodAt(t, "18", "--replay-max", "1s")
-		if rec.Restore != "runtime" || rec.Cutoff == nil || !rec.Cutoff.Fired {
-			t.Fatalf("restore %q, cutoff %+v", rec.Restore, rec.Cutoff)
-		}
-		checkConservation(t, w, rec.TargetPod)
-	})
 	t.Run("drain", func(t *testing.T) {
 		took, sum := l.drainNodeA(t)
 		t.Logf("drain through the runtime took %s; its migrations add up to %s", took, sum)
 		for _, n := range []string{"node-a", "node-b"} {
 			l.nothingStaged(t, n)
 		}
+	})
+	for _, mode := range []string{"sequential", "shadow"} {
+		t.Run("sts/"+mode, func(t *testing.T) {
+			t.Parallel()
+			// Through a shadow, the emptyDir moves twice.
+			var mutate func(string, *appsv1.StatefulSet)
+			if mode == "shadow" {
+				mutate = keepsALedger
+			}
+			rec := migrateStatefulSet(t, mutate, "--mode", mode)
+			if rec.Restore != "runtime" {
+				t.Fatalf("restored through %q", rec.Restore)
+			}
+			l.nothingStagedFor(t, rec.Namespace)
+		})
+	}
+	t.Run("sts/rollback", func(t *testing.T) {
+		t.Parallel()
+		rec := rollBackStatefulSet(t, "--replay-timeout", "1ms")
+		l.nothingStagedFor(t, rec.Namespace)
+	})
+	// The bind comes after the target's address, so only checkpoint,
+	// transfer and restore (about a second) precede the replay here, and
+	// at 16 msg/s one replay ended in 1.96 s, before a T_cutoff of 2.5 s.
+	// At 18 msg/s against μ ≈ 19.5/s the replay would take many seconds,
+	// T_cutoff = 1 s · μ/λ ≈ 1.1 s: the cutoff fires however quick the
+	// restore (and sooner still on a machine the other moves load).
+	t.Run("cutoff", func(t *testing.T) {
+		t.Parallel()
+		_, w, rec := migrateLivePodAt(t, "18", "--replay-max", "1s")
+		if rec.Restore != "runtime" || rec.Cutoff == nil || !rec.Cutoff.Fired {
+			t.Fatalf("restore %q, cutoff %+v", rec.Restore, rec.Cutoff)
+		}
+		checkConservation(t, w, rec.TargetPod)
 	})
 }

@@ -225,7 +225,7 @@ func TestStatefulSetShadowRollback(t *testing.T) {
 	rollBackStatefulSet(t, "--mode", "shadow", "--inject-failure", "replay/final")
 }
 
-func rollBackStatefulSet(t *testing.T, flags ...string) {
+func rollBackStatefulSet(t *testing.T, flags ...string) report.Record {
 	l := setup(t)
 	b := l.startStatefulSet(t, 20)
 	w := b.w
@@ -239,6 +239,7 @@ func rollBackStatefulSet(t *testing.T, flags ...string) {
 	if _, _, err := w.CheckConservation(context.Background(), "consumer-0"); err != nil {
 		t.Fatal(err)
 	}
+	return rec
 }
 
 // statefulSetBefore is a running StatefulSet as it was before a migration.
