@@ -58,25 +58,6 @@ func (m *Migration) measureGaps(ctx context.Context) (*report.Downtime, *report.
 	return toFinal, shadow
 }
 
-// shadowReadTimeout bounds readShadowGap's one question.
-const shadowReadTimeout = 2 * time.Second
-
-// readShadowGap asks the shadow, once and without waiting (the final stage
-// is under way), for the first message it applied after the source's last,
-// which gives the first switchover's gap. Called as the final stage's
-// replay starts: the shadow has served for the final stage's checkpoint,
-// image and restore by then.
-func (m *Migration) readShadowGap(ctx context.Context) {
-	if downtimeBound(m.state.SourceState, m.state.SourceFinal) == 0 {
-		return // no traffic: no gap to measure
-	}
-	ctx, cancel := context.WithTimeout(ctx, shadowReadTimeout)
-	defer cancel()
-	if a, err := m.deps.App.AppliedAfter(ctx, m.targetApp(), m.state.SourceFinal.Position()); err == nil {
-		m.shadow.gap = gapAfter(m.state.SourceFinal, a)
-	}
-}
-
 // measureDowntime computes downtime from the instances' own timestamps: the
 // source's last applied message N, and the target applying N+1.
 func (m *Migration) measureDowntime(ctx context.Context, last protocol.State) *report.Downtime {

@@ -3,6 +3,7 @@ package migrate
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -33,7 +34,7 @@ func shadowPhases() []Phase {
 		preflight{}, setup{},
 		shadow(prepare{}), shadow(checkpoint{}), shadow(packImages{}), shadow(restore{}), shadow(replay{}), shadow(handover{}),
 		final(prepare{}), final(checkpoint{}), final(packImages{}), final(detach{}), final(restore{}), final(adopt{}),
-		inStage{Phase: replay{}, stage: "final", onFinal: true, before: func(ctx context.Context, m *Migration) { m.readShadowGap(ctx) }}, final(switchover{}), final(cleanup{}),
+		inStage{Phase: finalReplay{}, stage: "final"}, final(switchover{}), final(cleanup{}),
 	}
 }
 
@@ -43,8 +44,6 @@ type inStage struct {
 	Phase
 	stage   string
 	onFinal bool
-	// before runs on the migration (not its final stage) first.
-	before func(context.Context, *Migration)
 }
 
 func (s inStage) Stage() string { return s.stage }
@@ -52,13 +51,27 @@ func (s inStage) Stage() string { return s.stage }
 func (s inStage) traits() traits { return traitsOf(s.Phase) }
 
 func (s inStage) Run(ctx context.Context, m *Migration) error {
-	if s.before != nil {
-		s.before(ctx, m)
-	}
 	if !s.onFinal {
 		return s.Phase.Run(ctx, m)
 	}
 	return s.Phase.Run(ctx, m.shadow.final)
+}
+
+// finalReplay is the final stage's replay (run on the shadow-mode
+// migration, not on its final stage). Before it, the shadow, still
+// serving, is asked for the first switchover's gap (readShadowGap): it has
+// served through the final stage's checkpoint, image and restore by then,
+// and the final pod's own history would show its replay of a message the
+// shadow served long before.
+type finalReplay struct{ replay }
+
+func (p finalReplay) Run(ctx context.Context, m *Migration) error {
+	m.readShadowGap(ctx)
+	return p.replay.Run(ctx, m.shadow.final)
+}
+
+func (p finalReplay) Rollback(ctx context.Context, m *Migration) error {
+	return p.replay.Rollback(ctx, m.shadow.final)
 }
 
 func (s inStage) Rollback(ctx context.Context, m *Migration) error {
@@ -69,6 +82,25 @@ func (s inStage) Rollback(ctx context.Context, m *Migration) error {
 		return nil // the process died before the handover created the final stage
 	}
 	return s.Phase.Rollback(ctx, m.shadow.final)
+}
+
+// shadowReadTimeout bounds readShadowGap's one question.
+const shadowReadTimeout = 2 * time.Second
+
+// readShadowGap asks the shadow, once and without waiting (the final stage
+// is under way), for the first message it applied after the source's last,
+// which gives the first switchover's gap. Called as the final stage's
+// replay starts: the shadow has served for the final stage's checkpoint,
+// image and restore by then.
+func (m *Migration) readShadowGap(ctx context.Context) {
+	if downtimeBound(m.state.SourceState, m.state.SourceFinal) == 0 {
+		return // no traffic: no gap to measure
+	}
+	ctx, cancel := context.WithTimeout(ctx, shadowReadTimeout)
+	defer cancel()
+	if a, err := m.deps.App.AppliedAfter(ctx, m.targetApp(), m.state.SourceFinal.Position()); err == nil {
+		m.shadow.gap = gapAfter(m.state.SourceFinal, a)
+	}
 }
 
 // handover is the shadow's switchover: the source stops and the shadow takes
