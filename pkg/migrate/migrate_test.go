@@ -927,11 +927,50 @@ func TestRuntimeRestore(t *testing.T) {
 // whom, and goes on once that agent is gone.
 func TestReceiversTakeTurns(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	w := migratetest.NewWorld(t)
+	cfg := testConfig(migrate.MS2M)
+	cfg.Transfer, cfg.ImageRepository = migrate.Direct, ""
+	waitForAnotherReceiver(t, w, cfg, "node-b", func() {})
+}
+
+// TestReceiversOnBothNodesStartInNodeOrder: a StatefulSet pod's move
+// without a registry receives on both nodes, and takes their ports in the
+// order of the nodes' names. With node-a's held by another migration, it
+// waits for them holding none of node-b's: two such moves side by side
+// (the lab's containerd 2.4 lane ran two) otherwise each held one node's
+// ports and waited for the other's until the phase's time limit.
+func TestReceiversOnBothNodesStartInNodeOrder(t *testing.T) {
+	t.Parallel()
+	w := migratetest.NewStatefulSetWorld(t)
+	runtimeOnly(t, w, "node-a", "node-b") // restored through the runtime, the only way without a registry
+	cfg := stsConfig(migrate.MS2M, migrate.Sequential)
+	cfg.Transfer, cfg.ImageRepository, cfg.Restore = migrate.Direct, "", migrate.RestoreRuntime
+	cfg.PhaseTimeout = 30 * time.Second // the wait below is this test's, not the migration's
+	waitForAnotherReceiver(t, w, cfg, "node-a", func() {
+		pods, err := w.Client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Error(err)
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == "node-b" && p.Labels[migrate.MigrationLabel] == cfg.ID && slices.ContainsFunc(p.Spec.Containers, func(c corev1.Container) bool {
+				return slices.ContainsFunc(c.Ports, func(port corev1.ContainerPort) bool { return port.HostPort == agent.DirectReceivePort })
+			}) {
+				t.Errorf("waiting for node-a's receive ports, the migration holds node-b's (%s)", p.Name)
+			}
+		}
+	})
+}
+
+// waitForAnotherReceiver runs the migration cfg while another migration's
+// agent receives on node's ports: the migration must wait, saying for whom
+// (then whileWaiting runs), and go on once that agent is gone, conserving
+// every message.
+func waitForAnotherReceiver(t *testing.T, w *migratetest.World, cfg migrate.Config, node string, whileWaiting func()) {
+	t.Helper()
+	ctx := context.Background()
 	other := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubectl-migrate-agent-other-b", Namespace: "default", Labels: map[string]string{migrate.MigrationLabel: "other"}},
-		Spec: corev1.PodSpec{NodeName: "node-b", HostNetwork: true, Containers: []corev1.Container{{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubectl-migrate-agent-other", Namespace: "default", Labels: map[string]string{migrate.MigrationLabel: "other"}},
+		Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, Containers: []corev1.Container{{
 			Name: "agent", Ports: []corev1.ContainerPort{{ContainerPort: agent.DirectReceivePort, HostPort: agent.DirectReceivePort}},
 		}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
@@ -939,12 +978,10 @@ func TestReceiversTakeTurns(t *testing.T) {
 	if _, err := w.Client.CoreV1().Pods("default").Create(ctx, other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := testConfig(migrate.MS2M)
-	cfg.Transfer, cfg.ImageRepository = migrate.Direct, ""
 	waiting := make(chan struct{})
 	var once sync.Once
 	hooks := migrate.Hooks{Progress: func(_ report.PhaseName, msg string) {
-		if strings.Contains(msg, "kubectl-migrate-agent-other-b of another migration receives on node-b's ports") {
+		if strings.Contains(msg, "kubectl-migrate-agent-other of another migration receives on "+node+"'s ports") {
 			once.Do(func() { close(waiting) })
 		}
 	}}
@@ -958,6 +995,7 @@ func TestReceiversTakeTurns(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("the migration did not wait for the other receiver: %v", err)
 	}
+	whileWaiting()
 	if err := w.Client.CoreV1().Pods("default").Delete(ctx, other.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -143,11 +143,36 @@ func (m *Migration) startAgents(ctx context.Context) error {
 	}
 	start := time.Now()
 	var sourceReady, targetReady, pullStart, pulled time.Time // each goroutine writes its own
-	var g errgroup.Group
-	g.Go(func() error {
+	warmSource := func() error {
 		err := warm(sourceAgent, m.state.SourceNode, sourceOpts)
 		sourceReady = time.Now()
-		if err != nil {
+		return err
+	}
+	warmTarget := func() error {
+		err := warm(targetAgent, m.config.TargetNode, targetOpts)
+		targetReady = time.Now()
+		return err
+	}
+	// Receivers on both nodes start one after the other, in the order of
+	// the nodes' names (a lock order): two migrations that each need both
+	// nodes' receive ports, starting them side by side, could each take one
+	// node's and wait for the other's until the phase's time limit.
+	if sourceOpts.DirectToken != "" && targetOpts.DirectToken != "" {
+		first, second := warmSource, warmTarget
+		if m.config.TargetNode < m.state.SourceNode {
+			first, second = second, first
+		}
+		if err := first(); err != nil {
+			return err
+		}
+		if err := second(); err != nil {
+			return err
+		}
+		warmSource, warmTarget = func() error { return nil }, func() error { return nil }
+	}
+	var g errgroup.Group
+	g.Go(func() error {
+		if err := warmSource(); err != nil {
 			return err
 		}
 		if sourceOpts.DirectToken != "" {
@@ -158,10 +183,9 @@ func (m *Migration) startAgents(ctx context.Context) error {
 		return m.checkVolumeSize(ctx)
 	})
 	g.Go(func() error {
-		if err := warm(targetAgent, m.config.TargetNode, targetOpts); err != nil {
+		if err := warmTarget(); err != nil {
 			return err
 		}
-		targetReady = time.Now()
 		if targetOpts.DirectToken != "" {
 			if _, err := m.registerReceiver(ctx, m.config.TargetNode, toTarget); err != nil {
 				return err
