@@ -57,6 +57,16 @@ func (s inStage) Run(ctx context.Context, m *Migration) error {
 	return s.Phase.Run(ctx, m.shadow.final)
 }
 
+func (s inStage) Rollback(ctx context.Context, m *Migration) error {
+	if !s.onFinal {
+		return s.Phase.Rollback(ctx, m)
+	}
+	if m.shadow.final == nil {
+		return nil // the process died before the handover created the final stage
+	}
+	return s.Phase.Rollback(ctx, m.shadow.final)
+}
+
 // finalReplay is the final stage's replay (run on the shadow-mode
 // migration, not on its final stage). Before it, the shadow, still
 // serving, is asked for the first switchover's gap (readShadowGap): it has
@@ -72,16 +82,6 @@ func (p finalReplay) Run(ctx context.Context, m *Migration) error {
 
 func (p finalReplay) Rollback(ctx context.Context, m *Migration) error {
 	return p.replay.Rollback(ctx, m.shadow.final)
-}
-
-func (s inStage) Rollback(ctx context.Context, m *Migration) error {
-	if !s.onFinal {
-		return s.Phase.Rollback(ctx, m)
-	}
-	if m.shadow.final == nil {
-		return nil // the process died before the handover created the final stage
-	}
-	return s.Phase.Rollback(ctx, m.shadow.final)
 }
 
 // shadowReadTimeout bounds readShadowGap's one question.

@@ -40,7 +40,8 @@ func (l *lab) nothingStaged(t testing.TB, node string) {
 }
 
 // nothingStagedFor is nothingStaged on both nodes for namespace's pods
-// alone, for a test that runs beside others that stage theirs.
+// alone, for a test that runs beside others that stage theirs; "" checks
+// every namespace.
 func (l *lab) nothingStagedFor(t testing.TB, namespace string) {
 	t.Helper()
 	for _, node := range []string{"node-a", "node-b"} {
@@ -274,9 +275,7 @@ func TestRuntimeRestore(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l.recoverPodAfterCrash(t, tc)
-			for _, n := range []string{"node-a", "node-b"} {
-				l.nothingStaged(t, n)
-			}
+			l.nothingStagedFor(t, "")
 		})
 	}
 	for _, strategy := range []string{"ms2m", "stop-and-copy"} {
@@ -372,17 +371,13 @@ func TestEveryMoveThroughTheRuntime(t *testing.T) {
 			if rec.Restore != "runtime" {
 				t.Fatalf("restored through %q", rec.Restore)
 			}
-			for _, n := range []string{"node-a", "node-b"} {
-				l.nothingStaged(t, n)
-			}
+			l.nothingStagedFor(t, "")
 		})
 	}
 	t.Run("drain", func(t *testing.T) {
 		took, sum := l.drainNodeA(t)
 		t.Logf("drain through the runtime took %s; its migrations add up to %s", took, sum)
-		for _, n := range []string{"node-a", "node-b"} {
-			l.nothingStaged(t, n)
-		}
+		l.nothingStagedFor(t, "")
 	})
 	for _, mode := range []string{"sequential", "shadow"} {
 		t.Run("sts/"+mode, func(t *testing.T) {
